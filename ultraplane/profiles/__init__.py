@@ -1,0 +1,1 @@
+"""Trainium hardware profiles, shipped as data."""

@@ -1,0 +1,1 @@
+"""Custom resource models (the one source of the CRDs and REST schemas)."""
