@@ -1,0 +1,164 @@
+"""The one interface the routers talk to, and what both backends share.
+
+`EmbeddedBackend` (ultraplane.api.embedded) runs the core scheduler and the
+simulator's JobRuntime in-process; `KubernetesBackend`
+(ultraplane.api.kubernetes_backend) reads and writes the custom resources.
+Routers never know which one they have.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+from sqlalchemy import Engine
+
+from ultraplane.allocator import NoFit, Placement, PlacementRequest
+from ultraplane.api.errors import ApiError
+from ultraplane.api.schemas import (
+    DryRunRequest,
+    DryRunResult,
+    JobKind,
+    JobResource,
+    NoFitView,
+    PlacementView,
+    UltraServerView,
+)
+from ultraplane.api.settings import Settings
+from ultraplane.resources import InferenceJobSpec, TrainingJobSpec
+
+JobSpec = TrainingJobSpec | InferenceJobSpec
+PLURALS: dict[JobKind, str] = {"TrainingJob": "trainingjobs", "InferenceJob": "inferencejobs"}
+
+
+class Backend(Protocol):
+    """What the REST API needs from a fleet."""
+
+    name: str
+
+    def start(self) -> None: ...
+    def stop(self) -> None: ...
+    def ready(self) -> tuple[bool, str]: ...
+    def ultraservers(self) -> list[UltraServerView]: ...
+    def capacity(self) -> dict[str, Any]: ...
+    def list_jobs(self, kind: JobKind, namespace: str | None) -> list[JobResource]: ...
+    def get_job(self, kind: JobKind, namespace: str, name: str) -> JobResource: ...
+    def create_job(
+        self, kind: JobKind, namespace: str, name: str, spec: JobSpec, labels: dict[str, str]
+    ) -> JobResource: ...
+    def delete_job(self, kind: JobKind, namespace: str, name: str) -> JobResource: ...
+    def dry_run(self, request: DryRunRequest) -> DryRunResult: ...
+    def fleet_summary(self) -> dict[str, Any]: ...
+
+
+def make_backend(settings: Settings, engine: Engine) -> Backend:
+    if settings.backend == "kubernetes":
+        from ultraplane.api.kubernetes_backend import KubernetesBackend
+
+        return KubernetesBackend(settings, engine)
+    from ultraplane.api.embedded import EmbeddedBackend
+
+    return EmbeddedBackend(settings, engine)
+
+
+# --- conversions shared by both backends ----------------------------------------------------
+
+
+def jsonable(value: Any) -> Any:
+    """Plain JSON from the core's report objects (dataclasses, pydantic, enums, tuples)."""
+    if hasattr(value, "model_dump"):
+        return value.model_dump(mode="json")
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, Mapping):
+        return {str(jsonable(k)): jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | set | frozenset):
+        items = [jsonable(v) for v in value]
+        return sorted(items, key=str) if isinstance(value, set | frozenset) else items
+    return value
+
+
+def placement_view(placement: Placement) -> PlacementView:
+    return PlacementView(
+        chip_ids=list(placement.chip_ids),
+        ultra_servers=list(placement.ultraservers),
+        servers=list(placement.servers),
+        level=str(placement.level),
+        score=float(placement.score),
+    )
+
+
+def nofit_view(nofit: NoFit) -> NoFitView:
+    return NoFitView(kind=str(nofit.kind), message=nofit.message)
+
+
+def placement_status(placement: Placement) -> dict[str, Any]:
+    """`status.allocation` of the resources contract."""
+    return {
+        "ultraServers": list(placement.ultraservers),
+        "servers": list(placement.servers),
+        "chips": list(placement.chip_ids),
+        "level": str(placement.level),
+        "score": float(placement.score),
+    }
+
+
+def requests_of(spec: JobSpec) -> list[PlacementRequest]:
+    """One gang request per training job, one per inference replica."""
+    wire = spec.model_dump(mode="json", by_alias=True, exclude_none=True)
+    topo = wire.get("topology") or {}
+    common = {
+        "required_level": topo.get("requiredLevel"),
+        "preferred_level": topo.get("preferredLevel"),
+        "whole_servers": bool(topo.get("wholeServers", False)),
+        "profile": wire.get("profile"),
+    }
+    if isinstance(spec, InferenceJobSpec):
+        replicas = int(wire.get("replicas", 1))
+        per = int(wire["chipsPerReplica"])
+        return [PlacementRequest(chips=per, **common) for _ in range(replicas)]
+    return [PlacementRequest(chips=int(wire["chips"]), **common)]
+
+
+def request_of(body: DryRunRequest) -> PlacementRequest:
+    """Validated dry-run body -> core request; bad levels become a 422 naming the field."""
+    from ultraplane.topology import parse_level
+
+    for field, value in (("requiredLevel", body.required_level), ("preferredLevel", body.preferred_level)):
+        if value is not None:
+            try:
+                parse_level(value)
+            except ValueError as exc:
+                raise ApiError(422, "ValidationError", f"body.{field}", str(exc)) from exc
+    if body.profile is not None:
+        from ultraplane.profiles import profile_names
+
+        if body.profile not in profile_names():
+            known = ", ".join(profile_names())
+            raise ApiError(
+                422, "ValidationError", "body.profile",
+                f"unknown profile {body.profile!r}; known profiles: {known}",
+            )
+    return PlacementRequest(
+        chips=body.chips,
+        required_level=body.required_level,
+        preferred_level=body.preferred_level,
+        whole_servers=body.whole_servers,
+        profile=body.profile,
+    )
+
+
+def spec_priority(spec: JobSpec) -> int:
+    return int(spec.model_dump(by_alias=True).get("priority") or 0)
+
+
+def total_chips(spec: JobSpec) -> int:
+    return sum(r.chips for r in requests_of(spec))
+
+
+def not_found(kind: JobKind, namespace: str, name: str) -> ApiError:
+    return ApiError(404, "NotFound", "name", f"{kind} {namespace}/{name} does not exist")

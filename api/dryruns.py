@@ -1,0 +1,76 @@
+"""`POST /v1/placements:dryRun`: where a request would land now, on a live allocator.
+
+Alternatives are found by briefly taking the best placement (under the
+backend's lock) and asking again, so they are exactly what the allocator
+would pick next, not a second guess at its scoring. Everything taken is
+released before returning; the allocator is left as it was.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+from ultraplane.allocator import Allocator, NoFit, Placement
+from ultraplane.api.backends import nofit_view, placement_view, request_of
+from ultraplane.api.errors import ApiError
+from ultraplane.api.schemas import DryRunRequest, DryRunResult, PreemptionView
+from ultraplane.ids import JobKey
+from ultraplane.preemption import plan_preemption
+
+PROBE = "__dry-run-probe-{}__"
+
+
+def dry_run(
+    allocator: Allocator,
+    body: DryRunRequest,
+    *,
+    running: Mapping[JobKey, int],
+    job_name: Callable[[str], str] = str,
+) -> DryRunResult:
+    """Placement, alternatives and, when nothing fits, the preemption plan at `body.priority`.
+
+    `running` maps preemptible running jobs (allocator keys) to their priority;
+    `job_name` turns an allocator key into the name a user knows.
+    """
+    request = request_of(body)
+    try:
+        first = allocator.place(request)
+    except ValueError as exc:  # the core names the problem in a sentence
+        raise ApiError(422, "ValidationError", "body", str(exc)) from exc
+    if isinstance(first, NoFit):
+        result = DryRunResult(fits=False, reason=nofit_view(first))
+        if first.kind == "NoCapacity" and any(p < body.priority for p in running.values()):
+            plan = plan_preemption(allocator, request, body.priority, running)
+            if not isinstance(plan, NoFit):
+                victims = sorted({job_name(v) for v in plan.victims})
+                result.preemption = PreemptionView(
+                    victims=victims, placement=placement_view(plan.placement)
+                )
+        return result
+    alternatives: list[Placement] = []
+    taken: list[JobKey] = []
+    try:
+        probe = JobKey(PROBE.format(0))
+        held = allocator.allocate(probe, request)
+        if isinstance(held, Placement):
+            taken.append(probe)
+        for i in range(1, body.alternatives + 1):
+            if not taken:
+                break
+            nxt = allocator.place(request)
+            if isinstance(nxt, NoFit):
+                break
+            alternatives.append(nxt)
+            if i == body.alternatives:
+                break
+            probe = JobKey(PROBE.format(i))
+            allocator.assign(probe, nxt.chip_ids)
+            taken.append(probe)
+    finally:
+        for key in taken:
+            allocator.release(key)
+    return DryRunResult(
+        fits=True,
+        placement=placement_view(first),
+        alternatives=[placement_view(p) for p in alternatives],
+    )

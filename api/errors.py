@@ -1,0 +1,89 @@
+"""One error shape for every failure: `{"error", "field", "message"}`.
+
+FastAPI's default 422 body is a list of pydantic internals; a scheduler portal
+wants one sentence and the field to highlight. Genuine bugs still become a
+500 (logged with the traceback), but bad input never does.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+log = logging.getLogger("ultraplane.api")
+
+
+class ErrorBody(BaseModel):
+    error: str
+    field: str | None = None
+    message: str
+
+
+class ApiError(Exception):
+    """An expected failure with its HTTP status, e.g. 404 for an unknown job."""
+
+    def __init__(self, status: int, error: str, field: str | None, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.error = error
+        self.field = field
+        self.message = message
+
+
+def _loc(loc: tuple[Any, ...] | list[Any]) -> str:
+    return ".".join(str(part) for part in loc)
+
+
+def first_error(errors: list[Any], *, prefix: str = "") -> tuple[str, str]:
+    """The field path and sentence of the first pydantic error."""
+    if not errors:
+        return prefix.rstrip(".") or "body", "the request is invalid"
+    err = errors[0]
+    field = prefix + _loc(err.get("loc", ()))
+    message = str(err.get("msg", "invalid value"))
+    return field or "body", f"{field}: {message}" if field else message
+
+
+def error_response(status: int, error: str, field: str | None, message: str) -> JSONResponse:
+    return JSONResponse(
+        status_code=status,
+        content=ErrorBody(error=error, field=field, message=message).model_dump(),
+    )
+
+
+def install(app: FastAPI) -> None:
+    """Register the handlers that give every error the same shape."""
+
+    @app.exception_handler(ApiError)
+    async def _api_error(_request: Request, exc: ApiError) -> JSONResponse:
+        response = error_response(exc.status, exc.error, exc.field, exc.message)
+        if exc.status == 401:
+            response.headers["WWW-Authenticate"] = "Bearer"
+        return response
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(_request: Request, exc: RequestValidationError) -> JSONResponse:
+        field, message = first_error(list(exc.errors()))
+        return error_response(422, "ValidationError", field, message)
+
+    @app.exception_handler(ValidationError)
+    async def _model_validation(_request: Request, exc: ValidationError) -> JSONResponse:
+        field, message = first_error(list(exc.errors()), prefix="body.spec.")
+        return error_response(422, "ValidationError", field, message)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        names = {404: "NotFound", 405: "MethodNotAllowed", 401: "Unauthorized"}
+        error = names.get(exc.status_code, "HTTPError")
+        return error_response(exc.status_code, error, None, str(exc.detail))
+
+    @app.exception_handler(Exception)
+    async def _bug(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("unhandled error on %s %s", request.method, request.url.path)
+        return error_response(500, "InternalError", None, "internal error; see the server log")

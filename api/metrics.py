@@ -1,0 +1,91 @@
+"""Prometheus metrics, one registry per app (tests build many apps in one process).
+
+Request metrics come from a plain ASGI middleware (cheap enough for the
+1,000 reads/s target); fleet gauges are read from the backend at scrape time
+by a collector, so they are never stale and cost nothing between scrapes.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+Scope = dict[str, Any]
+ASGIApp = Callable[..., Any]
+
+
+class FleetCollector(Collector):
+    """Exports the backend's fleet summary (chips, power, jobs by phase) on every scrape."""
+
+    def __init__(self, summary: Callable[[], dict[str, Any]]) -> None:
+        self.summary = summary
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        data = self.summary()
+        simple = {
+            "ultraplane_fleet_chips": ("Chips in the fleet.", "chips"),
+            "ultraplane_fleet_allocated_chips": ("Chips held by jobs.", "allocated_chips"),
+            "ultraplane_fleet_power_watts": ("Fleet power draw (simulated).", "power_watts"),
+            "ultraplane_fleet_utilization": ("Mean chip utilization, 0..1.", "utilization"),
+            "ultraplane_fleet_energy_kwh": ("Energy since the fleet started.", "energy_kwh"),
+        }
+        for name, (doc, key) in simple.items():
+            if key in data:
+                yield GaugeMetricFamily(name, doc, value=float(data[key]))
+        phases = GaugeMetricFamily("ultraplane_jobs", "Jobs by kind and phase.", labels=["kind", "phase"])
+        for (kind, phase), count in sorted(data.get("jobs", {}).items()):
+            phases.add_metric([kind, phase], float(count))
+        yield phases
+
+
+class Metrics:
+    """The registry and instruments of one app."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.requests = Counter(
+            "ultraplane_http_requests", "HTTP requests by route and status.",
+            ["method", "route", "status"], registry=self.registry,
+        )
+        self.latency = Histogram(
+            "ultraplane_http_request_seconds", "HTTP request latency by route.",
+            ["method", "route"], registry=self.registry,
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0),
+        )
+
+    def watch_fleet(self, summary: Callable[[], dict[str, Any]]) -> None:
+        self.registry.register(FleetCollector(summary))
+
+
+class MetricsMiddleware:
+    """Counts and times requests, labelled by the route template (bounded cardinality)."""
+
+    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        start = time.perf_counter()
+        status = {"code": 500}
+
+        async def send_wrapper(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                status["code"] = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_wrapper)
+        finally:
+            route = scope.get("route")
+            template = getattr(route, "path", None) or "unmatched"
+            method = scope.get("method", "GET")
+            self.metrics.requests.labels(method, template, str(status["code"])).inc()
+            self.metrics.latency.labels(method, template).observe(time.perf_counter() - start)

@@ -1,0 +1,127 @@
+"""REST shapes (request and response bodies) shared by the routers and both backends.
+
+Job specs are the `ultraplane.resources` models themselves, so a body the API
+accepts is exactly a spec the CRD accepts. Jobs are returned in the shape of a
+custom resource (`apiVersion`, `kind`, `metadata`, `spec`, `status`) whichever
+backend serves them, so a client can switch from the embedded fleet to a
+cluster without changing its parser.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+from ultraplane.resources import InferenceJobSpec, TrainingJobSpec
+
+JobKind = Literal["TrainingJob", "InferenceJob"]
+DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+
+
+class Wire(BaseModel):
+    """camelCase on the wire, snake_case in Python, unknown fields rejected."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
+
+
+class ObjectMetaIn(Wire):
+    name: str = Field(min_length=1, max_length=63, pattern=DNS_LABEL)
+    labels: dict[str, str] = Field(default_factory=dict)
+
+
+class TrainingJobCreate(Wire):
+    metadata: ObjectMetaIn
+    spec: TrainingJobSpec
+
+
+class InferenceJobCreate(Wire):
+    metadata: ObjectMetaIn
+    spec: InferenceJobSpec
+
+
+class ObjectMeta(Wire):
+    name: str
+    namespace: str
+    uid: str
+    creation_timestamp: str | None = None
+    labels: dict[str, str] = Field(default_factory=dict)
+
+
+class JobResource(Wire):
+    api_version: str = "ultraplane.dev/v1alpha1"
+    kind: JobKind
+    metadata: ObjectMeta
+    spec: dict[str, Any]
+    status: dict[str, Any] = Field(default_factory=dict)
+
+
+class JobList(Wire):
+    items: list[JobResource]
+
+
+class UltraServerView(Wire):
+    name: str
+    profile: str
+    network: list[str]
+    schedulable: bool
+    chips: int
+    allocated_chips: int
+    free_chips: int
+    failed_chips: list[str]
+    jobs: list[str]
+    utilization: float = 0.0
+    power_watts: float = 0.0
+
+
+class UltraServerList(Wire):
+    items: list[UltraServerView]
+
+
+class CapacityView(Wire):
+    """The allocator's capacity report, as JSON (per UltraServer and per level)."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+class DryRunRequest(Wire):
+    chips: int = Field(ge=1, le=1_048_576, description="Chips in the gang.")
+    required_level: str | None = Field(default=None, max_length=32)
+    preferred_level: str | None = Field(default=None, max_length=32)
+    whole_servers: bool = False
+    profile: str | None = Field(default=None, max_length=32)
+    priority: int = Field(default=0, ge=-1_000_000, le=1_000_000)
+    alternatives: int = Field(default=2, ge=0, le=5, description="Other placements to show.")
+
+
+class PlacementView(Wire):
+    chip_ids: list[str]
+    ultra_servers: list[str]
+    servers: list[str]
+    level: str
+    score: float
+
+
+class NoFitView(Wire):
+    kind: str
+    message: str
+
+
+class PreemptionView(Wire):
+    victims: list[str]
+    placement: PlacementView
+
+
+class DryRunResult(Wire):
+    fits: bool
+    placement: PlacementView | None = None
+    alternatives: list[PlacementView] = Field(default_factory=list)
+    preemption: PreemptionView | None = None
+    reason: NoFitView | None = None
+
+
+class Health(Wire):
+    status: Literal["ok", "unavailable"]
+    backend: str
+    detail: str = ""

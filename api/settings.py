@@ -1,0 +1,66 @@
+"""Settings of the REST API, read from `ULTRAPLANE_*` environment variables.
+
+One `Settings` object is built per app (the CLI builds it from its flags), so
+tests can run several apps side by side without touching the environment.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+def default_db_url() -> str:
+    """SQLite next to the user's data, or `./ultraplane.db` when that is not writable.
+
+    A newcomer's `ultraplane serve` must keep its state across restarts without
+    any flag, wherever it is started from.
+    """
+    data_home = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share")
+    folder = data_home / "ultraplane"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return "sqlite:///./ultraplane.db"
+    if not os.access(folder, os.W_OK):
+        return "sqlite:///./ultraplane.db"
+    return f"sqlite:///{folder / 'ultraplane.db'}"
+
+
+class Settings(BaseSettings):
+    """Everything `create_app` needs; every field is `ULTRAPLANE_<NAME>` in the environment."""
+
+    model_config = SettingsConfigDict(env_prefix="ULTRAPLANE_", extra="ignore")
+
+    backend: Literal["embedded", "kubernetes"] = "embedded"
+    db: str = Field(default_factory=default_db_url, description="SQLAlchemy URL of the store.")
+    fleet: str = Field(default="trn3-gen2:8", description="PROFILE:COUNT of the demo fleet.")
+    cluster: str | None = Field(default=None, description="Cluster YAML instead of --fleet.")
+    demo: bool = Field(default=False, description="Submit a stream of demo jobs.")
+    demo_seed: int = 7
+    time_scale: float = Field(default=60.0, gt=0, description="Simulated seconds per wall second.")
+    tick_seconds: float = Field(default=1.0, gt=0, description="Wall seconds between ticks.")
+    api_tokens: str = Field(default="", description="Comma-separated bearer tokens.")
+    token_file: str | None = Field(default=None, description="File with one token per line.")
+    api_protect_reads: bool = False
+    token_review: bool = Field(default=False, description="Kubernetes mode: ask TokenReview.")
+    kubeconfig: str | None = None
+    kube_context: str | None = None
+    accounting_interval_seconds: float = Field(default=5.0, gt=0)
+
+    @field_validator("fleet")
+    @classmethod
+    def _fleet_shape(cls, value: str) -> str:
+        profile, sep, count = value.partition(":")
+        if not profile or (sep and not count.isdigit()) or (sep and int(count) < 1):
+            raise ValueError("fleet must look like PROFILE:COUNT, e.g. trn3-gen2:8")
+        return value
+
+    def fleet_profile_and_count(self) -> tuple[str, int]:
+        """Split `trn3-gen2:8`; a bare profile name means one UltraServer."""
+        profile, _, count = self.fleet.partition(":")
+        return profile, int(count or 1)

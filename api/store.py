@@ -1,0 +1,209 @@
+"""The SQL store: engine factory, migrations on startup, keyword-only CRUD.
+
+SQLite is the default so `ultraplane serve` needs nothing installed;
+PostgreSQL is chosen by URL. No module-level engine: each app builds its own,
+so tests can run several stores side by side.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import Engine, event, func
+from sqlmodel import Session, col, create_engine, select
+
+from ultraplane.api.models import (
+    AccountingCreate,
+    AccountingRecord,
+    DailyUsage,
+    DayUsage,
+    Job,
+    KeyValue,
+    NamespaceUsage,
+)
+
+MIGRATIONS = Path(__file__).with_name("migrations")
+
+
+def normalize_url(url: str) -> str:
+    """Map plain `postgresql://` URLs to the psycopg 3 driver that is installed."""
+    for prefix in ("postgresql://", "postgres://"):
+        if url.startswith(prefix):
+            return "postgresql+psycopg://" + url[len(prefix) :]
+    return url
+
+
+def make_engine(url: str) -> Engine:
+    """Build an engine; SQLite gets WAL and a busy timeout so the API and the tick can share it."""
+    url = normalize_url(url)
+    if url.startswith("sqlite"):
+        path = url.split("///", 1)[-1]
+        if path and path != ":memory:":
+            Path(path).expanduser().parent.mkdir(parents=True, exist_ok=True)
+        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
+
+        @event.listens_for(engine, "connect")
+        def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+            cursor = dbapi_connection.cursor()
+            cursor.execute("PRAGMA journal_mode=WAL")
+            cursor.execute("PRAGMA synchronous=NORMAL")
+            cursor.close()
+
+        return engine
+    return create_engine(url, pool_pre_ping=True)
+
+
+def migrate(engine: Engine) -> None:
+    """Bring the schema to the newest Alembic revision (idempotent; run on every start)."""
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS))
+    config.set_main_option("sqlalchemy.url", engine.url.render_as_string(hide_password=False))
+    with engine.begin() as connection:
+        config.attributes["connection"] = connection
+        command.upgrade(config, "head")
+
+
+# --- jobs (embedded backend) ---------------------------------------------------------------
+
+
+def save_job(session: Session, *, job: Job) -> Job:
+    session.add(job)
+    session.commit()
+    session.refresh(job)
+    return job
+
+
+def get_job(session: Session, *, uid: str) -> Job | None:
+    return session.exec(select(Job).where(Job.uid == uid)).first()
+
+
+def list_jobs(session: Session) -> Sequence[Job]:
+    return session.exec(select(Job).order_by(col(Job.seq))).all()
+
+
+def delete_job(session: Session, *, uid: str) -> bool:
+    job = get_job(session, uid=uid)
+    if job is None:
+        return False
+    session.delete(job)
+    session.commit()
+    return True
+
+
+# --- small persistent values -----------------------------------------------------------------
+
+
+def get_value(session: Session, *, key: str) -> str | None:
+    row = session.get(KeyValue, key)
+    return None if row is None else row.value
+
+
+def set_value(session: Session, *, key: str, value: str) -> None:
+    row = session.get(KeyValue, key)
+    if row is None:
+        session.add(KeyValue(key=key, value=value))
+    else:
+        row.value = value
+        session.add(row)
+    session.commit()
+
+
+# --- accounting ----------------------------------------------------------------------------
+
+
+def upsert_accounting(
+    session: Session, *, record: AccountingCreate, days: dict[str, tuple[float, float]]
+) -> AccountingRecord:
+    """Write a job's totals and its per-day split (absolute values, so re-running is safe)."""
+    row = session.exec(
+        select(AccountingRecord).where(AccountingRecord.job_uid == record.job_uid)
+    ).first()
+    if row is None:
+        row = AccountingRecord.model_validate(record)
+    else:
+        row.sqlmodel_update(record.model_dump())
+    session.add(row)
+    existing = {
+        usage.day: usage
+        for usage in session.exec(select(DailyUsage).where(DailyUsage.job_uid == record.job_uid))
+    }
+    for day, (chip_hours, energy_kwh) in days.items():
+        usage = existing.get(day) or DailyUsage(
+            job_uid=record.job_uid, namespace=record.namespace, day=day
+        )
+        usage.chip_hours = chip_hours
+        usage.energy_kwh = energy_kwh
+        session.add(usage)
+    session.commit()
+    session.refresh(row)
+    return row
+
+
+def list_accounting(
+    session: Session,
+    *,
+    namespace: str | None = None,
+    name: str | None = None,
+    limit: int = 100,
+    offset: int = 0,
+) -> Sequence[AccountingRecord]:
+    query = select(AccountingRecord)
+    if namespace is not None:
+        query = query.where(AccountingRecord.namespace == namespace)
+    if name is not None:
+        query = query.where(AccountingRecord.name == name)
+    query = query.order_by(col(AccountingRecord.id)).offset(offset).limit(limit)
+    return session.exec(query).all()
+
+
+def usage_by_namespace(session: Session) -> list[NamespaceUsage]:
+    rows = session.exec(
+        select(
+            AccountingRecord.namespace,
+            func.count(col(AccountingRecord.id)),
+            func.count(col(AccountingRecord.finished_s)),
+            func.coalesce(func.sum(AccountingRecord.chip_hours), 0.0),
+            func.coalesce(func.sum(AccountingRecord.energy_kwh), 0.0),
+            func.avg(AccountingRecord.completion_time_s),
+        )
+        .group_by(col(AccountingRecord.namespace))
+        .order_by(col(AccountingRecord.namespace))
+    ).all()
+    return [
+        NamespaceUsage(
+            namespace=ns,
+            jobs=jobs,
+            finished_jobs=done,
+            chip_hours=float(hours),
+            energy_kwh=float(kwh),
+            mean_completion_time_s=None if jct is None else float(jct),
+        )
+        for ns, jobs, done, hours, kwh, jct in rows
+    ]
+
+
+def usage_by_day(
+    session: Session, *, namespace: str | None = None, since: str | None = None,
+    until: str | None = None,
+) -> list[DayUsage]:
+    query = select(
+        DailyUsage.day,
+        func.count(func.distinct(DailyUsage.job_uid)),
+        func.coalesce(func.sum(DailyUsage.chip_hours), 0.0),
+        func.coalesce(func.sum(DailyUsage.energy_kwh), 0.0),
+    )
+    if namespace is not None:
+        query = query.where(DailyUsage.namespace == namespace)
+    if since is not None:
+        query = query.where(col(DailyUsage.day) >= since)
+    if until is not None:
+        query = query.where(col(DailyUsage.day) <= until)
+    rows = session.exec(query.group_by(col(DailyUsage.day)).order_by(col(DailyUsage.day))).all()
+    return [
+        DayUsage(day=day, namespace=namespace, jobs=jobs, chip_hours=float(h), energy_kwh=float(e))
+        for day, jobs, h, e in rows
+    ]
