@@ -1,0 +1,212 @@
+#!/usr/bin/env bash
+# End-to-end test of the whole product on a throwaway kind cluster: the image, the Helm chart,
+# the operator, the simulator and the REST API working together, as a user would run them.
+#
+# Usage: hack/kind-e2e.sh [STEP...]
+#   no step / all  every step below in order, tearing the cluster down at the end (even on
+#                  failure; KEEP_CLUSTER=1 keeps it for debugging)
+#   preflight      docker, kind, kubectl and helm are usable
+#   cluster        create the kind cluster (reused if it already exists)
+#   image          docker build the image and `kind load docker-image` it
+#   install        helm install the chart and wait for every Deployment
+#   apply          apply examples/ (an UltraServer and the example jobs)
+#   lifecycle      wait for each example TrainingJob to be Admitted, Running, then Succeeded
+#                  with energy in its status; each InferenceJob to be Admitted and Running
+#   rest           check the REST API through a port-forward (health, readiness, jobs, fleet)
+#   cleanup        delete the jobs and check every chip of every UltraServer is free again
+#   teardown       delete the kind cluster
+# tests/e2e/test_kind.py runs these steps one by one, as separate tests.
+#
+# Knobs (environment): KIND_CLUSTER_NAME (ultraplane-e2e), IMAGE (ultraplane:e2e),
+# NAMESPACE (ultraplane-system), RELEASE (ultraplane), TIME_SCALE (600: a simulated
+# 10-minute job takes one wall second), WAIT_SECONDS (300, per wait), HELM (a helm binary;
+# default hack/helm.sh builds one), KIND_NODE_IMAGE (optional kindest/node image).
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+CLUSTER="${KIND_CLUSTER_NAME:-ultraplane-e2e}"
+IMAGE="${IMAGE:-ultraplane:e2e}"
+NAMESPACE="${NAMESPACE:-ultraplane-system}"
+RELEASE="${RELEASE:-ultraplane}"
+TIME_SCALE="${TIME_SCALE:-600}"
+WAIT_SECONDS="${WAIT_SECONDS:-300}"
+API_LOCAL_PORT="${API_LOCAL_PORT:-18080}"
+CONTEXT="kind-${CLUSTER}"
+EXAMPLES="${EXAMPLES:-$ROOT/examples}"
+
+log() { printf '[kind-e2e %s] %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
+die() { log "FAILED: $*"; exit 1; }
+kc() { kubectl --context "$CONTEXT" "$@"; }
+
+helm_bin() {
+    if [[ -n "${HELM:-}" ]]; then echo "$HELM"; return; fi
+    "$ROOT/hack/helm.sh" | tail -1
+}
+
+# Example manifests of one kind, as "namespace/name" lines (namespace defaults to "default").
+example_jobs() {
+    local plural="$1"
+    kc get "$plural" -A -o jsonpath='{range .items[*]}{.metadata.namespace}/{.metadata.name}{"\n"}{end}'
+}
+
+step_preflight() {
+    command -v docker >/dev/null || die "docker is not installed."
+    docker info >/dev/null 2>&1 || die "docker info fails: no running Docker engine."
+    command -v kind >/dev/null || die "kind is not installed (go install sigs.k8s.io/kind@v0.33.0)."
+    command -v kubectl >/dev/null || die "kubectl is not installed."
+    local helm; helm="$(helm_bin)"
+    "$helm" version --short >/dev/null || die "helm at $helm does not run."
+    [[ -d "$EXAMPLES" ]] || die "no examples folder at $EXAMPLES."
+    log "preflight ok: $(docker version --format '{{.Server.Version}}' 2>/dev/null) docker, $(kind version), helm $("$helm" version --short)"
+}
+
+step_cluster() {
+    if kind get clusters 2>/dev/null | grep -qx "$CLUSTER"; then
+        log "reusing kind cluster $CLUSTER"
+    else
+        log "creating kind cluster $CLUSTER"
+        kind create cluster --name "$CLUSTER" --wait 180s ${KIND_NODE_IMAGE:+--image "$KIND_NODE_IMAGE"}
+    fi
+    kc cluster-info >/dev/null
+}
+
+step_image() {
+    log "building $IMAGE"
+    DOCKER_BUILDKIT=1 docker build -t "$IMAGE" "$ROOT"
+    log "loading $IMAGE into kind cluster $CLUSTER"
+    kind load docker-image "$IMAGE" --name "$CLUSTER"
+}
+
+step_install() {
+    local helm; helm="$(helm_bin)"
+    log "helm install $RELEASE into $NAMESPACE"
+    "$helm" upgrade --install "$RELEASE" "$ROOT/helm/ultraplane" \
+        --kube-context "$CONTEXT" --namespace "$NAMESPACE" --create-namespace \
+        --set image.repository="${IMAGE%:*}" --set image.tag="${IMAGE##*:}" \
+        --set image.pullPolicy=Never \
+        --set simulator.timeScale="$TIME_SCALE" \
+        --wait --timeout "${WAIT_SECONDS}s" \
+        || { kc -n "$NAMESPACE" get pods -o wide; kc -n "$NAMESPACE" describe pods | tail -60; \
+             kc -n "$NAMESPACE" logs -l app.kubernetes.io/instance="$RELEASE" --all-containers --tail=50; \
+             die "helm install did not become ready"; }
+    for d in $(kc -n "$NAMESPACE" get deploy -l app.kubernetes.io/instance="$RELEASE" -o name); do
+        kc -n "$NAMESPACE" rollout status "$d" --timeout "${WAIT_SECONDS}s"
+    done
+    # Two operator replicas, both Ready: one active, one standby.
+    local ready
+    ready="$(kc -n "$NAMESPACE" get deploy -l app.kubernetes.io/component=operator \
+        -o jsonpath='{.items[0].status.readyReplicas}')"
+    [[ "$ready" == "2" ]] || die "expected 2 ready operator replicas, got '${ready}'."
+}
+
+step_apply() {
+    log "applying $EXAMPLES"
+    kc apply -f "$EXAMPLES"
+}
+
+# Predicates on a jsonpath value, for wait_for.
+is_nonempty() { [[ -n "$1" ]]; }
+is_positive() { awk -v v="$1" 'BEGIN { exit !(v + 0 > 0) }'; }
+is_one_of() { local v="$1" want; shift; for want in "$@"; do [[ "$v" == "$want" ]] && return 0; done; return 1; }
+
+# wait_for WHAT OBJECT NAMESPACE JSONPATH PREDICATE [ARGS...]: polls until PREDICATE(value,
+# ARGS...) holds, and prints the object's status when it times out.
+wait_for() {
+    local what="$1" obj="$2" ns="$3" path="$4" deadline=$((SECONDS + WAIT_SECONDS)) value=""
+    shift 4
+    while (( SECONDS < deadline )); do
+        value="$(kc -n "$ns" get "$obj" -o jsonpath="$path" 2>/dev/null || true)"
+        if "$1" "$value" "${@:2}"; then log "$obj: $what ($value)"; return 0; fi
+        sleep 2
+    done
+    kc -n "$ns" get "$obj" -o yaml | tail -60 >&2
+    die "$obj in $ns: timed out after ${WAIT_SECONDS}s waiting for $what (last: '$value')."
+}
+
+condition() { echo "{.status.conditions[?(@.type==\"$1\")].status}"; }
+
+step_lifecycle() {
+    local jobs ns name
+    jobs="$(example_jobs trainingjobs)"
+    [[ -n "$jobs" ]] || die "examples/ created no TrainingJob."
+    for job in $jobs; do
+        ns="${job%%/*}"; name="${job#*/}"
+        wait_for "Admitted" "trainingjob/$name" "$ns" "$(condition Admitted)" is_one_of True
+        wait_for "has an allocation" "trainingjob/$name" "$ns" '{.status.allocation.chips}' is_nonempty
+        # Running leaves a startTime even when the job has already finished by the next poll.
+        wait_for "Running (startTime set)" "trainingjob/$name" "$ns" '{.status.startTime}' is_nonempty
+        wait_for "Succeeded" "trainingjob/$name" "$ns" '{.status.phase}' is_one_of Succeeded
+        wait_for "energy in status" "trainingjob/$name" "$ns" '{.status.energyKWh}' is_positive
+    done
+    for job in $(example_jobs inferencejobs); do
+        ns="${job%%/*}"; name="${job#*/}"
+        wait_for "Admitted" "inferencejob/$name" "$ns" "$(condition Admitted)" is_one_of True
+        wait_for "Running or Succeeded" "inferencejob/$name" "$ns" '{.status.phase}' \
+            is_one_of Running Succeeded
+        wait_for "power in status" "inferencejob/$name" "$ns" '{.status.powerWatts}' is_positive
+    done
+}
+
+rest_checks() {
+    local base="$1" body
+    for _ in $(seq 1 30); do curl -fsS "$base/healthz" >/dev/null 2>&1 && break; sleep 1; done
+    curl -fsS "$base/healthz" >/dev/null || die "GET /healthz failed."
+    curl -fsS "$base/readyz" >/dev/null || die "GET /readyz failed."
+    curl -fsS "$base/metrics" | grep -q '^# HELP' || die "GET /metrics has no Prometheus text."
+    body="$(curl -fsS "$base/v1/trainingjobs")" || die "GET /v1/trainingjobs failed."
+    for job in $(example_jobs trainingjobs); do
+        grep -q "\"${job#*/}\"" <<<"$body" || die "GET /v1/trainingjobs does not list ${job#*/}: $body"
+    done
+    body="$(curl -fsS "$base/v1/ultraservers")" || die "GET /v1/ultraservers failed."
+    for us in $(kc get ultraservers -o jsonpath='{.items[*].metadata.name}'); do
+        grep -q "\"$us\"" <<<"$body" || die "GET /v1/ultraservers does not list $us: $body"
+    done
+}
+
+step_rest() {
+    local svc port pf_pid rc=0
+    svc="$(kc -n "$NAMESPACE" get svc -l app.kubernetes.io/component=api -o name | head -1)"
+    [[ -n "$svc" ]] || die "no API Service in $NAMESPACE."
+    port="$(kc -n "$NAMESPACE" get "$svc" -o jsonpath='{.spec.ports[0].port}')"
+    kc -n "$NAMESPACE" port-forward "$svc" "$API_LOCAL_PORT:$port" >/dev/null 2>&1 &
+    pf_pid=$!
+    # A subshell so that die() inside the checks still lets us stop the port-forward.
+    ( rest_checks "http://127.0.0.1:$API_LOCAL_PORT" ) || rc=$?
+    kill "$pf_pid" 2>/dev/null || true
+    wait "$pf_pid" 2>/dev/null || true
+    (( rc == 0 )) || exit "$rc"
+    log "REST API ok: health, readiness, metrics, jobs and UltraServers"
+}
+
+step_cleanup() {
+    log "deleting the example jobs"
+    kc delete trainingjobs,inferencejobs --all -A --wait --timeout "${WAIT_SECONDS}s"
+    for us in $(kc get ultraservers -o jsonpath='{.items[*].metadata.name}'); do
+        wait_for "no chip allocated" "ultraserver/$us" default '{.status.allocated.chips}' \
+            is_one_of 0
+        local cap free
+        cap="$(kc get ultraserver "$us" -o jsonpath='{.status.capacity.chips}')"
+        free="$(kc get ultraserver "$us" -o jsonpath='{.status.free.chips}')"
+        [[ -n "$cap" && "$free" == "$cap" ]] || die "ultraserver/$us: $free of $cap chips free after deleting every job."
+        log "ultraserver/$us: all $cap chips free"
+    done
+}
+
+step_teardown() {
+    if [[ "${KEEP_CLUSTER:-0}" == 1 ]]; then log "KEEP_CLUSTER=1: keeping $CLUSTER"; return; fi
+    log "deleting kind cluster $CLUSTER"
+    kind delete cluster --name "$CLUSTER"
+}
+
+ALL=(preflight cluster image install apply lifecycle rest cleanup)
+steps=("$@")
+if (( ${#steps[@]} == 0 )) || [[ "${steps[0]}" == all ]]; then
+    steps=("${ALL[@]}")
+    trap 'step_teardown' EXIT
+fi
+for s in "${steps[@]}"; do
+    declare -F "step_$s" >/dev/null || { echo "kind-e2e: unknown step '$s' (steps: ${ALL[*]} teardown)." >&2; exit 2; }
+    log "== $s"
+    "step_$s"
+done
+log "done: ${steps[*]}"
