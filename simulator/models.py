@@ -71,6 +71,7 @@ class Hardware:
     chips_per_ultraserver: int
     level_gbytes_per_s: dict[str, float]  # per-chip bandwidth: server / rack / ultraserver
     efa_gbps_per_ultraserver: float
+    chips_per_rack: int = 0  # 0: the profile does not split UltraServers into racks
 
     def peak_tflops(self, precision: str) -> float:
         """Dense TFLOPS at `precision`; a precision the chip lacks is a clear error."""
@@ -81,6 +82,14 @@ class Hardware:
             raise ValueError(
                 f"precision {precision} is not supported by {self.name} (supported: {known})"
             ) from None
+
+    def ideal_level(self, chips: int) -> str:
+        """Tightest level a gang of `chips` could fit in on an empty fleet."""
+        if chips <= self.chips_per_server:
+            return "server"
+        if self.chips_per_rack and chips <= self.chips_per_rack:
+            return "rack"
+        return "ultraserver" if chips <= self.chips_per_ultraserver else "network-1"
 
     def efa_gbytes_per_s_per_chip(self) -> float:
         return self.efa_gbps_per_ultraserver / 8.0 / self.chips_per_ultraserver
@@ -118,6 +127,7 @@ def hardware_from_profile(profile: Any) -> Hardware:
         chips_per_ultraserver=int(profile.chips_per_ultraserver),
         level_gbytes_per_s=bw,
         efa_gbps_per_ultraserver=float(profile.efa_gbps),
+        chips_per_rack=int(profile.chips_per_ultraserver) // max(int(profile.racks_per_ultraserver), 1),
     )
 
 
@@ -155,15 +165,16 @@ def training_step(
 def spread_slowdown(hw: Hardware, level: str, chips: int, a: Assumptions = DEFAULT_ASSUMPTIONS) -> float:
     """Factor (>= 1) a trace job's duration grows by when spread up to `level`.
 
-    Trace jobs carry a duration, not a model: we assume `trace_comm_fraction`
-    of their time at server-level bandwidth is communication, which scales with
-    the bottleneck bandwidth of their actual spread.
+    Trace jobs carry a duration, not a model. We assume the trace's duration
+    was measured at the tightest placement the job's size allows, and that
+    `trace_comm_fraction` of it is communication, which stretches with the
+    bottleneck bandwidth of the actual spread.
     """
     if chips <= 1:
         return 1.0
-    ref = hw.bottleneck_gbytes_per_s("server")
     f = a.trace_comm_fraction
-    return (1.0 - f) + f * ref / hw.bottleneck_gbytes_per_s(level)
+    ref = hw.bottleneck_gbytes_per_s(hw.ideal_level(chips))
+    return max(1.0, (1.0 - f) + f * ref / hw.bottleneck_gbytes_per_s(level))
 
 
 @dataclass(frozen=True)

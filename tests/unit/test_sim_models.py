@@ -10,7 +10,6 @@ import dataclasses
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-
 from ultraplane.simulator.models import (
     Assumptions,
     Hardware,

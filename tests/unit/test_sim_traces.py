@@ -6,7 +6,6 @@ import io
 from pathlib import Path
 
 import pytest
-
 from ultraplane.simulator.traces import TraceError, load_trace, parse_rows
 
 ITP = Path(__file__).resolve().parents[2].parent / "shared/reference/traces/ms-itp-2021"

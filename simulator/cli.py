@@ -1,0 +1,147 @@
+"""`ultraplane simulate` (offline replay) and `ultraplane simulator` (cluster mode).
+
+Thin on purpose: parse and validate options (exit code 2 and one sentence
+naming the option on bad input), then hand over to `replay` / `cluster`.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+from ultraplane.simulator.traces import TraceError, TraceJob, load_trace
+
+
+def parse_fleet(value: str) -> Any:
+    """`trn3-gen2:64` -> a Topology of 64 Gen2 UltraServers."""
+    from ultraplane.topology import build_fleet
+
+    profile, sep, count = value.partition(":")
+    if not sep or not count.isdigit() or int(count) < 1:
+        raise click.BadParameter(f"expected PROFILE:COUNT such as trn3-gen2:64, got {value!r}",
+                                 param_hint="'--fleet'")
+    try:
+        return build_fleet(profile, int(count))
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="'--fleet'") from None
+
+
+def parse_fault(value: str) -> tuple[float, str]:
+    at, sep, target = value.partition(":")
+    try:
+        return float(at), target if sep else ""
+    except ValueError:
+        raise click.BadParameter(f"expected SECONDS:CHIP-OR-SERVER, got {value!r}",
+                                 param_hint="'--fail'") from None
+
+
+def _load_traces(paths: tuple[Path, ...], skip_bad: bool) -> tuple[list[TraceJob], list[str]]:
+    jobs: list[TraceJob] = []
+    bad: list[str] = []
+    for path in paths:
+        prefix = f"{path.stem}/" if len(paths) > 1 else ""
+        try:
+            got, rows = load_trace(path, prefix=prefix)
+        except TraceError as exc:
+            raise click.BadParameter(str(exc), param_hint="'--trace'") from None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise click.BadParameter(f"cannot read {path}: {exc}", param_hint="'--trace'") from None
+        jobs.extend(got)
+        bad.extend(f"{path}:{r.line}: {r.message}" for r in rows)
+    if bad and not skip_bad:
+        click.echo(f"Error: {len(bad)} bad row(s) in --trace (fix them or pass --skip-bad-rows):",
+                   err=True)
+        for line in bad:
+            click.echo(f"  {line}", err=True)
+        sys.exit(2)
+    jobs.sort(key=lambda j: j.submit_s)
+    return jobs, bad
+
+
+@click.command("simulate")
+@click.option("--fleet", help="PROFILE:COUNT, e.g. trn3-gen2:64.")
+@click.option("--cluster", "cluster_file", type=click.Path(path_type=Path, dir_okay=False),
+              help="A cluster YAML file (as in `ultraplane place`) instead of --fleet.")
+@click.option("--trace", "traces", multiple=True, required=True,
+              type=click.Path(path_type=Path, dir_okay=False, exists=True),
+              help="Job trace CSV (repeatable; several files are merged with file-prefixed ids).")
+@click.option("--out", "out_dir", required=True, type=click.Path(path_type=Path, file_okay=False))
+@click.option("--policy", "policies", multiple=True, type=click.Choice(["ultraplane", "first-fit"]),
+              help="Placement policy (repeatable; default both).")
+@click.option("--chips-per-gpu", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Trainium chips per trace GPU.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--failure-policy", type=click.Choice(["RestartAll", "ReplaceAffected", "Fail"]),
+              default="RestartAll", show_default=True)
+@click.option("--chip-failure-rate", type=click.FloatRange(min=0), default=0.0,
+              help="Random chip failures per chip-hour (seeded).")
+@click.option("--server-failure-rate", type=click.FloatRange(min=0), default=0.0,
+              help="Random server failures per server-hour (seeded).")
+@click.option("--fail", "scripted", multiple=True, help="Scripted failure SECONDS:CHIP-or-SERVER id.")
+@click.option("--checkpoint-interval", type=click.FloatRange(min=1), default=600.0, show_default=True)
+@click.option("--skip-bad-rows", is_flag=True, help="Replay the good rows; still report the bad ones.")
+@click.option("--no-progress", is_flag=True, help="No progress bar.")
+def simulate(fleet: str | None, cluster_file: Path | None, traces: tuple[Path, ...], out_dir: Path,
+             policies: tuple[str, ...], chips_per_gpu: int, seed: int, failure_policy: str,
+             chip_failure_rate: float, server_failure_rate: float, scripted: tuple[str, ...],
+             checkpoint_interval: float, skip_bad_rows: bool, no_progress: bool) -> None:
+    """Replay a job trace offline through the core allocator and write a report."""
+    from ultraplane.simulator.faults import FaultPlan
+    from ultraplane.simulator.replay import ReplayConfig
+    from ultraplane.simulator.runs import run_policies
+
+    if (fleet is None) == (cluster_file is None):
+        raise click.UsageError("give exactly one of --fleet or --cluster")
+    if fleet is not None:
+        topology = parse_fleet(fleet)
+        fleet_name = fleet
+    else:
+        from ultraplane.topology import load_cluster_file
+
+        try:
+            topology = load_cluster_file(cluster_file).topology
+        except (ValueError, OSError) as exc:
+            raise click.BadParameter(str(exc), param_hint="'--cluster'") from None
+        fleet_name = str(cluster_file)
+    try:
+        plan = FaultPlan(chip_failure_rate, server_failure_rate,
+                         tuple(parse_fault(s) for s in scripted))
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="'--fail'") from None
+    jobs, bad = _load_traces(traces, skip_bad_rows)
+    configs = [ReplayConfig(policy=p, chips_per_gpu=chips_per_gpu, seed=seed,
+                            checkpoint_interval_s=checkpoint_interval,
+                            failure_policy=failure_policy, faults=plan)
+               for p in (policies or ("ultraplane", "first-fit"))]
+    show = not no_progress and sys.stderr.isatty()
+    started = time.perf_counter()
+    summary = run_policies(topology, jobs, configs, out_dir, fleet_name=fleet_name,
+                           traces=[str(t) for t in traces], bad_rows=bad, progress=show)
+    wall = time.perf_counter() - started
+    for policy, s in summary.items():
+        click.echo(f"{policy:>10}: {s['jobs_completed']}/{s['jobs_submitted']} completed, "
+                   f"utilization {s['utilization']:.1%}, JCT p50 {s['jct_p50_s'] / 3600:.2f} h, "
+                   f"queue delay mean {s['queue_delay_mean_s'] / 60:.1f} min, "
+                   f"energy {s['energy_kwh'] / 1000:,.1f} MWh, rejected {s['jobs_rejected']}")
+    if bad:
+        click.echo(f"{len(bad)} bad row(s) skipped (listed in summary.json)", err=True)
+    click.echo(f"wrote {out_dir}/report.html ({wall:.1f} s)")
+
+
+@click.command("simulator")
+@click.option("--time-scale", type=click.FloatRange(min=0, min_open=True), default=1.0,
+              show_default=True, help="Simulated seconds per wall second.")
+@click.option("--metrics-port", type=click.IntRange(0, 65535), default=9102, show_default=True,
+              help="Prometheus metrics port (0: do not serve).")
+@click.option("--heartbeat-s", type=click.FloatRange(min=0.1), default=2.0, show_default=True,
+              help="Seconds between status writes.")
+@click.option("--namespace", default=None, help="Watch one namespace only (default: all).")
+def simulator(time_scale: float, metrics_port: int, heartbeat_s: float, namespace: str | None) -> None:
+    """Run virtual chips for admitted jobs in a Kubernetes cluster (like a kubelet)."""
+    from ultraplane.simulator.cluster import run_cluster
+
+    run_cluster(time_scale=time_scale, metrics_port=metrics_port, heartbeat_s=heartbeat_s,
+                namespace=namespace)

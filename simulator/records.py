@@ -1,0 +1,67 @@
+"""What a replay produced: per-job records, placements and sampled time series.
+
+Why separate from the loop: reports (JSON, CSV, plots) and tests read these
+plain records without importing the allocator or the event engine.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(slots=True)
+class JobRecord:
+    job_id: str
+    submit_s: float
+    chips: int
+    start_s: float | None = None
+    end_s: float | None = None
+    ultraservers: int = 0
+    energy_kwh: float = 0.0
+    status: str = "pending"  # completed | failed | rejected | unfinished
+    reason: str = ""
+
+    @property
+    def queue_delay_s(self) -> float | None:
+        return None if self.start_s is None else self.start_s - self.submit_s
+
+    @property
+    def jct_s(self) -> float | None:
+        return None if self.end_s is None else self.end_s - self.submit_s
+
+
+@dataclass(slots=True)
+class Series:
+    """(t, busy chips, fleet watts, queued jobs) after every instant that changed something."""
+
+    t: list[float] = field(default_factory=list)
+    busy: list[int] = field(default_factory=list)
+    power_w: list[float] = field(default_factory=list)
+    queued: list[int] = field(default_factory=list)
+
+    def add(self, t: float, busy: int, power_w: float, queued: int) -> None:
+        if self.t and self.t[-1] == t:
+            self.busy[-1], self.power_w[-1], self.queued[-1] = busy, power_w, queued
+            return
+        self.t.append(t)
+        self.busy.append(busy)
+        self.power_w.append(power_w)
+        self.queued.append(queued)
+
+
+@dataclass
+class ReplayResult:
+    policy: str
+    total_chips: int
+    ultraservers: list[str]
+    records: list[JobRecord] = field(default_factory=list)
+    placements: list[tuple[str, float, str, tuple[str, ...]]] = field(default_factory=list)
+    series: Series = field(default_factory=Series)
+    heat_t: list[float] = field(default_factory=list)
+    heat: list[list[float]] = field(default_factory=list)
+    energy_kwh: float = 0.0
+    busy_chip_s: float = 0.0
+    peak_power_w: float = 0.0
+    events: int = 0
+    t0: float = 0.0
+    t_end: float = 0.0

@@ -1,0 +1,301 @@
+"""Offline trace replay: jobs arrive, queue, run on virtual chips and finish, as fast as possible.
+
+Why it goes through `ultraplane.scheduling.Scheduler` and the core `Allocator`:
+the replay is a "what if" study of the real placement policy, so it must admit
+jobs in the operator's order with the operator's allocator, only in simulated
+time. The loop pops one instant at a time from the event heap, applies ends,
+faults and arrivals, then runs one admission cycle if anything changed.
+
+Work is counted in "ideal seconds": a trace duration is taken as the run time at
+the tightest placement the job's size allows; a wider spread stretches it
+(`models.spread_slowdown`), checkpoints add their cost, and a fault or a
+preemption loses everything since the last checkpoint.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ultraplane.simulator.events import END, SUBMIT, TICK, Engine, Event
+from ultraplane.simulator.faults import FaultPlan, FaultSource
+from ultraplane.simulator.fleets import FleetShape, Ledger, chips_per_ultraserver
+from ultraplane.simulator.models import (
+    DEFAULT_ASSUMPTIONS,
+    Assumptions,
+    spread_slowdown,
+    training_step,
+)
+from ultraplane.simulator.records import JobRecord, ReplayResult, Series
+from ultraplane.simulator.traces import TraceJob
+
+from ultraplane.allocator import Allocator, Placement, PlacementRequest
+from ultraplane.ids import JobKey
+from ultraplane.scheduling import QueuedJob, Scheduler
+
+POLICIES = ("ultraplane", "first-fit")
+FAILURE_POLICIES = ("RestartAll", "ReplaceAffected", "Fail")
+
+
+@dataclass(frozen=True)
+class ReplayConfig:
+    policy: str = "ultraplane"
+    chips_per_gpu: int = 1
+    seed: int = 0
+    checkpoint_interval_s: float = 600.0
+    failure_policy: str = "RestartAll"
+    faults: FaultPlan = field(default_factory=FaultPlan)
+    tokens_per_step: float = 4_194_304.0  # assumption for trace rows that name a model
+    heatmap_bins: int = 240
+    large_job_chips: int = 32
+    assumptions: Assumptions = DEFAULT_ASSUMPTIONS
+
+    def __post_init__(self) -> None:
+        if self.policy not in POLICIES:
+            raise ValueError(f"policy must be one of {', '.join(POLICIES)}, got {self.policy!r}")
+        if self.failure_policy not in FAILURE_POLICIES:
+            raise ValueError(f"failure policy must be one of {', '.join(FAILURE_POLICIES)}")
+        if self.chips_per_gpu < 1:
+            raise ValueError("chips-per-gpu must be >= 1")
+
+
+class _Run:
+    """A job's mutable state across attempts."""
+
+    __slots__ = ("attempt_start", "chips", "end_token", "extra_w", "job", "per_us", "placement",
+                 "rate", "record", "restarts", "saved", "started_once", "util")
+
+    def __init__(self, job: TraceJob, chips: int, record: JobRecord) -> None:
+        self.job, self.chips, self.record = job, chips, record
+        self.saved = 0.0  # ideal seconds of work checkpointed
+        self.rate = 1.0
+        self.util = 0.0
+        self.extra_w = 0.0
+        self.attempt_start = 0.0
+        self.end_token = 0
+        self.restarts = 0
+        self.started_once = False
+        self.placement: Placement | None = None
+        self.per_us: dict[str, int] = {}
+
+
+class Replay:
+    """One policy's replay of one trace on one topology."""
+
+    def __init__(self, topology: Any, jobs: Sequence[TraceJob], config: ReplayConfig,
+                 *, progress: Callable[[int], None] | None = None) -> None:
+        self.cfg, self.a = config, config.assumptions
+        self.shape = FleetShape.of(topology)
+        self.allocator = Allocator(topology, policy=config.policy)
+        self.scheduler = Scheduler(self.allocator, preemption=True)
+        self.engine = Engine(seed=config.seed, start=min((j.submit_s for j in jobs), default=0.0))
+        self.ledger = Ledger(self.shape, start=self.engine.now)
+        self.faults = FaultSource(config.faults, self.shape, self.engine, self.allocator)
+        self.jobs = jobs
+        self.progress = progress
+        self.runs: dict[str, _Run] = {}
+        self.series = Series()
+        self.result = ReplayResult(config.policy, self.shape.total_chips, list(self.shape.names))
+        self._queued_sizes: Counter[int] = Counter()
+        self._one_priority = len({j.priority for j in jobs}) <= 1
+        self._remaining = len(jobs)
+        self._hw0 = self.shape.hardware_of[self.shape.names[0]] if self.shape.names else None
+
+    # -- the loop ----------------------------------------------------------------------
+    def run(self) -> ReplayResult:
+        eng = self.engine
+        for seq, job in enumerate(self.jobs):
+            eng.schedule(job.submit_s, SUBMIT, Event("submit", (seq, job)))
+        if self.jobs:
+            last = max(j.submit_s + j.duration_s for j in self.jobs)
+            self._tick_s = max((last - eng.now) / self.cfg.heatmap_bins, 1.0)
+            eng.schedule(eng.now, TICK, Event("tick"))
+            self.faults.start()
+        while True:
+            batch = eng.pop_instant()
+            if not batch:
+                break
+            t = eng.now
+            self.ledger.advance(t)
+            dirty = False
+            for _, ev in batch:
+                dirty |= self._handle(ev, t)
+            if dirty and self._worth_a_cycle():
+                self._cycle(t)
+            self.series.add(t, self.ledger.busy, self.ledger.power_w,
+                            sum(self._queued_sizes.values()))
+            if self._remaining == 0:
+                break
+        self._finish(eng.now)
+        return self.result
+
+    def _handle(self, ev: Event, t: float) -> bool:
+        kind = ev.kind
+        if kind == "end":
+            self._complete(self.runs[ev.payload], t)
+            return True
+        if kind == "submit":
+            self._submit(*ev.payload)
+            return True
+        if kind == "tick":
+            self.result.heat_t.append(t)
+            self.result.heat.append(self.ledger.occupancy(self.shape.names))
+            if self._remaining:
+                self.engine.schedule(t + self._tick_s, TICK, Event("tick"))
+            return False
+        if kind in ("fail", "repair"):
+            hit = self.faults.apply(ev, t, active=self._remaining > 0)
+            for key, lost in hit.items():
+                self._fault(self.runs[key], lost, t)
+            return True
+        raise ValueError(f"unknown event kind {kind!r}")
+
+    def _worth_a_cycle(self) -> bool:
+        """Skip cycles that cannot admit anything (a saturated fleet, one priority class)."""
+        if not self._queued_sizes:
+            return False
+        if not self._one_priority:
+            return True
+        free = self.shape.total_chips - self.ledger.busy - self.faults.failed_count()
+        return free >= min(self._queued_sizes)
+
+    # -- job lifecycle -----------------------------------------------------------------
+    def _submit(self, seq: int, job: TraceJob) -> None:
+        chips = job.gpus * self.cfg.chips_per_gpu
+        rec = JobRecord(job.job_id, job.submit_s, chips)
+        self.result.records.append(rec)
+        run = self.runs[job.job_id] = _Run(job, chips, rec)
+        level = job.topology if job.topology not in (None, "cluster") else None
+        request = PlacementRequest(chips=chips, required_level=level)
+        self.scheduler.submit(QueuedJob(JobKey(job.job_id), request, job.priority, seq))
+        self._queued_sizes[run.chips] += 1
+
+    def _cycle(self, t: float) -> None:
+        result = self.scheduler.cycle()
+        for victim, _by in result.preempted:
+            run = self.runs[victim]
+            self._stop(run, t, released=True)
+            self._queued_sizes[run.chips] += 1
+        for key, placement in result.admitted:
+            run = self.runs[key]
+            self._dequeued(run)
+            self._start(run, placement, t)
+        for key, nofit, _pos in result.pending:
+            if nofit.kind == "Unsatisfiable":
+                run = self.runs[key]
+                self.scheduler.cancel(key)
+                self._dequeued(run)
+                run.record.status = "rejected"
+                run.record.reason = nofit.message
+                self._done()
+
+    def _dequeued(self, run: _Run) -> None:
+        self._queued_sizes[run.chips] -= 1
+        if not self._queued_sizes[run.chips]:
+            del self._queued_sizes[run.chips]
+
+    def _start(self, run: _Run, placement: Placement, t: float) -> None:
+        job, a = run.job, self.a
+        run.placement = placement
+        run.per_us = chips_per_ultraserver(placement.chip_ids)
+        hw = self.shape.hardware_of[placement.ultraservers[0]]
+        level = placement.level
+        if job.model_b and job.kind == "training":
+            ideal = hw.ideal_level(run.chips)
+            step = lambda lvl: training_step(  # noqa: E731
+                hw, params_b=job.model_b or 1.0, tokens_per_step=self.cfg.tokens_per_step,
+                precision=job.precision, chips=run.chips, level=lvl, a=a)
+            here = step(level)
+            run.rate, run.util = min(1.0, step(ideal).seconds / here.seconds), here.utilization
+        else:
+            slow = spread_slowdown(hw, level, run.chips, a)
+            run.rate = 1.0 / slow
+            busy = a.busy_utilization if job.kind == "training" else a.memory_bound_activity
+            run.util = busy / slow
+        run.extra_w = self.ledger.job_watts(run.per_us, run.util, job.precision, a)
+        self.ledger.occupy(run.per_us, run.extra_w, +1)
+        run.attempt_start = t
+        if not run.started_once:
+            run.started_once = True
+            run.record.start_s = t
+        run.record.ultraservers = len(placement.ultraservers)
+        self.result.placements.append((job.job_id, t, "start", placement.chip_ids))
+        end = t + self._wall_needed(run)
+        run.end_token = self.engine.schedule(end, END, Event("end", job.job_id))
+
+    def _restart_cost(self, run: _Run) -> float:
+        return self.a.restart_cost_s if run.restarts else 0.0
+
+    def _wall_needed(self, run: _Run) -> float:
+        """Wall time to finish the remaining work, with restart and checkpoint costs."""
+        compute = (run.job.duration_s - run.saved) / run.rate
+        ckpts = 0 if run.job.kind != "training" else math.floor(compute / self.cfg.checkpoint_interval_s)
+        if ckpts and compute == ckpts * self.cfg.checkpoint_interval_s:
+            ckpts -= 1  # no checkpoint right at the end
+        return self._restart_cost(run) + compute + ckpts * self.a.checkpoint_cost_s
+
+    def _stop(self, run: _Run, t: float, *, released: bool) -> None:
+        """End an attempt early: keep the work up to the last checkpoint, account energy."""
+        self.engine.cancel(run.end_token)
+        self._account(run, t)
+        if run.job.kind == "training":
+            period = self.cfg.checkpoint_interval_s + self.a.checkpoint_cost_s
+            worked = t - run.attempt_start - self._restart_cost(run)
+            done = math.floor(max(worked, 0.0) / period) * self.cfg.checkpoint_interval_s * run.rate
+            run.saved = min(run.saved + done, run.job.duration_s)
+        run.restarts += 1
+        if released:
+            assert run.placement is not None
+            self.result.placements.append((run.job.job_id, t, "end", run.placement.chip_ids))
+
+    def _account(self, run: _Run, t: float) -> None:
+        busy_w = run.extra_w + sum(self.shape.hardware_of[n].idle_watts * k for n, k in run.per_us.items())
+        run.record.energy_kwh += busy_w * (t - run.attempt_start) / 3.6e6
+        self.ledger.occupy(run.per_us, run.extra_w, -1)
+
+    def _complete(self, run: _Run, t: float) -> None:
+        self._account(run, t)
+        assert run.placement is not None
+        self.result.placements.append((run.job.job_id, t, "end", run.placement.chip_ids))
+        self.scheduler.cancel(JobKey(run.job.job_id))
+        run.record.end_s, run.record.status = t, "completed"
+        self._done()
+
+    def _fault(self, run: _Run, lost: Sequence[str], t: float) -> None:
+        key = JobKey(run.job.job_id)
+        policy = self.cfg.failure_policy
+        self._stop(run, t, released=True)
+        if policy == "Fail":
+            self.scheduler.cancel(key)
+            run.record.end_s, run.record.status = t, "failed"
+            run.record.reason = f"chip {lost[0]} failed and the failure policy is Fail"
+            self._done()
+            return
+        if policy == "ReplaceAffected":
+            placed = self.allocator.replace(key, lost)
+            if isinstance(placed, Placement):
+                self._start(run, placed, t)
+                return
+        self.scheduler.requeue(key)
+        self._queued_sizes[run.chips] += 1
+
+    def _done(self) -> None:
+        self._remaining -= 1
+        if self.progress is not None:
+            self.progress(1)
+
+    def _finish(self, t: float) -> None:
+        self.ledger.advance(t)
+        for run in self.runs.values():
+            if run.record.status == "pending":
+                run.record.status = "unfinished"
+        self.result.energy_kwh = self.ledger.energy_j / 3.6e6
+        self.result.busy_chip_s = self.ledger.busy_chip_s
+        self.result.peak_power_w = self.ledger.peak_w
+        self.result.events = self.engine.processed
+        self.result.series = self.series
+        self.result.t0 = min((j.submit_s for j in self.jobs), default=0.0)
+        self.result.t_end = t

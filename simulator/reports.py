@@ -1,0 +1,96 @@
+"""Replay outputs: summary.json, jobs.csv, placements.jsonl, PNG plots and report.html.
+
+Why these files: summary.json is what a study compares (one block per policy,
+the keys are a contract of issue 5), jobs.csv and placements.jsonl let a user
+re-derive any figure, and the plots plus report.html are what one shows a
+person. Plotting uses matplotlib's Agg backend, imported only here, so the
+replay itself stays importable without a display.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from ultraplane.simulator.records import ReplayResult
+
+
+def _pct(values: Sequence[float], q: float) -> float:
+    return float(np.percentile(values, q)) if values else 0.0
+
+
+def _mean(values: Sequence[float]) -> float:
+    return float(np.mean(values)) if values else 0.0
+
+
+def summarize(r: ReplayResult, *, large_job_chips: int = 32) -> dict[str, Any]:
+    """The per-policy figures of summary.json (issue 5's keys first, then context)."""
+    done = [x for x in r.records if x.status == "completed"]
+    jct = [x.jct_s for x in done if x.jct_s is not None]
+    delays = [x.queue_delay_s for x in r.records if x.queue_delay_s is not None]
+    large = [x.queue_delay_s for x in r.records
+             if x.queue_delay_s is not None and x.chips >= large_job_chips]
+    span = max(r.t_end - r.t0, 1e-9)
+    energy = r.energy_kwh
+    return {
+        "jobs_submitted": len(r.records),
+        "jobs_completed": len(done),
+        "jct_mean_s": _mean(jct),
+        "jct_p50_s": _pct(jct, 50),
+        "jct_p99_s": _pct(jct, 99),
+        "queue_delay_mean_s": _mean(delays),
+        "queue_delay_p99_s": _pct(delays, 99),
+        "utilization": r.busy_chip_s / (r.total_chips * span) if r.total_chips else 0.0,
+        "energy_kwh": energy,
+        "avg_power_kw": energy * 3600.0 / span,
+        "peak_power_kw": r.peak_power_w / 1e3,
+        "large_jobs_queue_delay_mean_s": _mean(large),
+        "large_job_chips": large_job_chips,
+        "jobs_rejected": sum(x.status == "rejected" for x in r.records),
+        "jobs_failed": sum(x.status == "failed" for x in r.records),
+        "jobs_unfinished": sum(x.status == "unfinished" for x in r.records),
+        "rejected": [{"job_id": x.job_id, "chips": x.chips, "reason": x.reason}
+                     for x in r.records if x.status == "rejected"][:100],
+        "fleet_chips": r.total_chips,
+        "makespan_s": span,
+        "events": r.events,
+    }
+
+
+def write_tables(out: Path, results: Sequence[ReplayResult]) -> None:
+    """jobs.csv and placements.jsonl for every policy."""
+    with (out / "jobs.csv").open("w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["job_id", "policy", "submit_s", "start_s", "end_s", "chips", "ultraservers",
+                    "energy_kwh"])
+        for r in results:
+            for x in r.records:
+                w.writerow([x.job_id, r.policy, _num(x.submit_s), _num(x.start_s), _num(x.end_s),
+                            x.chips, x.ultraservers, f"{x.energy_kwh:.6f}"])
+    with (out / "placements.jsonl").open("w") as fh:
+        for r in results:
+            for job_id, t, event, chips in r.placements:
+                fh.write(json.dumps({"policy": r.policy, "job_id": job_id, "t_s": t,
+                                     "event": event, "chips": list(chips)}) + "\n")
+
+
+def _num(v: float | None) -> str:
+    return "" if v is None else f"{v:g}"
+
+
+def write_report(out: Path, results: Sequence[ReplayResult], *, meta: dict[str, Any],
+                 large_job_chips: int = 32) -> dict[str, Any]:
+    """Write every output file; returns the summary dict."""
+    out.mkdir(parents=True, exist_ok=True)
+    summary = {r.policy: {**summarize(r, large_job_chips=large_job_chips), **meta} for r in results}
+    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    write_tables(out, results)
+    from ultraplane.simulator import plots  # matplotlib only when writing a report
+
+    images = plots.write_plots(out, results, meta)
+    plots.write_html(out, summary, images, meta)
+    return summary

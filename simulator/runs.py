@@ -1,0 +1,58 @@
+"""Run one replay per policy with a progress bar, then write the report.
+
+Why its own module: the CLI and the benchmark both need "replay these jobs
+under each policy"; the progress bar (rich, only on a terminal) belongs to
+neither the replay loop nor the report writer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ultraplane.simulator.fleets import FleetShape
+from ultraplane.simulator.records import ReplayResult
+from ultraplane.simulator.replay import Replay, ReplayConfig
+from ultraplane.simulator.reports import write_report
+from ultraplane.simulator.traces import TraceJob
+
+
+def replay_all(topology: Any, jobs: Sequence[TraceJob], configs: Sequence[ReplayConfig],
+               *, progress: bool = False) -> list[ReplayResult]:
+    """One `Replay` per config, sequentially (each owns its allocator)."""
+    if not progress:
+        return [Replay(topology, jobs, c).run() for c in configs]
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    results = []
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, transient=False) as bar:
+        for c in configs:
+            task = bar.add_task(f"replay {c.policy}", total=len(jobs))
+            results.append(Replay(topology, jobs, c, progress=lambda n, t=task: bar.advance(t, n)).run())
+            bar.update(task, completed=len(jobs))
+    return results
+
+
+def run_policies(topology: Any, jobs: Sequence[TraceJob], configs: Sequence[ReplayConfig],
+                 out: Path, *, fleet_name: str, traces: Sequence[str], bad_rows: Sequence[str],
+                 progress: bool = False) -> dict[str, Any]:
+    """Replay every policy and write summary.json, jobs.csv, placements.jsonl, plots, report."""
+    results = replay_all(topology, jobs, configs, progress=progress)
+    shape = FleetShape.of(topology)
+    peak = sum(shape.hardware_of[n].peak_watts * shape.chips_of[n] for n in shape.names)
+    cfg = configs[0]
+    meta = {
+        "fleet": fleet_name,
+        "trace": ", ".join(traces),
+        "chips_per_gpu": cfg.chips_per_gpu,
+        "gpu_to_chip": f"one trace GPU = {cfg.chips_per_gpu} Trainium chip(s)",
+        "seed": cfg.seed,
+        "failure_policy": cfg.failure_policy,
+        "checkpoint_interval_s": cfg.checkpoint_interval_s,
+        "idle_power_kw": shape.idle_watts() / 1e3,
+        "peak_power_kw_all_busy": peak / 1e3,
+        "bad_rows": list(bad_rows),
+    }
+    return write_report(out, results, meta=meta, large_job_chips=cfg.large_job_chips)
