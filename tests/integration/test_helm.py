@@ -1,0 +1,424 @@
+"""The Helm chart, checked with a real helm binary and a real API server.
+
+Three layers, cheapest first:
+  1. `helm lint --strict` and `helm template` with default and non-default values, then
+     assertions on the rendered YAML (the helm-unittest style, in Python): no wildcard RBAC,
+     hardened securityContext everywhere, two operator replicas with peering, the simulator
+     toggle, every reference (ServiceAccount, Service port, PDB selector) pointing at
+     something that is rendered.
+  2. The rendered manifests applied with `kubectl apply --server-side --dry-run=server` to the
+     real kube-apiserver tier, so the API server's own validation judges every field.
+  3. `helm install` into that tier and a check that every object of the release exists. The
+     tier has no nodes, so the pods never run: kind e2e (tests/e2e) covers that.
+
+helm comes from hack/helm.sh (built once from the Go module proxy and cached).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import shutil
+import subprocess
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+pytestmark = pytest.mark.kube
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "helm" / "ultraplane"
+COMPONENTS = ("operator", "simulator", "api")
+
+# Values that change every optional branch of the templates at once.
+NON_DEFAULT: dict[str, Any] = {
+    "fullnameOverride": "up",
+    "image": {"repository": "registry.example/ultraplane", "tag": "1.2.3"},
+    "commonLabels": {"team": "ml-infra"},
+    "operator": {"replicas": 3, "allNamespaces": False, "extraArgs": ["--verbose"]},
+    "simulator": {"enabled": False},
+    "api": {
+        "replicas": 2,
+        "auth": {"tokenReview": True, "existingSecret": "api-tokens"},
+        "database": {"existingSecret": "api-db"},
+        "service": {"type": "NodePort"},
+    },
+    "metrics": {"serviceMonitor": {"enabled": True, "labels": {"release": "prom"}}},
+}
+
+
+# --- helm -------------------------------------------------------------------------------------
+
+
+@functools.cache
+def helm_binary() -> str:
+    """The helm binary from hack/helm.sh; without Go it is a skip, unless CI requires the tier."""
+    required = os.environ.get("ULTRAPLANE_REQUIRE_ENVTEST") == "1"
+    if shutil.which("go") is None and not required:
+        pytest.skip("Go is not installed, so hack/helm.sh cannot build helm")
+    result = subprocess.run(
+        [str(ROOT / "hack" / "helm.sh")], capture_output=True, text=True, timeout=1800
+    )
+    if result.returncode != 0:
+        pytest.fail(f"hack/helm.sh failed:\n{result.stderr[-3000:]}")
+    return result.stdout.strip().splitlines()[-1]
+
+
+def helm(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [helm_binary(), *args], capture_output=True, text=True, timeout=300, env=env
+    )
+
+
+def values_file(values: dict[str, Any], tmp_dir: Path) -> Path:
+    path = tmp_dir / f"values-{uuid.uuid4().hex[:8]}.yaml"
+    path.write_text(yaml.safe_dump(values))
+    return path
+
+
+@functools.cache
+def _render(values_json: str, namespace: str) -> str:
+    tmp = Path(os.environ.get("TMPDIR", "/tmp"))
+    args = ["template", "rel", str(CHART), "--namespace", namespace]
+    values = json.loads(values_json)
+    if values:
+        args += ["-f", str(values_file(values, tmp))]
+    result = helm(*args)
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def render_text(values: dict[str, Any] | None = None, namespace: str = "ultraplane-system") -> str:
+    return _render(json.dumps(values or {}, sort_keys=True), namespace)
+
+
+def render(values: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all(render_text(values)) if d]
+
+
+def of_kind(docs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [d for d in docs if d["kind"] == kind]
+
+
+def component(docs: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
+    found = [
+        d for d in of_kind(docs, kind)
+        if d["metadata"]["labels"].get("app.kubernetes.io/component") == name
+    ]
+    assert len(found) == 1, f"expected one {kind} for {name}, found {len(found)}"
+    return found[0]
+
+
+# --- 1. lint and rendered-YAML assertions ----------------------------------------------------
+
+
+@pytest.mark.parametrize("values", [{}, NON_DEFAULT], ids=["defaults", "non-defaults"])
+def test_helm_lint_strict_passes(values: dict[str, Any], tmp_path: Path) -> None:
+    args = ["lint", "--strict", str(CHART)]
+    if values:
+        args += ["-f", str(values_file(values, tmp_path))]
+    result = helm(*args)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_chart_crds_are_identical_copies_of_crds_folder() -> None:
+    source = {p.name: p.read_bytes() for p in (ROOT / "crds").glob("*.yaml")}
+    chart = {p.name: p.read_bytes() for p in (CHART / "crds").glob("*.yaml")}
+    assert source, "crds/ holds no CRD YAML"
+    assert sorted(chart) == sorted(source), "run hack/sync-chart-crds.sh"
+    for name, data in source.items():
+        assert chart[name] == data, f"helm/ultraplane/crds/{name} differs: run hack/sync-chart-crds.sh"
+
+
+@pytest.mark.parametrize("values", [{}, NON_DEFAULT], ids=["defaults", "non-defaults"])
+def test_rbac_has_no_wildcards(values: dict[str, Any]) -> None:
+    docs = render(values)
+    roles = of_kind(docs, "ClusterRole") + of_kind(docs, "Role")
+    assert roles
+    for role in roles:
+        for rule in role["rules"]:
+            for field in ("apiGroups", "resources", "verbs", "resourceNames"):
+                assert "*" not in rule.get(field, []), f"{role['metadata']['name']}: {field} {rule}"
+            assert "nonResourceURLs" not in rule
+
+
+def allowed(docs: list[dict[str, Any]], who: str, group: str, resource: str, verb: str) -> bool:
+    """Whether the ServiceAccount of component `who` is granted `verb` on group/resource."""
+    sa = component(docs, "Deployment", who)["spec"]["template"]["spec"]["serviceAccountName"]
+    for binding in of_kind(docs, "ClusterRoleBinding") + of_kind(docs, "RoleBinding"):
+        if not any(s["kind"] == "ServiceAccount" and s["name"] == sa for s in binding["subjects"]):
+            continue
+        role_kind, role_name = binding["roleRef"]["kind"], binding["roleRef"]["name"]
+        role = next(d for d in of_kind(docs, role_kind) if d["metadata"]["name"] == role_name)
+        for rule in role["rules"]:
+            if group in rule["apiGroups"] and resource in rule["resources"] and verb in rule["verbs"]:
+                return True
+    return False
+
+
+# (component, api group, resource, verb, granted by default?)
+PERMISSIONS = [
+    ("operator", "ultraplane.dev", "trainingjobs", "watch", True),
+    ("operator", "ultraplane.dev", "trainingjobs/status", "patch", True),
+    ("operator", "ultraplane.dev", "inferencejobs/status", "patch", True),
+    ("operator", "ultraplane.dev", "ultraservers/status", "patch", True),
+    ("operator", "", "events", "create", True),
+    ("operator", "kopf.dev", "clusterkopfpeerings", "patch", True),
+    ("operator", "", "namespaces", "list", True),
+    ("operator", "ultraplane.dev", "trainingjobs", "delete", False),
+    ("operator", "", "secrets", "get", False),
+    ("simulator", "ultraplane.dev", "trainingjobs", "watch", True),
+    ("simulator", "ultraplane.dev", "trainingjobs/status", "patch", True),
+    ("simulator", "ultraplane.dev", "ultraservers/status", "patch", True),
+    ("simulator", "ultraplane.dev", "trainingjobs", "patch", False),
+    ("simulator", "ultraplane.dev", "ultraservers", "delete", False),
+    ("api", "ultraplane.dev", "trainingjobs", "create", True),
+    ("api", "ultraplane.dev", "inferencejobs", "delete", True),
+    ("api", "ultraplane.dev", "ultraservers", "list", True),
+    ("api", "ultraplane.dev", "trainingjobs/status", "patch", False),
+    ("api", "ultraplane.dev", "ultraservers", "delete", False),
+    ("api", "authentication.k8s.io", "tokenreviews", "create", False),
+]
+
+
+@pytest.mark.parametrize(("who", "group", "resource", "verb", "granted"), PERMISSIONS)
+def test_each_component_gets_exactly_the_access_it_needs(
+    who: str, group: str, resource: str, verb: str, granted: bool
+) -> None:
+    assert allowed(render(), who, group, resource, verb) is granted
+
+
+def test_token_review_grants_tokenreviews_to_the_api_only() -> None:
+    docs = render({"api": {"auth": {"tokenReview": True}}})
+    assert allowed(docs, "api", "authentication.k8s.io", "tokenreviews", "create")
+    assert not allowed(docs, "operator", "authentication.k8s.io", "tokenreviews", "create")
+    api = component(docs, "Deployment", "api")["spec"]["template"]["spec"]["containers"][0]
+    assert {"name": "ULTRAPLANE_TOKEN_REVIEW", "value": "true"} in api["env"]
+
+
+@pytest.mark.parametrize("values", [{}, NON_DEFAULT], ids=["defaults", "non-defaults"])
+def test_every_pod_is_hardened(values: dict[str, Any]) -> None:
+    deployments = of_kind(render(values), "Deployment")
+    assert deployments
+    for deployment in deployments:
+        pod = deployment["spec"]["template"]["spec"]
+        assert pod["securityContext"]["runAsNonRoot"] is True
+        assert pod["securityContext"]["runAsUser"] == 65532
+        assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+        tmp_volumes = [v for v in pod["volumes"] if v["name"] == "tmp"]
+        assert tmp_volumes and "emptyDir" in tmp_volumes[0]
+        for c in pod["containers"]:
+            sc = c["securityContext"]
+            assert sc["readOnlyRootFilesystem"] is True
+            assert sc["allowPrivilegeEscalation"] is False
+            assert sc["capabilities"]["drop"] == ["ALL"]
+            assert "add" not in sc["capabilities"]
+            assert {"name": "tmp", "mountPath": "/tmp"} in c["volumeMounts"]
+            assert c["resources"]["requests"]["cpu"] and c["resources"]["limits"]["memory"]
+            assert c["livenessProbe"] and c["startupProbe"]
+            probe_port = c["livenessProbe"]["httpGet"]["port"]
+            assert probe_port in {p["name"] for p in c["ports"]}
+
+
+def test_operator_runs_two_replicas_with_one_active_and_a_budget() -> None:
+    docs = render()
+    operator = component(docs, "Deployment", "operator")
+    assert operator["spec"]["replicas"] == 2
+    args = operator["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[0] == "operator" and "--standalone" not in args
+    assert args[args.index("--peering") + 1] == "ultraplane"
+    pdb = component(docs, "PodDisruptionBudget", "operator")
+    assert pdb["spec"]["minAvailable"] == 1
+    pod_labels = operator["spec"]["template"]["metadata"]["labels"]
+    assert pdb["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
+
+
+def test_one_operator_replica_may_run_standalone_without_a_budget() -> None:
+    docs = render({"operator": {"replicas": 1, "leaderElection": {"enabled": False}}})
+    args = component(docs, "Deployment", "operator")["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--standalone" in args and "--peering" not in args
+    assert not of_kind(docs, "PodDisruptionBudget")
+
+
+def test_two_operator_replicas_without_leader_election_is_refused() -> None:
+    result = helm("template", "rel", str(CHART), "--set", "operator.replicas=2",
+                  "--set", "operator.leaderElection.enabled=false")
+    assert result.returncode != 0
+    assert "operator.leaderElection.enabled must be true" in result.stderr
+
+
+def names(docs: list[dict[str, Any]]) -> set[tuple[str, str]]:
+    return {(d["kind"], d["metadata"]["name"]) for d in docs}
+
+
+def test_turning_the_simulator_off_removes_all_of_it_and_nothing_else() -> None:
+    on, off = render(), render({"simulator": {"enabled": False}})
+    removed = names(on) - names(off)
+    assert removed == {
+        ("Deployment", "rel-ultraplane-simulator"),
+        ("Service", "rel-ultraplane-simulator"),
+        ("ServiceAccount", "rel-ultraplane-simulator"),
+        ("ClusterRole", "rel-ultraplane-simulator"),
+        ("ClusterRoleBinding", "rel-ultraplane-simulator"),
+    }
+    assert names(off) <= names(on)
+    simulator = component(on, "Deployment", "simulator")
+    args = simulator["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[:5] == ["simulator", "--time-scale", "60", "--metrics-port", "9100"]
+
+
+def test_every_reference_points_at_a_rendered_object() -> None:
+    for values in ({}, NON_DEFAULT):
+        docs = render(values)
+        accounts = {d["metadata"]["name"] for d in of_kind(docs, "ServiceAccount")}
+        for deployment in of_kind(docs, "Deployment"):
+            pod = deployment["spec"]["template"]
+            assert pod["spec"]["serviceAccountName"] in accounts
+            selector = deployment["spec"]["selector"]["matchLabels"]
+            assert selector.items() <= pod["metadata"]["labels"].items()
+        for binding in of_kind(docs, "ClusterRoleBinding"):
+            assert {s["name"] for s in binding["subjects"]} <= accounts
+            assert binding["roleRef"]["name"] in {
+                d["metadata"]["name"] for d in of_kind(docs, binding["roleRef"]["kind"])
+            }
+        for service in of_kind(docs, "Service"):
+            targets = [
+                d for d in of_kind(docs, "Deployment")
+                if service["spec"]["selector"].items()
+                <= d["spec"]["template"]["metadata"]["labels"].items()
+            ]
+            assert len(targets) == 1, service["metadata"]["name"]
+            ports = {p["name"] for p in targets[0]["spec"]["template"]["spec"]["containers"][0]["ports"]}
+            assert {p["targetPort"] for p in service["spec"]["ports"]} <= ports
+
+
+def test_image_defaults_to_app_version_and_can_be_overridden() -> None:
+    app_version = yaml.safe_load((CHART / "Chart.yaml").read_text())["appVersion"]
+    for values, image in (({}, f"ultraplane:{app_version}"),
+                          (NON_DEFAULT, "registry.example/ultraplane:1.2.3")):
+        for deployment in of_kind(render(values), "Deployment"):
+            assert deployment["spec"]["template"]["spec"]["containers"][0]["image"] == image
+
+
+def test_api_serves_the_cluster_with_optional_token_file_and_database() -> None:
+    default = component(render(), "Deployment", "api")["spec"]["template"]["spec"]
+    args = default["containers"][0]["args"]
+    assert args[:3] == ["serve", "--backend", "kubernetes"] and "--token-file" not in args
+    db = next(e for e in default["containers"][0]["env"] if e["name"] == "ULTRAPLANE_DB")
+    assert db["value"].startswith("sqlite:////tmp/")
+
+    docs = render(NON_DEFAULT)
+    pod = component(docs, "Deployment", "api")["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    token_file = container["args"][container["args"].index("--token-file") + 1]
+    mount = next(m for m in container["volumeMounts"] if m["name"] == "tokens")
+    assert token_file.startswith(mount["mountPath"] + "/") and mount["readOnly"] is True
+    volume = next(v for v in pod["volumes"] if v["name"] == "tokens")
+    assert volume["secret"]["secretName"] == "api-tokens"
+    db = next(e for e in container["env"] if e["name"] == "ULTRAPLANE_DB")
+    assert db["valueFrom"]["secretKeyRef"] == {"name": "api-db", "key": "url"}
+    assert component(docs, "PodDisruptionBudget", "api")["spec"]["minAvailable"] == 1
+    assert component(docs, "Service", "api")["spec"]["type"] == "NodePort"
+
+
+def test_service_monitors_are_optional_and_scrape_rendered_ports() -> None:
+    assert not of_kind(render(), "ServiceMonitor")
+    values = {"metrics": {"serviceMonitor": {"enabled": True, "labels": {"release": "prom"}}}}
+    docs = render(values)
+    monitors = of_kind(docs, "ServiceMonitor")
+    assert {m["metadata"]["labels"]["app.kubernetes.io/component"] for m in monitors} == {
+        "api", "simulator"}
+    for monitor in monitors:
+        assert monitor["metadata"]["labels"]["release"] == "prom"
+        who = monitor["metadata"]["labels"]["app.kubernetes.io/component"]
+        service = component(docs, "Service", who)
+        assert monitor["spec"]["endpoints"][0]["port"] in {p["name"] for p in service["spec"]["ports"]}
+    # Without the simulator only the API is scraped.
+    assert len(of_kind(render(NON_DEFAULT), "ServiceMonitor")) == 1
+
+
+def test_notes_name_the_api_service_and_warn_when_it_is_open() -> None:
+    result = helm("install", "rel", str(CHART), "--dry-run=client", "--namespace", "ns1")
+    assert result.returncode == 0, result.stderr
+    assert "rel-ultraplane-api" in result.stdout and "no bearer tokens" in result.stdout
+    result = helm("install", "rel", str(CHART), "--dry-run=client", "--namespace", "ns1",
+                  "--set", "api.auth.tokenReview=true", "--set", "simulator.enabled=false")
+    assert result.returncode == 0, result.stderr
+    assert "no bearer tokens" not in result.stdout and "simulator  off" in result.stdout
+
+
+# --- 2 and 3. the real API server tier -------------------------------------------------------
+
+TIER_VALUES = [{}, {k: v for k, v in NON_DEFAULT.items() if k != "metrics"}]
+
+
+def kubectl(kube_env: Any, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run(
+        [str(Path(kube_env.bin_dir) / "kubectl"), "--kubeconfig", str(kube_env.kubeconfig), *args],
+        capture_output=True, text=True, timeout=120, env={**os.environ, **kube_env.env()},
+    )
+    if check:
+        assert result.returncode == 0, f"kubectl {' '.join(args)}:\n{result.stdout}{result.stderr}"
+    return result
+
+
+@pytest.fixture
+def chart_crds(kube_env: Any) -> Iterator[None]:
+    """The chart's CRDs in the tier (server-side apply: idempotent if another test has them)."""
+    kubectl(kube_env, "apply", "--server-side", "--force-conflicts", "-f", str(CHART / "crds"))
+    kubectl(kube_env, "wait", "--for=condition=Established", "--timeout=60s", "-f", str(CHART / "crds"))
+    yield
+
+
+@pytest.mark.parametrize("values", TIER_VALUES, ids=["defaults", "non-defaults"])
+def test_rendered_manifests_pass_server_side_dry_run(
+    values: dict[str, Any], kube_env: Any, kube_namespace: str, chart_crds: None, tmp_path: Path
+) -> None:
+    manifest = tmp_path / "rendered.yaml"
+    manifest.write_text(render_text(values, namespace=kube_namespace))
+    result = kubectl(kube_env, "apply", "--server-side", "--dry-run=server", "-f", str(manifest))
+    # One "kind.group/name serverside-applied (server dry run)" line per accepted object.
+    accepted = {
+        line.split()[0].rsplit("/", 1)[1]
+        for line in result.stdout.splitlines() if "(server dry run)" in line
+    }
+    rendered = [d for d in yaml.safe_load_all(manifest.read_text()) if d]
+    assert accepted == {d["metadata"]["name"] for d in rendered}, result.stdout
+    assert len(result.stdout.strip().splitlines()) == len(rendered)
+
+
+def test_helm_install_into_the_tier_creates_every_object(
+    kube_env: Any, kube_namespace: str, tmp_path: Path
+) -> None:
+    release = f"up-{uuid.uuid4().hex[:6]}"
+    env = {**os.environ, **kube_env.env(), "KUBECONFIG": str(kube_env.kubeconfig),
+           "HELM_CACHE_HOME": str(tmp_path / "cache"), "HELM_CONFIG_HOME": str(tmp_path / "config"),
+           "HELM_DATA_HOME": str(tmp_path / "data")}
+    result = helm("install", release, str(CHART), "--namespace", kube_namespace, env=env)
+    assert result.returncode == 0, result.stderr
+    try:
+        status = helm("status", release, "--namespace", kube_namespace, "-o", "json", env=env)
+        assert json.loads(status.stdout)["info"]["status"] == "deployed"
+        manifest = helm("get", "manifest", release, "--namespace", kube_namespace, env=env).stdout
+        objects = [d for d in yaml.safe_load_all(manifest) if d]
+        assert {d["kind"] for d in objects} >= {
+            "Deployment", "Service", "ServiceAccount", "ClusterRole", "ClusterRoleBinding",
+            "PodDisruptionBudget"}
+        for obj in objects:
+            scope = ["-n", kube_namespace] if obj["kind"] not in ("ClusterRole", "ClusterRoleBinding") else []
+            got = kubectl(kube_env, "get", obj["kind"], obj["metadata"]["name"], *scope, "-o", "json")
+            live = json.loads(got.stdout)
+            assert live["metadata"]["labels"]["app.kubernetes.io/instance"] == release
+        for crd in (CHART / "crds").glob("*.yaml"):
+            name = yaml.safe_load(crd.read_text())["metadata"]["name"]
+            kubectl(kube_env, "wait", "--for=condition=Established", "--timeout=60s", f"crd/{name}")
+        operator = json.loads(kubectl(kube_env, "get", "deploy", "-n", kube_namespace, "-l",
+                                      "app.kubernetes.io/component=operator", "-o", "json").stdout)
+        assert operator["items"][0]["spec"]["replicas"] == 2
+    finally:
+        helm("uninstall", release, "--namespace", kube_namespace, env=env)
