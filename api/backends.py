@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from sqlalchemy import Engine
@@ -53,14 +54,18 @@ class Backend(Protocol):
     def fleet_summary(self) -> dict[str, Any]: ...
 
 
-def make_backend(settings: Settings, engine: Engine) -> Backend:
+def make_backend(
+    settings: Settings, engine: Engine, *, clock: Callable[[], float] | None = None
+) -> Backend:
+    """The backend `settings.backend` names; `clock` (wall seconds) is injected for tests."""
+    clock = clock or time.time
     if settings.backend == "kubernetes":
         from ultraplane.api.kubernetes_backend import KubernetesBackend
 
-        return KubernetesBackend(settings, engine)
+        return KubernetesBackend(settings, engine, clock=clock)
     from ultraplane.api.embedded import EmbeddedBackend
 
-    return EmbeddedBackend(settings, engine)
+    return EmbeddedBackend(settings, engine, clock=clock)
 
 
 # --- conversions shared by both backends ----------------------------------------------------
@@ -154,6 +159,10 @@ def request_of(body: DryRunRequest) -> PlacementRequest:
 
 def spec_priority(spec: JobSpec) -> int:
     return int(spec.model_dump(by_alias=True).get("priority") or 0)
+
+
+def spec_preemptible(spec: JobSpec) -> bool:
+    return bool(spec.model_dump(by_alias=True).get("preemptible", True))
 
 
 def total_chips(spec: JobSpec) -> int:

@@ -102,21 +102,26 @@ def get_value(session: Session, *, key: str) -> str | None:
     return None if row is None else row.value
 
 
-def set_value(session: Session, *, key: str, value: str) -> None:
+def set_value(session: Session, *, key: str, value: str, commit: bool = True) -> None:
     row = session.get(KeyValue, key)
     if row is None:
         session.add(KeyValue(key=key, value=value))
     else:
         row.value = value
         session.add(row)
-    session.commit()
+    if commit:
+        session.commit()
 
 
 # --- accounting ----------------------------------------------------------------------------
 
 
 def upsert_accounting(
-    session: Session, *, record: AccountingCreate, days: dict[str, tuple[float, float]]
+    session: Session,
+    *,
+    record: AccountingCreate,
+    days: dict[str, tuple[float, float]],
+    commit: bool = True,
 ) -> AccountingRecord:
     """Write a job's totals and its per-day split (absolute values, so re-running is safe)."""
     row = session.exec(
@@ -138,8 +143,9 @@ def upsert_accounting(
         usage.chip_hours = chip_hours
         usage.energy_kwh = energy_kwh
         session.add(usage)
-    session.commit()
-    session.refresh(row)
+    if commit:
+        session.commit()
+        session.refresh(row)
     return row
 
 

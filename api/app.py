@@ -1,0 +1,76 @@
+"""The FastAPI app factory: one engine, one backend, one metrics registry per app.
+
+Nothing is created at import time, so tests (and the benchmark) can build as
+many independent apps as they like, each on its own database.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from fastapi import FastAPI
+
+from ultraplane import __version__
+from ultraplane.api import errors
+from ultraplane.api.auth import Guard, load_tokens, token_reviewer
+from ultraplane.api.backends import make_backend
+from ultraplane.api.metrics import Metrics, MetricsMiddleware
+from ultraplane.api.routers_accounting import router as accounting_router
+from ultraplane.api.routers_health import router as health_router
+from ultraplane.api.routers_jobs import inference_router, training_router
+from ultraplane.api.routers_placements import router as placements_router
+from ultraplane.api.routers_ultraservers import router as ultraservers_router
+from ultraplane.api.settings import Settings
+from ultraplane.api.store import make_engine, migrate
+
+DESCRIPTION = """Topology-aware gang scheduling onto AWS Trainium UltraServers.
+
+Jobs are the `ultraplane.dev/v1alpha1` custom resources; their specs here are
+validated by the same models as the CRDs. Errors are `{"error", "field", "message"}`.
+Mutating endpoints need `Authorization: Bearer <token>` when tokens are configured."""
+
+
+def create_app(
+    settings: Settings | None = None, *, clock: Callable[[], float] | None = None
+) -> FastAPI:
+    """Build the app; the store is migrated now, the backend starts with the app's lifespan.
+
+    `clock` (wall seconds) is injected by tests to drive the embedded fleet's simulated time.
+    """
+    settings = settings or Settings()
+    engine = make_engine(settings.db)
+    migrate(engine)
+    backend = make_backend(settings, engine, clock=clock)
+    reviewer = None
+    if settings.backend == "kubernetes" and settings.token_review:
+        reviewer = token_reviewer(getattr(backend, "api_client", None))
+    guard = Guard(load_tokens(settings), protect_reads=settings.api_protect_reads, reviewer=reviewer)
+    metrics = Metrics()
+    metrics.watch_fleet(backend.fleet_summary)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        backend.start()
+        try:
+            yield
+        finally:
+            backend.stop()
+            engine.dispose()
+
+    app = FastAPI(
+        title="Ultraplane API",
+        version=__version__,
+        description=DESCRIPTION,
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    app.state.engine = engine
+    app.state.backend = backend
+    app.state.guard = guard
+    app.state.metrics = metrics
+    errors.install(app)
+    for router in (health_router, ultraservers_router, training_router, inference_router,
+                   placements_router, accounting_router):
+        app.include_router(router)
+    app.add_middleware(MetricsMiddleware, metrics=metrics)
+    return app

@@ -1,0 +1,98 @@
+"""`ultraplane serve`: the REST API, by default with an embedded demo fleet.
+
+This is the README's first command: no cluster, eight Gen2 UltraServers run by
+the simulator at 60x, a stream of demo jobs, state in a SQLite file that
+survives a restart. Bad flags exit with code 2 and one sentence naming the flag.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+
+FLAG_OF_FIELD = {
+    "backend": "--backend", "db": "--db", "fleet": "--fleet", "cluster": "--cluster",
+    "time_scale": "--time-scale", "token_file": "--token-file", "tick_seconds": "--tick-seconds",
+}
+
+
+def _fail(message: str) -> None:
+    click.echo(f"Error: {message}", err=True)
+    sys.exit(2)
+
+
+@click.command("serve")
+@click.option("--backend", type=click.Choice(["embedded", "kubernetes"]), default=None,
+              help="embedded (default): fleet and simulator in-process; kubernetes: the cluster's custom resources.")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--port", type=click.IntRange(0, 65535), default=8080, show_default=True)
+@click.option("--fleet", default=None, help="Embedded fleet as PROFILE:COUNT [default: trn3-gen2:8].")
+@click.option("--cluster", type=click.Path(dir_okay=False), default=None,
+              help="Embedded fleet from a cluster YAML instead of --fleet.")
+@click.option("--db", default=None, help="Store URL: sqlite:///FILE or postgresql://... "
+              "[default: ~/.local/share/ultraplane/ultraplane.db].")
+@click.option("--demo/--no-demo", default=True, show_default=True, help="Submit a stream of demo jobs.")
+@click.option("--time-scale", type=float, default=None, help="Simulated seconds per wall second [default: 60].")
+@click.option("--tick-seconds", type=float, default=None, help="Wall seconds between scheduling ticks [default: 1].")
+@click.option("--token-file", type=click.Path(dir_okay=False), default=None,
+              help="File of bearer tokens, one per line; mutating calls then need one.")
+@click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="warning",
+              show_default=True)
+def serve(**opts: Any) -> None:
+    """Serve the REST API (embedded fleet by default); prints the URL and the docs URL."""
+    from pydantic import ValidationError
+
+    from ultraplane.api.settings import Settings
+
+    if opts["fleet"] and opts["cluster"]:
+        _fail("--fleet and --cluster cannot be used together; pick one.")
+    overrides = {
+        key: opts[key]
+        for key in ("backend", "db", "fleet", "cluster", "time_scale", "token_file", "tick_seconds")
+        if opts[key] is not None
+    }
+    overrides["demo"] = opts["demo"] and (opts["backend"] or "embedded") == "embedded"
+    try:
+        settings = Settings(**overrides)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        field = str(err["loc"][0]) if err["loc"] else "settings"
+        _fail(f"{FLAG_OF_FIELD.get(field, field)}: {err['msg']}.")
+    app = _build(settings)
+    import uvicorn
+
+    shown_host = "127.0.0.1" if opts["host"] in ("0.0.0.0", "::") else opts["host"]
+    config = uvicorn.Config(app, host=opts["host"], port=opts["port"], log_level=opts["log_level"],
+                            access_log=False, lifespan="on")
+    _print_banner(settings, shown_host, opts["port"])
+    uvicorn.Server(config).run()
+
+
+def _build(settings: Any) -> Any:
+    """create_app with startup problems (bad DB URL, unreadable files) as one-sentence errors."""
+    from sqlalchemy.exc import ArgumentError, OperationalError
+
+    from ultraplane.api.app import create_app
+
+    try:
+        return create_app(settings)
+    except ArgumentError as exc:
+        _fail(f"--db: {settings.db!r} is not a database URL ({exc}).")
+    except OperationalError as exc:
+        _fail(f"--db: cannot open the store at {settings.db}: {exc.orig}.")
+    except (ValueError, OSError) as exc:
+        flag = "--cluster" if settings.cluster and "cluster" in str(exc).lower() else None
+        _fail(f"{flag + ': ' if flag else ''}{exc}")
+    return None
+
+
+def _print_banner(settings: Any, host: str, port: int) -> None:
+    url = f"http://{host}:{port}"
+    fleet = settings.cluster or settings.fleet
+    where = f"fleet {fleet}, {settings.time_scale:g}x" if settings.backend == "embedded" else "cluster"
+    click.echo(f"Ultraplane API ({settings.backend} backend, {where}) on {url}")
+    click.echo(f"  docs:  {url}/docs")
+    click.echo(f"  store: {settings.db}")
+    sys.stdout.flush()

@@ -1,0 +1,245 @@
+"""The embedded backend: the core Scheduler and the simulator's JobRuntime in-process.
+
+This is what `ultraplane serve` runs for a newcomer: no cluster, a fleet of
+virtual UltraServers, jobs admitted by the same `ultraplane.scheduling` cycle
+the operator uses and executed by the same runtime the simulator uses. A
+background thread ticks (advance the runtime, run a cycle, sample progress,
+persist). Jobs, their chips and the simulated clock are saved in the store, so
+a restart re-adopts running jobs on their chips and resumes them from their
+last checkpoint, as a real cluster would after a control-plane restart.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from sqlalchemy import Engine
+from sqlmodel import Session
+
+from ultraplane.allocator import Allocator
+from ultraplane.api import store
+from ultraplane.api.accounting import day_of
+from ultraplane.api.backends import JobSpec, not_found
+from ultraplane.api.dryruns import dry_run
+from ultraplane.api.errors import ApiError
+from ultraplane.api.fleets import FleetView, build_topology
+from ultraplane.api.jobruns import JobRunner
+from ultraplane.api.jobstates import JobState
+from ultraplane.api.schemas import (
+    DryRunRequest,
+    DryRunResult,
+    JobKind,
+    JobResource,
+    UltraServerView,
+)
+from ultraplane.api.settings import Settings
+from ultraplane.scheduling import Scheduler
+from ultraplane.simulator.runtime import JobRuntime
+
+log = logging.getLogger("ultraplane.api.embedded")
+
+
+class EmbeddedBackend:
+    """Fleet, queue and runtime in this process; the SQL store is the memory across restarts."""
+
+    name = "embedded"
+
+    def __init__(
+        self, settings: Settings, engine: Engine, *, clock: Callable[[], float] = time.time
+    ) -> None:
+        self.settings = settings
+        self.engine = engine
+        self.clock = clock
+        self.lock = threading.RLock()
+        self.topology, preset = build_topology(settings)
+        self.allocator = Allocator(self.topology)
+        self.scheduler = Scheduler(self.allocator)
+        self.runtime = JobRuntime(self.topology, clock=clock, time_scale=settings.time_scale)
+        self.jobs: dict[str, JobState] = {}  # uid -> state
+        self.runner = JobRunner(self)
+        self.fleet = FleetView(self.topology, self.allocator, preset)
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._last_error = ""
+        self._ticks = 0
+        self._last_persist = 0.0
+        self.demo: Any = None
+        if settings.demo:
+            from ultraplane.api.demos import DemoStream
+
+            self.demo = DemoStream(self, seed=settings.demo_seed)
+
+    # -- simulated clock -------------------------------------------------------------------
+    def _load_clock(self, session: Session) -> None:
+        epoch = store.get_value(session, key="sim_epoch_s")
+        elapsed = store.get_value(session, key="sim_elapsed_s")
+        self.sim_epoch = float(epoch) if epoch is not None else self.clock()
+        self.sim_elapsed_base = float(elapsed) if elapsed is not None else 0.0
+        self.wall0 = self.clock()
+        self.next_seq = int(store.get_value(session, key="next_seq") or 0)
+
+    def sim_now(self) -> float:
+        """Simulated time as unix seconds: accounting days follow the simulated calendar."""
+        return self.sim_epoch + self.sim_elapsed_base + (self.clock() - self.wall0) * (
+            self.settings.time_scale
+        )
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def start(self, *, background: bool = True) -> None:
+        with Session(self.engine) as session, self.lock:
+            self._load_clock(session)
+            for row in store.list_jobs(session):
+                job = JobState.from_row(row)
+                self.jobs[job.uid] = job
+            self.runner.recover(self.sim_now())
+        self.tick()
+        if background:
+            self._thread = threading.Thread(target=self._loop, name="ultraplane-tick", daemon=True)
+            self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        with self.lock:
+            self.persist(force=True)
+
+    def ready(self) -> tuple[bool, str]:
+        if self._ticks == 0:
+            return False, "the first scheduling cycle has not run yet"
+        return (not self._last_error), self._last_error
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self._wake.wait(self.settings.tick_seconds)
+            self._wake.clear()
+            if self._stop.is_set():
+                break
+            try:
+                self.tick()
+                self._last_error = ""
+            except Exception as exc:  # keep serving; /readyz reports it
+                log.exception("tick failed")
+                self._last_error = f"tick failed: {exc}"
+
+    def tick(self) -> None:
+        """One step: runtime events, a scheduling cycle, progress, demo jobs, persistence."""
+        with self.lock:
+            now = self.sim_now()
+            self.runner.step(now)
+            if self.demo is not None:
+                self.demo.step(now)
+            self.fleet.refresh(self.jobs, self.runtime)
+            self._ticks += 1
+            self.persist()
+
+    def persist(self, *, force: bool = False) -> None:
+        """Save changed jobs at once; progress and accounting every few seconds."""
+        wall = self.clock()
+        periodic = force or wall - self._last_persist >= self.settings.accounting_interval_seconds
+        with Session(self.engine) as session:
+            rows = {row.uid: row for row in store.list_jobs(session)}
+            for job in self.jobs.values():
+                if job.dirty or (periodic and job.running):
+                    session.add(job.to_row(rows.get(job.uid)))
+                    self.runner.account(session, job, self.sim_now())
+                    job.dirty = False
+            for uid, row in rows.items():
+                if uid not in self.jobs:
+                    session.delete(row)
+            if periodic:
+                self._last_persist = wall
+                elapsed = self.sim_now() - self.sim_epoch
+                store.set_value(session, key="sim_epoch_s", value=repr(self.sim_epoch), commit=False)
+                store.set_value(session, key="sim_elapsed_s", value=repr(elapsed), commit=False)
+            store.set_value(session, key="next_seq", value=str(self.next_seq), commit=False)
+            session.commit()
+
+    # -- reads -----------------------------------------------------------------------------
+    def ultraservers(self) -> list[UltraServerView]:
+        return self.fleet.ultraservers
+
+    def capacity(self) -> dict[str, Any]:
+        return self.fleet.capacity
+
+    def fleet_summary(self) -> dict[str, Any]:
+        with self.lock:
+            return self.fleet.summary(self.jobs)
+
+    def _find(self, kind: JobKind, namespace: str, name: str) -> JobState:
+        for job in self.jobs.values():
+            if job.kind == kind and job.namespace == namespace and job.name == name:
+                return job
+        raise not_found(kind, namespace, name)
+
+    def list_jobs(self, kind: JobKind, namespace: str | None) -> list[JobResource]:
+        with self.lock:
+            jobs = sorted(self.jobs.values(), key=lambda j: j.seq)
+            return [
+                j.resource() for j in jobs
+                if j.kind == kind and (namespace is None or j.namespace == namespace)
+            ]
+
+    def get_job(self, kind: JobKind, namespace: str, name: str) -> JobResource:
+        with self.lock:
+            return self._find(kind, namespace, name).resource()
+
+    # -- writes ----------------------------------------------------------------------------
+    def create_job(
+        self, kind: JobKind, namespace: str, name: str, spec: JobSpec, labels: dict[str, str]
+    ) -> JobResource:
+        with self.lock:
+            try:
+                self._find(kind, namespace, name)
+            except ApiError:
+                pass
+            else:
+                raise ApiError(
+                    409, "AlreadyExists", "metadata.name",
+                    f"{kind} {namespace}/{name} already exists",
+                )
+            self.next_seq += 1
+            job = JobState(
+                uid=str(uuid.uuid4()), kind=kind, namespace=namespace, name=name, spec=spec,
+                seq=self.next_seq, created_s=self.sim_now(), labels=labels,
+            )
+            self.jobs[job.uid] = job
+            self.runner.submit(job)
+            self.persist()
+            resource = job.resource()
+        self._wake.set()
+        return resource
+
+    def delete_job(self, kind: JobKind, namespace: str, name: str) -> JobResource:
+        with self.lock:
+            job = self._find(kind, namespace, name)
+            self.runner.remove(job, self.sim_now())
+            with Session(self.engine) as session:
+                self.runner.account(session, job, self.sim_now())
+                store.delete_job(session, uid=job.uid)
+            del self.jobs[job.uid]
+            self.fleet.refresh(self.jobs, self.runtime)
+            return job.resource()
+
+    def dry_run(self, request: DryRunRequest) -> DryRunResult:
+        with self.lock:
+            running = {
+                key: job.priority
+                for job in self.jobs.values() if job.held
+                for key in job.held
+            }
+            owners = {key: f"{j.namespace}/{j.name}" for j in self.jobs.values() for key in j.held}
+            return dry_run(
+                self.allocator, request, running=running,
+                job_name=lambda key: owners.get(key, key),
+            )
+
+    def day(self, t_s: float) -> str:
+        return day_of(t_s)

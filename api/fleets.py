@@ -1,0 +1,99 @@
+"""The embedded fleet: building its topology, and the read snapshot served to clients.
+
+Reads are the hot path (the benchmark asks for >= 1,000/s on two cores), so
+the UltraServer list and the capacity report are rebuilt once per tick and
+served from this snapshot instead of recomputed per request.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Mapping
+from typing import Any
+
+from ultraplane.allocator import Allocator
+from ultraplane.api.backends import jsonable
+from ultraplane.api.schemas import UltraServerView
+from ultraplane.api.settings import Settings
+from ultraplane.ids import JobKey
+from ultraplane.topology import Topology, build_fleet
+
+
+def build_topology(settings: Settings) -> tuple[Topology, dict[JobKey, list[str]]]:
+    """The fleet from `--cluster FILE` (with its preset allocations) or `--fleet PROFILE:N`."""
+    if settings.cluster:
+        from ultraplane.topology import load_cluster_file
+
+        cluster = load_cluster_file(settings.cluster)
+        return cluster.topology, {JobKey(k): list(v) for k, v in cluster.allocations.items()}
+    profile, count = settings.fleet_profile_and_count()
+    return build_fleet(profile, count), {}
+
+
+def ultraserver_of(chip: str) -> str:
+    return chip.split("/", 1)[0]
+
+
+class FleetView:
+    """Read-only snapshot of the fleet, refreshed by the backend after each change."""
+
+    def __init__(
+        self, topology: Topology, allocator: Allocator, preset: Mapping[JobKey, list[str]]
+    ) -> None:
+        self.topology = topology
+        self.allocator = allocator
+        self.preset = dict(preset)
+        self.ultraservers: list[UltraServerView] = []
+        self.capacity: dict[str, Any] = {}
+        self.power_watts = 0.0
+        self.utilization = 0.0
+        self.energy_kwh = 0.0
+        self.version = 0
+
+    def refresh(self, jobs: Mapping[str, Any], runtime: Any) -> None:
+        owner = {key: f"{j.namespace}/{j.name}" for j in jobs.values() for key in j.held}
+        allocated: Counter[str] = Counter()
+        on_us: defaultdict[str, set[str]] = defaultdict(set)
+        for key, placement in self.allocator.allocations().items():
+            for chip in placement.chip_ids:
+                us = ultraserver_of(chip)
+                allocated[us] += 1
+                on_us[us].add(owner.get(key, str(key)))
+        fleet = runtime.fleet()
+        per_us: Mapping[str, tuple[float, float]] = getattr(fleet, "per_ultraserver", {}) or {}
+        views = []
+        for us in self.topology.ultraservers:
+            util, power = per_us.get(us.name, (0.0, 0.0))
+            total = us.chip_count
+            views.append(
+                UltraServerView(
+                    name=us.name,
+                    profile=us.profile,
+                    network=list(us.network),
+                    schedulable=us.schedulable,
+                    chips=total,
+                    allocated_chips=allocated[us.name],
+                    free_chips=max(0, total - allocated[us.name] - len(us.failed_chips)),
+                    failed_chips=sorted(us.failed_chips),
+                    jobs=sorted(on_us[us.name]),
+                    utilization=float(util),
+                    power_watts=float(power),
+                )
+            )
+        self.ultraservers = views
+        self.capacity = jsonable(self.allocator.capacity())
+        self.power_watts = float(getattr(fleet, "power_watts", 0.0))
+        self.utilization = float(getattr(fleet, "utilization", 0.0))
+        self.energy_kwh = float(getattr(fleet, "energy_kwh", 0.0))
+        self.version += 1
+
+    def summary(self, jobs: Mapping[str, Any]) -> dict[str, Any]:
+        phases: Counter[tuple[str, str]] = Counter((j.kind, j.phase) for j in jobs.values())
+        return {
+            "chips": self.topology.chip_count,
+            "allocated_chips": sum(v.allocated_chips for v in self.ultraservers),
+            "power_watts": self.power_watts,
+            "utilization": self.utilization,
+            "energy_kwh": self.energy_kwh,
+            "jobs": dict(phases),
+        }

@@ -1,0 +1,271 @@
+"""Glue between the Scheduler's decisions and the JobRuntime, for the embedded backend.
+
+The Scheduler decides who holds which chips; the runtime executes on them.
+This module keeps the two in step and writes the job status the resources
+contract defines (phase, allocation, progress, energy), plus the usage that
+accounting integrates: chip-hours per simulated day and energy deltas.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from sqlmodel import Session
+
+from ultraplane.allocator import AllocationConflict, NoFit, Placement
+from ultraplane.api import store
+from ultraplane.api.accounting import day_of
+from ultraplane.api.backends import spec_preemptible
+from ultraplane.api.jobstates import JobState, rfc3339
+from ultraplane.api.models import AccountingCreate
+from ultraplane.ids import ChipId, JobKey
+from ultraplane.scheduling import QueuedJob
+
+if TYPE_CHECKING:
+    from ultraplane.api.embedded import EmbeddedBackend
+
+log = logging.getLogger("ultraplane.api.embedded")
+
+
+class JobRunner:
+    def __init__(self, backend: EmbeddedBackend) -> None:
+        self.b = backend
+
+    # -- lookups ---------------------------------------------------------------------------
+    def _by_sched_key(self, key: str) -> JobState | None:
+        base = key.split("#", 1)[0]
+        for job in self.b.jobs.values():
+            if job.key == base:
+                return job
+        return None
+
+    def _set(self, job: JobState, **fields: Any) -> None:
+        for name, value in fields.items():
+            if value is None:
+                job.status.pop(name, None)
+            else:
+                job.status[name] = value
+        job.dirty = True
+
+    # -- intake ----------------------------------------------------------------------------
+    def submit(self, job: JobState) -> None:
+        for key, request in zip(job.sched_keys, job.requests, strict=True):
+            if key in job.held:
+                continue
+            self.b.scheduler.submit(
+                QueuedJob(key=key, request=request, priority=job.priority, seq=job.seq,
+                          preemptible=spec_preemptible(job.spec))
+            )
+
+    def recover(self, now: float) -> None:
+        """After a restart: re-adopt chips from the store, resume from checkpoints, requeue the rest."""
+        for key, chips in self.b.fleet.preset.items():
+            self.b.scheduler.restore(key, [ChipId(c) for c in chips], priority=10**9,
+                                     preemptible=False)
+        for job in sorted(self.b.jobs.values(), key=lambda j: j.seq):
+            if job.finished:
+                continue
+            restored: list[JobKey] = []
+            try:
+                for key, request in zip(job.sched_keys, job.requests, strict=True):
+                    if key in job.held:
+                        self.b.scheduler.restore(
+                            key, [ChipId(c) for c in job.held[key]], job.priority,
+                            request=request, seq=job.seq, preemptible=spec_preemptible(job.spec),
+                        )
+                        restored.append(key)
+            except (AllocationConflict, ValueError) as exc:
+                log.warning("cannot re-adopt %s (%s); requeueing it", job.key, exc)
+                for key in restored:
+                    self.b.scheduler.cancel(key)
+                job.held.clear()
+            if job.held and len(job.held) == len(job.sched_keys):
+                self._start(job, now, restarted=True)
+            elif job.running:
+                self._set(job, phase="Pending", reason="Restarted")
+            self.submit(job)
+
+    # -- one tick --------------------------------------------------------------------------
+    def step(self, now: float) -> None:
+        for event in self.b.runtime.advance():
+            job = self._by_sched_key(event.key)
+            if job is not None and job.running:
+                self._on_event(job, event, now)
+        result = self.b.scheduler.cycle()
+        for victim, by in result.preempted:
+            job = self._by_sched_key(victim)
+            if job is not None:
+                self._preempted(job, victim, by, now)
+        for key, placement in result.admitted:
+            job = self._by_sched_key(key)
+            if job is not None:
+                self._admitted(job, key, placement, now)
+            else:  # an orphan (deleted meanwhile): give the chips back
+                self.b.scheduler.cancel(key)
+        for key, nofit, position in result.pending:
+            job = self._by_sched_key(key)
+            if job is not None:
+                self._pending(job, key, nofit, position)
+        for job in self.b.jobs.values():
+            if job.running:
+                self._sample(job, now)
+
+    def _on_event(self, job: JobState, event: Any, now: float) -> None:
+        kind = str(event.kind)
+        # The event happened `lag` simulated seconds before this tick; account up to it exactly.
+        lag = max(0.0, float(self.b.runtime.now()) - float(event.t_s))
+        at = max(job.last_sample_s or now, now - lag)
+        self._sample(job, at)
+        if kind in ("Succeeded", "Failed"):
+            self._release(job)
+            job.finished_s = at
+            self._set(job, phase=kind, reason=kind, completionTime=rfc3339(at),
+                      message=getattr(event, "message", None) or None, queuePosition=None)
+            return
+        # ChipFailed: stop from the last checkpoint, then RestartAll / Fail per the spec.
+        stopped = self.b.runtime.stop(job.key)
+        self._close_attempt(job, stopped)
+        self._release(job)
+        policy = job.spec.model_dump(by_alias=True).get("failurePolicy", "RestartAll")
+        if str(policy).endswith("Fail"):
+            job.finished_s = now
+            self._set(job, phase="Failed", reason="ChipFailed", completionTime=rfc3339(now),
+                      message=getattr(event, "message", "a chip failed"))
+            return
+        self._set(job, phase="Pending", reason="ChipFailed", allocation=None,
+                  restarts=int(job.status.get("restarts", 0)) + 1)
+        self.submit(job)
+
+    def _preempted(self, job: JobState, victim: str, by: str, now: float) -> None:
+        if job.running:
+            self._sample(job, now)
+            self._close_attempt(job, self.b.runtime.stop(job.key))
+        job.held.pop(victim, None)
+        for other in list(job.held):  # a gang (or all replicas) restarts together
+            self.b.scheduler.requeue(JobKey(other))
+            job.held.pop(other, None)
+        by_job = self._by_sched_key(by)
+        by_name = f"{by_job.namespace}/{by_job.name}" if by_job else by
+        self._set(job, phase="Preempted", reason="Preempted", allocation=None,
+                  message=f"preempted by {by_name}",
+                  preemptions=int(job.status.get("preemptions", 0)) + 1)
+
+    def _admitted(self, job: JobState, key: str, placement: Placement, now: float) -> None:
+        job.held[key] = list(placement.chip_ids)
+        if job.kind == "TrainingJob":
+            allocation: dict[str, Any] = {
+                "ultraServers": list(placement.ultraservers), "servers": list(placement.servers),
+                "chips": list(placement.chip_ids), "level": str(placement.level),
+                "score": float(placement.score),
+            }
+        else:
+            allocation = dict(job.status.get("allocation") or {"replicas": []})
+            index = int(key.rsplit("#", 1)[1])
+            replicas = [r for r in allocation.get("replicas", []) if r.get("index") != index]
+            replicas.append({"index": index, "ultraServers": list(placement.ultraservers),
+                             "servers": list(placement.servers), "chips": list(placement.chip_ids)})
+            allocation["replicas"] = sorted(replicas, key=lambda r: r["index"])
+        self._set(job, allocation=allocation, admittedTime=rfc3339(now), queuePosition=None,
+                  attempt=int(job.status.get("attempt", 0)) + 1)
+        if len(job.held) == len(job.sched_keys):
+            self._start(job, now)
+        else:
+            self._set(job, phase="Admitted", reason="WaitingForReplicas")
+
+    def _start(self, job: JobState, now: float, *, restarted: bool = False) -> None:
+        chips = [c for key in job.sched_keys for c in job.held[key]]
+        resume = job.checkpointed_steps if job.kind == "TrainingJob" else 0
+        try:
+            self.b.runtime.start(job.key, job.spec, chips, resume_steps=resume)
+        except Exception as exc:  # a spec the runtime cannot run fails that job, not the API
+            log.warning("runtime rejected %s: %s", job.key, exc)
+            self._release(job)
+            job.finished_s = now
+            self._set(job, phase="Failed", reason="RuntimeRejected", message=str(exc))
+            return
+        job.started_s = job.started_s if job.started_s is not None else now
+        job.last_sample_s = now
+        self._set(job, phase="Running", reason="Restarted" if restarted else "Running",
+                  message=None, startTime=job.status.get("startTime") or rfc3339(now))
+
+    def _pending(self, job: JobState, key: str, nofit: NoFit, position: int) -> None:
+        if nofit.kind == "Unsatisfiable":
+            self.b.scheduler.cancel(JobKey(key))
+            self._release(job)
+            job.finished_s = None
+            self._set(job, phase="Failed", reason="Unsatisfiable", message=nofit.message,
+                      queuePosition=None)
+            return
+        phase = "Preempted" if job.phase == "Preempted" else "Pending"
+        if job.status.get("queuePosition") != position or job.status.get("message") != nofit.message:
+            self._set(job, phase=phase, queuePosition=position, reason=str(nofit.kind),
+                      message=nofit.message)
+
+    # -- usage -----------------------------------------------------------------------------
+    def _sample(self, job: JobState, now: float) -> None:
+        status = self.b.runtime.status(job.key)
+        last = job.last_sample_s if job.last_sample_s is not None else now
+        energy = float(getattr(status, "energy_kwh", 0.0))
+        job.add_usage(day_of(now), job.chips * max(0.0, now - last) / 3600.0,
+                      max(0.0, energy - job.rt_energy_seen_kwh))
+        job.rt_energy_seen_kwh = max(job.rt_energy_seen_kwh, energy)
+        job.last_sample_s = now
+        job.checkpointed_steps = max(job.checkpointed_steps,
+                                     int(getattr(status, "checkpointed_steps", 0) or 0))
+        progress = {"completedSteps": int(getattr(status, "completed_steps", 0) or 0),
+                    "checkpointedSteps": job.checkpointed_steps,
+                    "percent": round(float(getattr(status, "progress_percent", 0.0)), 3)}
+        fields: dict[str, Any] = {
+            "progress": progress, "progressPercent": progress["percent"],
+            "utilization": round(float(getattr(status, "utilization", 0.0)), 4),
+            "powerWatts": round(float(getattr(status, "power_watts", 0.0)), 1),
+            "energyKWh": round(job.energy_kwh, 6),
+        }
+        tps = getattr(status, "tokens_per_second", None)
+        if job.kind == "InferenceJob" and tps is not None:
+            fields["tokensPerSecond"] = float(tps)
+        job.status.update(fields)
+
+    def _close_attempt(self, job: JobState, stopped: Any) -> None:
+        if stopped is not None:
+            job.checkpointed_steps = max(job.checkpointed_steps,
+                                         int(getattr(stopped, "checkpointed_steps", 0) or 0))
+            energy = float(getattr(stopped, "energy_kwh", 0.0))
+            if job.last_sample_s is not None:
+                day = next(reversed(job.days), None) or day_of(job.last_sample_s)
+                job.add_usage(day, 0.0, max(0.0, energy - job.rt_energy_seen_kwh))
+            job.rt_energy_seen_kwh = max(job.rt_energy_seen_kwh, energy)
+        job.last_sample_s = None
+
+    def _release(self, job: JobState) -> None:
+        for key in job.sched_keys:
+            self.b.scheduler.cancel(key)
+        job.held.clear()
+
+    def remove(self, job: JobState, now: float) -> None:
+        """Delete: stop it, give its chips back; accounting keeps what it used."""
+        if job.running:
+            self._sample(job, now)
+            self._close_attempt(job, self.b.runtime.stop(job.key))
+        self._release(job)
+        if not job.finished:
+            job.finished_s = now if job.started_s is not None else None
+            self._set(job, phase="Deleted")
+
+    def account(self, session: Session, job: JobState, now: float) -> None:
+        phase = job.phase
+        done = phase in ("Succeeded", "Failed")
+        completion = None
+        if done and job.finished_s is not None:
+            completion = max(0.0, job.finished_s - job.created_s)
+        record = AccountingCreate(
+            job_uid=job.uid, kind=job.kind, namespace=job.namespace, name=job.name,
+            chips=job.chips, phase=phase, submitted_s=job.created_s, started_s=job.started_s,
+            finished_s=job.finished_s,
+            chip_hours=sum(v[0] for v in job.days.values()),
+            energy_kwh=sum(v[1] for v in job.days.values()),
+            completion_time_s=completion,
+        )
+        days = {d: (v[0], v[1]) for d, v in job.days.items()}
+        store.upsert_accounting(session, record=record, days=days, commit=False)

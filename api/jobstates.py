@@ -1,0 +1,161 @@
+"""The embedded backend's record of one job, and its round trip through the `jobs` table.
+
+Kept apart from the backend so the restart path (row -> state) and the save
+path (state -> row) sit side by side and cannot drift.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from ultraplane.allocator import PlacementRequest
+from ultraplane.api.backends import JobSpec, requests_of, spec_priority
+from ultraplane.api.models import Job
+from ultraplane.api.schemas import JobKind, JobResource, ObjectMeta
+from ultraplane.ids import JobKey
+from ultraplane.resources import InferenceJobSpec, TrainingJobSpec
+
+FINISHED = frozenset({"Succeeded", "Failed"})
+
+
+def rfc3339(t_s: float | None) -> str | None:
+    if t_s is None:
+        return None
+    return datetime.fromtimestamp(t_s, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass
+class JobState:
+    uid: str
+    kind: JobKind
+    namespace: str
+    name: str
+    spec: JobSpec
+    seq: int
+    created_s: float
+    labels: dict[str, str] = field(default_factory=dict)
+    status: dict[str, Any] = field(default_factory=lambda: {"phase": "Pending"})
+    # scheduler key -> chips it holds (one key per training job, one per inference replica)
+    held: dict[str, list[str]] = field(default_factory=dict)
+    started_s: float | None = None
+    finished_s: float | None = None
+    last_sample_s: float | None = None
+    # The runtime's energy figure for this key, as last seen by this process: it grows across
+    # attempts of one runtime and restarts at zero in a new process, so usage adds deltas.
+    rt_energy_seen_kwh: float = 0.0
+    checkpointed_steps: int = 0
+    days: dict[str, list[float]] = field(default_factory=dict)  # day -> [chip-hours, kWh]
+    dirty: bool = True
+
+    @property
+    def key(self) -> JobKey:
+        prefix = "tj" if self.kind == "TrainingJob" else "ij"
+        return JobKey(f"{prefix}/{self.namespace}/{self.name}")
+
+    @property
+    def requests(self) -> list[PlacementRequest]:
+        return requests_of(self.spec)
+
+    @property
+    def sched_keys(self) -> list[JobKey]:
+        if self.kind == "TrainingJob":
+            return [self.key]
+        return [JobKey(f"{self.key}#{i}") for i in range(len(self.requests))]
+
+    @property
+    def chips(self) -> int:
+        return sum(r.chips for r in self.requests)
+
+    @property
+    def priority(self) -> int:
+        return spec_priority(self.spec)
+
+    @property
+    def phase(self) -> str:
+        return str(self.status.get("phase", "Pending"))
+
+    @property
+    def finished(self) -> bool:
+        return self.phase in FINISHED
+
+    @property
+    def running(self) -> bool:
+        return self.phase == "Running"
+
+    @property
+    def energy_kwh(self) -> float:
+        return sum(v[1] for v in self.days.values())
+
+    def add_usage(self, day: str, chip_hours: float, energy_kwh: float) -> None:
+        bucket = self.days.setdefault(day, [0.0, 0.0])
+        bucket[0] += chip_hours
+        bucket[1] += energy_kwh
+
+    def resource(self) -> JobResource:
+        return JobResource(
+            kind=self.kind,
+            metadata=ObjectMeta(
+                name=self.name,
+                namespace=self.namespace,
+                uid=self.uid,
+                creation_timestamp=rfc3339(self.created_s),
+                labels=self.labels,
+            ),
+            spec=self.spec.model_dump(mode="json", by_alias=True, exclude_none=True),
+            status=self.status,
+        )
+
+    def to_row(self, row: Job | None = None) -> Job:
+        internal = {
+            "labels": self.labels,
+            "held": self.held,
+            "startedS": self.started_s,
+            "finishedS": self.finished_s,
+            "lastSampleS": self.last_sample_s,
+            "checkpointedSteps": self.checkpointed_steps,
+            "days": self.days,
+        }
+        values = {
+            "uid": self.uid,
+            "kind": self.kind,
+            "namespace": self.namespace,
+            "name": self.name,
+            "priority": self.priority,
+            "chips": self.chips,
+            "seq": self.seq,
+            "spec": self.spec.model_dump(mode="json", by_alias=True, exclude_none=True),
+            "status": {"status": self.status, "internal": internal},
+            "allocated_chips": sorted(c for chips in self.held.values() for c in chips),
+            "created_s": self.created_s,
+        }
+        if row is None:
+            return Job(**values)
+        for name, value in values.items():
+            setattr(row, name, value)
+        return row
+
+    @classmethod
+    def from_row(cls, row: Job) -> JobState:
+        model = TrainingJobSpec if row.kind == "TrainingJob" else InferenceJobSpec
+        kind: JobKind = "TrainingJob" if row.kind == "TrainingJob" else "InferenceJob"
+        internal = dict(row.status.get("internal", {}))
+        return cls(
+            uid=row.uid,
+            kind=kind,
+            namespace=row.namespace,
+            name=row.name,
+            spec=model.model_validate(row.spec),
+            seq=row.seq,
+            created_s=row.created_s,
+            labels=dict(internal.get("labels", {})),
+            status=dict(row.status.get("status", {"phase": "Pending"})),
+            held={k: list(v) for k, v in internal.get("held", {}).items()},
+            started_s=internal.get("startedS"),
+            finished_s=internal.get("finishedS"),
+            last_sample_s=internal.get("lastSampleS"),
+            checkpointed_steps=int(internal.get("checkpointedSteps", 0)),
+            days={d: [float(v[0]), float(v[1])] for d, v in internal.get("days", {}).items()},
+            dirty=False,
+        )

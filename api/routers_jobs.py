@@ -1,0 +1,73 @@
+"""TrainingJobs and InferenceJobs: one router per kind, built by one function.
+
+Both kinds have the same verbs and paths (`/v1/namespaces/{ns}/<plural>`);
+only the body model differs, and it is the CRD's own spec model. (No `from __future__
+import annotations` here: the body annotation is the closure's model class, which
+FastAPI must see as a class, not as a string to resolve in module globals.)
+"""
+
+from typing import Any
+
+from fastapi import APIRouter, Depends, Query, status
+from starlette.concurrency import run_in_threadpool
+
+from ultraplane.api.auth import require_read, require_write
+from ultraplane.api.backends import PLURALS
+from ultraplane.api.deps import BackendDep, NamePath, NamespacePath
+from ultraplane.api.errors import ErrorBody
+from ultraplane.api.schemas import (
+    InferenceJobCreate,
+    JobKind,
+    JobList,
+    JobResource,
+    TrainingJobCreate,
+)
+
+ERRORS: dict[int | str, dict[str, Any]] = {
+    401: {"model": ErrorBody}, 403: {"model": ErrorBody}, 404: {"model": ErrorBody},
+    409: {"model": ErrorBody}, 422: {"model": ErrorBody},
+}
+
+
+def job_router(kind: JobKind, create_model: type[TrainingJobCreate] | type[InferenceJobCreate]) -> APIRouter:
+    plural = PLURALS[kind]
+    router = APIRouter(prefix="/v1", tags=[plural], responses=ERRORS)
+    read = [Depends(require_read)]
+
+    @router.get(f"/{plural}", response_model=JobList, dependencies=read,
+                summary=f"List {kind}s in all namespaces")
+    async def list_all(
+        backend: BackendDep,
+        namespace: str | None = Query(default=None, max_length=63, description="Only this namespace."),
+    ) -> JobList:
+        return JobList(items=await run_in_threadpool(backend.list_jobs, kind, namespace))
+
+    @router.get(f"/namespaces/{{namespace}}/{plural}", response_model=JobList, dependencies=read,
+                summary=f"List {kind}s in a namespace")
+    async def list_in(namespace: NamespacePath, backend: BackendDep) -> JobList:
+        return JobList(items=await run_in_threadpool(backend.list_jobs, kind, namespace))
+
+    @router.get(f"/namespaces/{{namespace}}/{plural}/{{name}}", response_model=JobResource,
+                dependencies=read, summary=f"Get one {kind} with its status")
+    async def get(namespace: NamespacePath, name: NamePath, backend: BackendDep) -> JobResource:
+        return await run_in_threadpool(backend.get_job, kind, namespace, name)
+
+    @router.post(f"/namespaces/{{namespace}}/{plural}", response_model=JobResource,
+                 status_code=status.HTTP_201_CREATED, dependencies=[Depends(require_write)],
+                 summary=f"Create a {kind} (the body's spec is the CRD spec)")
+    async def create(namespace: NamespacePath, body: create_model, backend: BackendDep) -> JobResource:  # type: ignore[valid-type]
+        return await run_in_threadpool(
+            backend.create_job, kind, namespace, body.metadata.name, body.spec, body.metadata.labels
+        )
+
+    @router.delete(f"/namespaces/{{namespace}}/{plural}/{{name}}", response_model=JobResource,
+                   dependencies=[Depends(require_write)],
+                   summary=f"Delete a {kind}; its accounting record stays")
+    async def delete(namespace: NamespacePath, name: NamePath, backend: BackendDep) -> JobResource:
+        return await run_in_threadpool(backend.delete_job, kind, namespace, name)
+
+    return router
+
+
+training_router = job_router("TrainingJob", TrainingJobCreate)
+inference_router = job_router("InferenceJob", InferenceJobCreate)

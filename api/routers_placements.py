@@ -1,0 +1,20 @@
+"""Dry-run placement: where a request would land now, without taking anything."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Depends
+from starlette.concurrency import run_in_threadpool
+
+from ultraplane.api.auth import require_read
+from ultraplane.api.deps import BackendDep
+from ultraplane.api.schemas import DryRunRequest, DryRunResult
+
+router = APIRouter(prefix="/v1", tags=["placements"], dependencies=[Depends(require_read)])
+
+
+@router.post("/placements:dryRun", response_model=DryRunResult, response_model_exclude_none=True)
+async def dry_run(body: DryRunRequest, backend: BackendDep) -> DryRunResult:
+    """Where a gang request would land now: placement, score, alternatives, and the jobs it would preempt at its priority."""
+    if backend.name == "kubernetes":  # reads the cluster: do not block the event loop
+        return await run_in_threadpool(backend.dry_run, body)
+    return backend.dry_run(body)

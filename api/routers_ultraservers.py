@@ -1,0 +1,38 @@
+"""UltraServers and the free capacity of the fleet."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Depends
+from fastapi.responses import JSONResponse
+
+from ultraplane.api.auth import require_read
+from ultraplane.api.deps import BackendDep, NamePath
+from ultraplane.api.errors import ApiError
+from ultraplane.api.schemas import CapacityView, UltraServerList, UltraServerView
+
+router = APIRouter(prefix="/v1", tags=["ultraservers"], dependencies=[Depends(require_read)])
+
+
+@router.get("/ultraservers", response_model=UltraServerList)
+async def list_ultraservers(backend: BackendDep) -> JSONResponse:
+    """List the UltraServers with their allocated and free chips, power and jobs."""
+    items = [u.model_dump(mode="json", by_alias=True) for u in backend.ultraservers()]
+    return JSONResponse({"items": items})
+
+
+@router.get("/ultraservers/{name}", response_model=UltraServerView)
+async def get_ultraserver(name: NamePath, backend: BackendDep) -> JSONResponse:
+    """One UltraServer."""
+    for us in backend.ultraservers():
+        if us.name == name:
+            return JSONResponse(us.model_dump(mode="json", by_alias=True))
+    raise ApiError(404, "NotFound", "name", f"UltraServer {name} does not exist")
+
+
+@router.get("/capacity", response_model=CapacityView)
+async def capacity(backend: BackendDep) -> JSONResponse:
+    """Free capacity by level: free chips, whole servers, racks, UltraServers, and how many jobs of each size fit now."""
+    report: dict[str, Any] = backend.capacity()
+    return JSONResponse(report)
