@@ -15,7 +15,7 @@ from sqlmodel import Session
 
 from ultraplane.allocator import AllocationConflict, NoFit, Placement
 from ultraplane.api import store
-from ultraplane.api.accounting import day_of
+from ultraplane.api.accounting import day_of, split_by_day
 from ultraplane.api.backends import spec_preemptible
 from ultraplane.api.jobstates import JobState, rfc3339
 from ultraplane.api.models import AccountingCreate
@@ -197,9 +197,12 @@ class JobRunner:
             self._set(job, phase="Failed", reason="Unsatisfiable", message=nofit.message,
                       queuePosition=None)
             return
-        phase = "Preempted" if job.phase == "Preempted" else "Pending"
+        if job.phase == "Preempted":  # keep who preempted it; only the queue position moves
+            if job.status.get("queuePosition") != position:
+                self._set(job, queuePosition=position)
+            return
         if job.status.get("queuePosition") != position or job.status.get("message") != nofit.message:
-            self._set(job, phase=phase, queuePosition=position, reason=str(nofit.kind),
+            self._set(job, phase="Pending", queuePosition=position, reason=str(nofit.kind),
                       message=nofit.message)
 
     # -- usage -----------------------------------------------------------------------------
@@ -207,8 +210,9 @@ class JobRunner:
         status = self.b.runtime.status(job.key)
         last = job.last_sample_s if job.last_sample_s is not None else now
         energy = float(getattr(status, "energy_kwh", 0.0))
-        job.add_usage(day_of(now), job.chips * max(0.0, now - last) / 3600.0,
-                      max(0.0, energy - job.rt_energy_seen_kwh))
+        delta_kwh = max(0.0, energy - job.rt_energy_seen_kwh)
+        for day, (hours, kwh) in split_by_day(last, now, chips=job.chips, energy_kwh=delta_kwh).items():
+            job.add_usage(day, hours, kwh)
         job.rt_energy_seen_kwh = max(job.rt_energy_seen_kwh, energy)
         job.last_sample_s = now
         job.checkpointed_steps = max(job.checkpointed_steps,
