@@ -109,9 +109,8 @@ resources:
   {{- toYaml $values.resources | nindent 2 }}
 {{- end }}
 
+{{/* The pod's own name and namespace (the operator's peering identity and its home). */}}
 {{- define "ultraplane.env" -}}
-- name: ULTRAPLANE_LOG_LEVEL
-  value: {{ .root.Values.logLevel | quote }}
 - name: POD_NAME
   valueFrom:
     fieldRef:
