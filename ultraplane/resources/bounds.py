@@ -1,0 +1,103 @@
+"""Per-profile domain sizes, baked into the CEL rules at generation time.
+
+The API server cannot call Python, so the sizes of a server, a rack and an UltraServer
+of each hardware profile are written into the rules as CEL map literals when the CRDs
+are generated. They come from `ultraplane.profiles` (the one source of hardware facts);
+a test regenerates the CRDs and compares, so a profile change that is not regenerated
+fails CI instead of silently admitting jobs that can never fit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+
+from ultraplane.resources.commons import ProfileName, cel_map
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """Chips per domain for one profile."""
+
+    chips_per_server: int
+    servers_per_rack: int
+    servers_per_ultraserver: int
+    racks_per_ultraserver: int
+
+    @property
+    def chips_per_rack(self) -> int:
+        return self.chips_per_server * self.servers_per_rack
+
+    @property
+    def chips_per_ultraserver(self) -> int:
+        return self.chips_per_server * self.servers_per_ultraserver
+
+
+# Until `ultraplane.profiles.load_profile` lands: the figures of
+# the core's profiles (trn2 and Gen1: one rack of 4 servers; Gen2: 2 racks of
+# 18 servers are an assumption there; trn4-projected is an assumption: Gen2's shape).
+_REFERENCE = {
+    "trn2": Sizes(16, 4, 4, 1),
+    "trn3-gen1": Sizes(16, 4, 4, 1),
+    "trn3-gen2": Sizes(4, 18, 36, 2),
+    "trn4-projected": Sizes(4, 18, 36, 2),
+}
+
+
+@cache
+def profile_sizes() -> dict[str, Sizes]:
+    """Sizes of every profile, in the order of `ProfileName`."""
+    try:
+        from ultraplane.profiles import load_profile
+    except ImportError:
+        return dict(_REFERENCE)
+
+    sizes: dict[str, Sizes] = {}
+    for name in ProfileName:
+        p = load_profile(name.value)
+        sizes[name.value] = Sizes(
+            chips_per_server=p.chips_per_server,
+            servers_per_rack=p.servers_per_rack,
+            servers_per_ultraserver=p.servers_per_ultraserver,
+            racks_per_ultraserver=p.racks_per_ultraserver,
+        )
+    return sizes
+
+
+def level_chips(level: str) -> dict[str, int]:
+    """Chips in one domain of `level` (server, rack or ultraserver) for each profile."""
+    attr = {
+        "server": "chips_per_server",
+        "rack": "chips_per_rack",
+        "ultraserver": "chips_per_ultraserver",
+    }[level]
+    return {name: getattr(s, attr) for name, s in profile_sizes().items()}
+
+
+def largest(level: str) -> int:
+    """The biggest domain of `level` over all profiles: the bound when no profile is set."""
+    return max(level_chips(level).values())
+
+
+def cel_level_chips(level: str) -> str:
+    return cel_map(level_chips(level))
+
+
+def cel_servers() -> str:
+    return cel_map({n: s.servers_per_ultraserver for n, s in profile_sizes().items()})
+
+
+def cel_chips_per_server() -> str:
+    return cel_map({n: s.chips_per_server for n, s in profile_sizes().items()})
+
+
+def cel_racks() -> str:
+    return cel_map({n: s.racks_per_ultraserver for n, s in profile_sizes().items()})
+
+
+def max_servers() -> int:
+    return max(s.servers_per_ultraserver for s in profile_sizes().values())
+
+
+def max_chips_per_ultraserver() -> int:
+    return max(s.chips_per_ultraserver for s in profile_sizes().values())

@@ -1,0 +1,175 @@
+"""The InferenceJob resource: replicas of a model server, each one gang (namespaced)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from ultraplane.resources import rules
+from ultraplane.resources.commons import (
+    API_VERSION,
+    MAX_JOB_CHIPS,
+    MAX_PRIORITY,
+    Allocation,
+    ModelRef,
+    Precision,
+    ProfileName,
+    SpecModel,
+    StatusModel,
+    TopologyPolicy,
+)
+from ultraplane.resources.jobs import JobStatus
+from ultraplane.resources.metas import ObjectMeta
+
+MAX_REPLICAS = 10_000
+_ONE_LOAD = "spec.load needs exactly one of requestsPerSecond or tokensPerSecond"
+_TOTAL = f"spec.replicas x spec.chipsPerReplica must be at most {MAX_JOB_CHIPS} chips"
+
+
+class LoadTarget(SpecModel):
+    """The offered load the replicas must serve."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "has(self.requestsPerSecond) != has(self.tokensPerSecond)",
+                    "message": _ONE_LOAD,
+                }
+            ]
+        }
+    )
+
+    requests_per_second: float | None = Field(
+        default=None, gt=0, le=10_000_000, description="Requests per second to serve."
+    )
+    tokens_per_second: float | None = Field(
+        default=None, gt=0, le=1_000_000_000, description="Output tokens per second to serve."
+    )
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> LoadTarget:
+        if (self.requests_per_second is None) == (self.tokens_per_second is None):
+            raise ValueError(_ONE_LOAD)
+        return self
+
+
+class LatencySLO(SpecModel):
+    """Latency objective; the simulator reports whether it is met (status.sloMet)."""
+
+    time_to_first_token_ms: float | None = Field(
+        default=None, gt=0, le=600_000, description="Target time to first token, ms."
+    )
+    time_per_output_token_ms: float | None = Field(
+        default=None, gt=0, le=60_000, description="Target time per output token, ms."
+    )
+
+
+class InferenceJobSpec(SpecModel):
+    """What an inference job asks for: replicas x chipsPerReplica. Immutable once admitted."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                *rules.fit_rules("chipsPerReplica"),
+                {
+                    "rule": f"self.replicas * self.chipsPerReplica <= {MAX_JOB_CHIPS}",
+                    "message": _TOTAL,
+                    "fieldPath": ".replicas",
+                },
+            ]
+        }
+    )
+
+    replicas: int = Field(default=1, ge=1, le=MAX_REPLICAS, description="Model replicas.")
+    chips_per_replica: int = Field(
+        ge=1, le=MAX_JOB_CHIPS, description="Chips of one replica (one gang, all or nothing)."
+    )
+    profile: ProfileName | None = Field(
+        default=None,
+        description="Run only on UltraServers of this profile; unset means any profile.",
+    )
+    topology: TopologyPolicy = Field(
+        default_factory=TopologyPolicy,
+        description="Topology constraints of each replica (not of the replicas together).",
+        json_schema_extra={"default": {}},
+    )
+    priority: int = Field(
+        default=0,
+        ge=-MAX_PRIORITY,
+        le=MAX_PRIORITY,
+        description="Higher runs first and may preempt lower-priority jobs.",
+    )
+    preemptible: bool = Field(default=True, description="False protects the job from preemption.")
+    precision: Precision = Field(default=Precision.BF16, description="Numeric precision.")
+    model: ModelRef = Field(description="The model being served.")
+    load: LoadTarget = Field(description="Offered load: requestsPerSecond or tokensPerSecond.")
+    latency_slo: LatencySLO | None = Field(
+        default=None, alias="latencySLO", description="Latency objective."
+    )
+    duration_seconds: int | None = Field(
+        default=None, ge=1, le=31_536_000, description="Serve for this long; unset means forever."
+    )
+
+    @model_validator(mode="after")
+    def _cross_field(self) -> InferenceJobSpec:
+        rules.check_fit(self.chips_per_replica, "chipsPerReplica", self.profile, self.topology)
+        if self.replicas * self.chips_per_replica > MAX_JOB_CHIPS:
+            raise ValueError(_TOTAL)
+        return self
+
+
+class ReplicaAllocation(StatusModel):
+    """Chips of one replica."""
+
+    index: int = Field(ge=0, description="Replica index, from 0.")
+    ultra_servers: list[str] = Field(default_factory=list, description="UltraServers used.")
+    servers: list[str] = Field(default_factory=list, description="Servers, `<us>/sNN`.")
+    chips: list[str] = Field(default_factory=list, description="Chip ids, `<us>/sNN/cNN`.")
+
+
+class InferenceAllocation(Allocation):
+    """Chips held by all replicas, and per replica."""
+
+    replicas: list[ReplicaAllocation] = Field(
+        default_factory=list, description="Chips of each replica."
+    )
+
+
+class InferenceJobStatus(JobStatus):
+    """Observed state of an inference job."""
+
+    allocation: InferenceAllocation | None = Field(
+        default=None, description="Chips held by the job."
+    )
+    tokens_per_second: float | None = Field(
+        default=None, ge=0, description="Output tokens per second served (simulated)."
+    )
+    p50_latency_ms: float | None = Field(
+        default=None, ge=0, description="Median time per output token, ms (simulated)."
+    )
+    slo_met: bool | None = Field(default=None, description="True when latencySLO is met.")
+    tokens_per_megawatt: float | None = Field(
+        default=None, ge=0, description="Tokens per second per megawatt drawn."
+    )
+
+
+class InferenceJob(BaseModel):
+    """A whole InferenceJob object, as applied with kubectl."""
+
+    model_config = ConfigDict(
+        populate_by_name=True,
+        extra="forbid",
+        json_schema_extra={"x-kubernetes-validations": [rules.immutable_spec_rule()]},
+    )
+
+    api_version: Literal["ultraplane.dev/v1alpha1"] = Field(API_VERSION, alias="apiVersion")
+    kind: Literal["InferenceJob"] = "InferenceJob"
+    metadata: ObjectMeta
+    spec: InferenceJobSpec
+    status: InferenceJobStatus | None = None
+
+    def body(self) -> dict[str, Any]:
+        """The Kubernetes JSON body."""
+        return self.model_dump(mode="json", by_alias=True, exclude_none=True)
