@@ -1,0 +1,403 @@
+"""The gang allocator: holds the usage of a topology and places jobs all-or-nothing.
+
+Why a class around pure searches: the searches (`ultraplane.searches`) are pure functions of the
+usage in `ultraplane.slots`; this class owns that usage, keeps jobs' chips, and applies health
+and inventory changes incrementally, so a placement on a 1M-chip cluster costs microseconds and
+never rescans the fleet. It does no I/O and reads no clock; the same sequence of calls always
+gives the same placements.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import replace as dc_replace
+from types import MappingProxyType
+from typing import Literal
+
+from ultraplane.capacities import CapacityReport, capacity_report
+from ultraplane.ids import ChipId, JobKey, local_ref, parse_chip_id
+from ultraplane.placements import AllocationConflict, NoFit, Placement, PlacementRequest
+from ultraplane.searches import Parts, best_fit, first_fit, level_of, nearby, score_of
+from ultraplane.slots import Pool, Slot
+from ultraplane.topology import CLUSTER, ULTRASERVER, Level, Topology, UltraServer, parse_level
+
+__all__ = [
+    "AllocationConflict", "Allocator", "CapacityReport", "NoFit", "Placement", "PlacementRequest",
+]
+
+Policy = Literal["ultraplane", "first-fit"]
+
+
+class _Job:
+    __slots__ = ("parts", "placement", "request")
+
+    def __init__(self, parts: Parts, placement: Placement, request: PlacementRequest | None):
+        self.parts, self.placement, self.request = parts, placement, request
+
+
+class Allocator:
+    """Usage state of one topology; see docs/core-api.md for the contract."""
+
+    def __init__(self, topology: Topology, *, policy: Policy = "ultraplane") -> None:
+        if policy not in ("ultraplane", "first-fit"):
+            raise ValueError(f"policy must be 'ultraplane' or 'first-fit', got {policy!r}")
+        self.policy = policy
+        self._slots: dict[str, Slot] = {}
+        self._pools: dict[tuple[str, int], Pool] = {}
+        self._jobs: dict[JobKey, _Job] = {}
+        self._placements: dict[JobKey, Placement] = {}
+        self._next_order = 0
+        self._domain_counts: dict[tuple[int, int], int] = {}
+        for us in topology.ultraservers:
+            self.upsert_ultraserver(us)
+
+    # -- queries -----------------------------------------------------------------------
+    @property
+    def topology(self) -> Topology:
+        return Topology(tuple(s.us for s in sorted(self._slots.values(), key=lambda s: s.order)))
+
+    def allocations(self) -> Mapping[JobKey, Placement]:
+        return MappingProxyType(self._placements)
+
+    def job_of(self, chip: ChipId | str) -> JobKey | None:
+        slot, s, bit = self._locate(chip)
+        for job, mask in (slot.owners[s] or {}).items():
+            if mask & bit:
+                return job
+        return None
+
+    def capacity(self) -> CapacityReport:
+        return capacity_report(sorted(self._slots.values(), key=lambda s: s.order))
+
+    def place(self, request: PlacementRequest) -> Placement | NoFit:
+        """Where `request` would go now (nothing changes)."""
+        found = self._search(request)
+        return found if isinstance(found, NoFit) else self._placement(found[1], found[0])
+
+    def allocate(self, job: JobKey, request: PlacementRequest) -> Placement | NoFit:
+        """Place `request` and hold its chips for `job` (all or nothing)."""
+        if job in self._jobs:
+            raise AllocationConflict(f"job {job} already holds chips; release it first")
+        found = self._search(request)
+        if isinstance(found, NoFit):
+            return found
+        level, parts = found
+        placement = self._placement(parts, level)
+        self._hold(job, parts, placement, request)
+        return placement
+
+    def assign(self, job: JobKey, chip_ids: Iterable[ChipId | str],
+               request: PlacementRequest | None = None) -> Placement:
+        """Re-adopt a known allocation (recovery). Chips may have failed since; none may be
+        unknown or held by another job (AllocationConflict)."""
+        if job in self._jobs:
+            raise AllocationConflict(f"job {job} already holds chips; release it first")
+        masks: dict[tuple[str, int], int] = {}
+        for cid in chip_ids:
+            slot, s, bit = self._locate(cid)
+            if slot.alloc[s] & bit or masks.get((slot.us.name, s), 0) & bit:
+                raise AllocationConflict(f"chip {cid} is already held by {self.job_of(cid) or job}")
+            masks[(slot.us.name, s)] = masks.get((slot.us.name, s), 0) | bit
+        if not masks:
+            raise AllocationConflict(f"job {job}: no chips to assign")
+        parts = [(self._slots[us], s, m) for (us, s), m in masks.items()]
+        placement = self._placement(parts, level_of(parts), score=0.0)
+        self._hold(job, parts, placement, request)
+        return placement
+
+    def release(self, job: JobKey) -> frozenset[ChipId]:
+        """Free a job's chips; returns exactly the chips it held (empty if unknown)."""
+        rec = self._jobs.pop(job, None)
+        if rec is None:
+            return frozenset()
+        del self._placements[job]
+        self._give(job, rec.parts)
+        return frozenset(rec.placement.chip_ids)
+
+    # -- what-if, for preemption planning ----------------------------------------------
+    def preemption_domains(self, request: PlacementRequest) -> list[tuple[str, tuple[str, ...]]]:
+        """Domains a preemption may clear for `request`, as (name, UltraServer names): each
+        schedulable UltraServer for gangs that fit in one, else the network domains (tightest
+        level that can hold enough whole UltraServers) for larger gangs."""
+        required = parse_level(request.required_level) if request.required_level else CLUSTER
+        out: list[tuple[str, tuple[str, ...]]] = []
+        for pool in self._pools.values():
+            if request.profile not in (None, pool.profile) or self._never(pool, request, required):
+                continue
+            live = sorted((s for s in pool.slots if s.us.schedulable), key=lambda s: s.order)
+            if request.chips <= pool.cpu:
+                out += [(s.us.name, (s.us.name,)) for s in live]
+                continue
+            k = -(-request.chips // pool.cpu)
+            deepest = max((len(s.domains) for s in live), default=0)
+            last = deepest + 1 if required == CLUSTER else required.network_depth
+            for depth in range(1, last + 1):
+                groups: dict[tuple[str, ...], list[str]] = {}
+                for s in live:
+                    key = s.domains[depth - 1] if depth <= len(s.domains) else ("cluster",)
+                    groups.setdefault(key, []).append(s.us.name)
+                fitting = [("/".join(key), tuple(names)) for key, names in groups.items()
+                           if len(names) >= k]
+                if fitting:
+                    out += fitting
+                    break
+        return out
+
+    def jobs_in(self, ultraservers: Iterable[str]) -> dict[JobKey, int]:
+        """Jobs holding chips on these UltraServers, with how many chips they hold there."""
+        held: dict[JobKey, int] = {}
+        for name in ultraservers:
+            for job, n in self._get(name).jobs.items():
+                held[job] = held.get(job, 0) + n
+        return held
+
+    def free_chips(self, ultraservers: Iterable[str]) -> int:
+        return sum(self._get(n).total for n in ultraservers if self._get(n).us.schedulable)
+
+    def place_without(self, request: PlacementRequest, victims: Iterable[JobKey],
+                      within: Iterable[str]) -> Placement | NoFit:
+        """Where `request` would go inside `within` if `victims` were released (no change)."""
+        saved = [(job, self._jobs[job]) for job in dict.fromkeys(victims) if job in self._jobs]
+        for job, rec in saved:
+            del self._jobs[job]
+            del self._placements[job]
+            self._give(job, rec.parts)
+        try:
+            found = self._search(request, [self._get(n) for n in within])
+        finally:
+            for job, rec in reversed(saved):
+                self._hold(job, rec.parts, rec.placement, rec.request)
+        return found if isinstance(found, NoFit) else self._placement(found[1], found[0])
+
+    # -- internals ---------------------------------------------------------------------
+    def _locate(self, chip: ChipId | str) -> tuple[Slot, int, int]:
+        us, s, c = parse_chip_id(chip)
+        slot = self._slots.get(us)
+        if slot is None or s >= slot.n or c >= slot.cps:
+            raise AllocationConflict(f"chip {chip} does not exist in this topology")
+        return slot, s, 1 << c
+
+    def _placement(self, parts: Parts, level: Level, score: float | None = None) -> Placement:
+        ordered = sorted(parts, key=lambda p: (p[0].us.name, p[1]))
+        return Placement(
+            tuple((sl.us.name, s, m) for sl, s, m in ordered), level.name,
+            score_of(parts) if score is None else score,
+        )
+
+    def _hold(self, job: JobKey, parts: Parts, placement: Placement,
+              request: PlacementRequest | None) -> None:
+        touched: dict[int, Slot] = {}
+        for slot, s, mask in parts:
+            slot.take(s, mask, job)
+            touched[id(slot)] = slot
+        for slot in touched.values():
+            self._pool(slot).reindex(slot)
+        self._jobs[job] = _Job(parts, placement, request)
+        self._placements[job] = placement
+
+    def _give(self, job: JobKey, parts: Parts) -> None:
+        touched: dict[int, Slot] = {}
+        for slot, s, mask in parts:
+            slot.give(s, mask, job)
+            touched[id(slot)] = slot
+        for slot in touched.values():
+            if self._slots.get(slot.us.name) is slot:
+                self._pool(slot).reindex(slot)
+
+    def _pool(self, slot: Slot) -> Pool:
+        return self._pools[(slot.us.profile, slot.n)]
+
+    def _search(self, request: PlacementRequest,
+                within: Iterable[Slot] | None = None) -> tuple[Level, Parts] | NoFit:
+        required = parse_level(request.required_level) if request.required_level else CLUSTER
+        preferred = parse_level(request.preferred_level) if request.preferred_level else None
+        pools = [p for p in self._pools.values()
+                 if p.slots and request.profile in (None, p.profile)]
+        if not pools:
+            what = f"{request.profile} " if request.profile else ""
+            return NoFit("Unsatisfiable", f"this cluster has no {what}UltraServers")
+        reasons = [self._never(p, request, required) for p in pools]
+        if all(reasons):
+            return NoFit("Unsatisfiable", str(reasons[0]))
+        members = list(within) if within is not None else None
+        found: list[tuple[int, int, tuple[Level, Parts]]] = []
+        for i, (pool, never) in enumerate(zip(pools, reasons, strict=True)):
+            if never:
+                continue
+            mine = None if members is None else [s for s in members if self._pool(s) is pool]
+            if self.policy == "first-fit":
+                hit = first_fit(pool, request.chips, required, request.whole_servers, mine)
+            else:
+                hit = best_fit(pool, request.chips, required, preferred,
+                               request.whole_servers, mine)
+            if hit is not None:
+                found.append((hit[0].rank, i, hit))
+        if found:
+            return min(found, key=lambda f: f[:2])[2]
+        pool = next(p for p, never in zip(pools, reasons, strict=True) if not never)
+        return self._no_capacity(pool, request, required)
+
+    def _domain_count(self, pool: Pool, depth: int) -> int:
+        """Most UltraServers of `pool` in one network domain at `depth` (healthy or not)."""
+        key = (id(pool), depth)
+        if key not in self._domain_counts:
+            counts: dict[tuple[str, ...], int] = {}
+            for slot in pool.slots:
+                d = slot.domains[depth - 1] if depth <= len(slot.domains) else ("cluster",)
+                counts[d] = counts.get(d, 0) + 1
+            self._domain_counts[key] = max(counts.values(), default=0)
+        return self._domain_counts[key]
+
+    def _never(self, pool: Pool, request: PlacementRequest, required: Level) -> str | None:
+        c, name = request.chips, pool.profile
+        if request.whole_servers and c % pool.cps:
+            return (f"chips {c} is not a multiple of the {pool.cps} chips per {name} server, "
+                    "so whole servers cannot hold it")
+        if required <= ULTRASERVER:
+            cap = (pool.cps, pool.cpr, pool.cpu)[required.rank]
+        elif required == CLUSTER:
+            cap = len(pool.slots) * pool.cpu
+        else:
+            cap = self._domain_count(pool, required.network_depth) * pool.cpu
+        if c > cap:
+            where = "the whole fleet" if required == CLUSTER else f"one {required.name}"
+            return f"chips {c} is more than {where} of {name} UltraServers holds ({cap} chips)"
+        return None
+
+    def _no_capacity(self, pool: Pool, request: PlacementRequest, required: Level) -> NoFit:
+        c = request.chips
+        live = [s for s in pool.slots if s.us.schedulable]
+        if c > pool.cpu:
+            k = -(-c // pool.cpu)
+            block = max(pool.block_idle, key=lambda b: len(pool.block_idle[b]), default=None)
+            most = len(pool.block_idle[block]) if block else 0
+            busy = [s for s in live if s.block == block and not s.idle]
+            return NoFit("NoCapacity", (
+                f"{c} chips need {k} idle {pool.profile} UltraServers inside one "
+                f"{'network block' if required.rank <= 3 else required.name}; the most idle in one "
+                f"block now is {most}; releasing the jobs on its busy UltraServers would free space"
+            ), _jobs_on(busy))
+        best = max(live, key=lambda s: (s.total, -s.order), default=None)
+        inside = "" if required == CLUSTER else f" inside one {required.name}"
+        if best is None:
+            return NoFit("NoCapacity", f"no {pool.profile} UltraServer is schedulable now")
+        return NoFit("NoCapacity", (
+            f"no room for {c} chips{inside} on {pool.profile} UltraServers now; the freest, "
+            f"{best.us.name}, has {best.total} free chips; releasing its jobs would free space"
+        ), _jobs_on([best]))
+
+    # -- health and inventory ------------------------------------------------------------
+    def set_chip_failed(self, chip: ChipId | str, failed: bool) -> None:
+        slot, s, bit = self._locate(chip)
+        ref = local_ref(s, bit.bit_length() - 1)
+        chips = slot.us.failed_chips | {ref} if failed else slot.us.failed_chips - {ref}
+        self._update(dc_replace(slot.us, failed_chips=frozenset(chips)))
+
+    def set_server_cordoned(self, ultraserver: str, server: int, cordoned: bool) -> None:
+        us = self._get(ultraserver).us
+        if not 0 <= server < us.server_count:
+            raise ValueError(f"UltraServer {ultraserver} has no server {server}")
+        cordons = us.cordoned_servers | {server} if cordoned else us.cordoned_servers - {server}
+        self._update(dc_replace(us, cordoned_servers=frozenset(cordons)))
+
+    def set_schedulable(self, ultraserver: str, schedulable: bool) -> None:
+        self._update(dc_replace(self._get(ultraserver).us, schedulable=schedulable))
+
+    def upsert_ultraserver(self, us: UltraServer) -> None:
+        """Add an UltraServer, or adopt new health/network for a known one (same shape)."""
+        slot = self._slots.get(us.name)
+        if slot is not None and (slot.us.profile, slot.n) != (us.profile, us.server_count):
+            if slot.jobs:
+                raise AllocationConflict(
+                    f"UltraServer {us.name} changed shape while jobs hold chips: {sorted(slot.jobs)}")
+            self.remove_ultraserver(us.name)
+            slot = None
+        if slot is None:
+            slot = Slot(us, self._next_order)
+            self._next_order += 1
+            self._slots[us.name] = slot
+            spec = us.spec
+            key = (us.profile, slot.n)
+            if key not in self._pools:
+                self._pools[key] = Pool(us.profile, spec.chips_per_server, slot.cpr, slot.cpu)
+            self._pools[key].add(slot)
+            self._domain_counts.clear()
+        else:
+            self._update(us)
+
+    def remove_ultraserver(self, name: str) -> tuple[JobKey, ...]:
+        """Forget an UltraServer; jobs holding chips on it are released whole (returned)."""
+        slot = self._slots.get(name)
+        if slot is None:
+            return ()
+        victims = tuple(sorted(slot.jobs))
+        for job in victims:
+            self.release(job)
+        self._pool(slot).remove(slot)
+        del self._slots[name]
+        self._domain_counts.clear()
+        return victims
+
+    def _get(self, name: str) -> Slot:
+        slot = self._slots.get(name)
+        if slot is None:
+            raise KeyError(f"no UltraServer named {name!r}")
+        return slot
+
+    def _update(self, us: UltraServer) -> None:
+        slot = self._get(us.name)
+        pool = self._pool(slot)
+        pool.remove(slot)
+        slot.set_health(us)
+        pool.add(slot)
+        self._domain_counts.clear()
+
+    # -- repair ------------------------------------------------------------------------
+    def replace(self, job: JobKey, lost: Iterable[ChipId | str]) -> Placement | NoFit:
+        """ReplaceAffected: swap the `lost` chips for free ones, keeping the job's other chips
+        and its required level, nearest to the kept chips first. All or nothing: on NoFit the
+        job keeps every chip it had."""
+        rec = self._jobs.get(job)
+        if rec is None:
+            raise AllocationConflict(f"job {job} holds no chips")
+        gone: dict[tuple[int, int], int] = {}
+        for cid in lost:
+            slot, s, bit = self._locate(cid)
+            if not (slot.owners[s] or {}).get(job, 0) & bit:
+                raise AllocationConflict(f"chip {cid} is not held by job {job}")
+            gone[(id(slot), s)] = gone.get((id(slot), s), 0) | bit
+        if not gone:
+            return rec.placement
+        need = sum(m.bit_count() for m in gone.values())
+        kept = [(sl, s, m & ~gone.get((id(sl), s), 0)) for sl, s, m in rec.parts]
+        kept = [p for p in kept if p[2]]
+        request = rec.request or PlacementRequest(chips=rec.placement.chips)
+        required = parse_level(request.required_level) if request.required_level else CLUSTER
+        if kept:
+            near = nearby(kept, self._pool(kept[0][0]).slots, required, need)
+            found: tuple[Level, Parts] | NoFit = (
+                (CLUSTER, near) if near is not None else
+                NoFit("NoCapacity", f"no {need} free chips within the {required.name} of job {job}"))
+        else:
+            found = self._search(dc_replace(request, chips=need))
+        if isinstance(found, NoFit):
+            return found
+        new = found[1]
+        merged: dict[tuple[int, int], tuple[Slot, int, int]] = {}
+        for sl, s, m in kept + new:
+            old = merged.get((id(sl), s))
+            merged[(id(sl), s)] = (sl, s, m | (old[2] if old else 0))
+        parts = list(merged.values())
+        placement = self._placement(parts, level_of(parts), score=score_of(new))
+        del self._jobs[job]
+        self._give(job, rec.parts)
+        self._hold(job, parts, placement, request)
+        return placement
+
+
+def _jobs_on(slots: Iterable[Slot]) -> tuple[JobKey, ...]:
+    jobs: dict[JobKey, None] = {}
+    for slot in slots:
+        for job in sorted(slot.jobs, key=lambda j: (-slot.jobs[j], j)):
+            jobs[job] = None
+    return tuple(jobs)

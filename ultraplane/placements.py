@@ -1,0 +1,109 @@
+"""The allocator's inputs and outputs: a request, a placement, or the reason it cannot fit.
+
+Why compact parts: at 1M chips a placement of 1,152 chips would cost 1,152 Python strings on the
+hot path. A `Placement` stores `(ultraserver, server, chip-bitmask)` parts and builds the chip-id
+strings only when someone reads `chip_ids` (then caches them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Literal
+
+from ultraplane.ids import ChipId, JobKey, ServerId, chip_id, parse_chip_id, server_id
+from ultraplane.profiles import load_profile
+from ultraplane.topology import parse_level
+
+__all__ = ["AllocationConflict", "NoFit", "NoFitKind", "Placement", "PlacementRequest"]
+
+NoFitKind = Literal["NoCapacity", "Unsatisfiable"]
+
+
+class AllocationConflict(ValueError):
+    """A chip is unknown, unusable or already held by another job."""
+
+
+@dataclass(frozen=True)
+class PlacementRequest:
+    """A gang of `chips`. Levels are names (`server`, `rack`, `ultraserver`, `block`, ...).
+
+    `required_level` is never crossed. `preferred_level` is where the search starts (default:
+    the tightest level that can hold the job); it widens up to the required level.
+    `whole_servers` gives the job whole servers only (chips must be a multiple of a server).
+    """
+
+    chips: int
+    required_level: str | None = None
+    preferred_level: str | None = None
+    whole_servers: bool = False
+    profile: str | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.chips, bool) or not isinstance(self.chips, int) or self.chips <= 0:
+            raise ValueError(f"chips must be a positive integer, got {self.chips!r}")
+        for name in ("required_level", "preferred_level"):
+            value = getattr(self, name)
+            if value is not None:
+                object.__setattr__(self, name, parse_level(value).name)
+        if self.profile is not None:
+            load_profile(self.profile)  # UnknownProfileError names the known profiles
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a gang runs: `parts` are `(ultraserver, server, chip bitmask)`, in chip-id order.
+
+    `level` is the tightest level that contains every chip; `score` counts, in chips, the whole
+    free servers, racks and UltraServers this placement broke (0 = broke nothing whole).
+    """
+
+    parts: tuple[tuple[str, int, int], ...]
+    level: str = "cluster"
+    score: float = 0.0
+
+    @classmethod
+    def from_chip_ids(
+        cls, chip_ids: Iterable[str], *, level: str = "cluster", score: float = 0.0
+    ) -> Placement:
+        masks: dict[tuple[str, int], int] = {}
+        for cid in chip_ids:
+            us, server, chip = parse_chip_id(cid)
+            masks[(us, server)] = masks.get((us, server), 0) | (1 << chip)
+        return cls(tuple((us, s, m) for (us, s), m in sorted(masks.items())), level, score)
+
+    @cached_property
+    def chip_ids(self) -> tuple[ChipId, ...]:
+        out: list[ChipId] = []
+        for us, server, mask in self.parts:
+            bit = 0
+            while mask >> bit:
+                if (mask >> bit) & 1:
+                    out.append(chip_id(us, server, bit))
+                bit += 1
+        return tuple(out)
+
+    @cached_property
+    def servers(self) -> tuple[ServerId, ...]:
+        return tuple(dict.fromkeys(server_id(us, s) for us, s, _ in self.parts))
+
+    @cached_property
+    def ultraservers(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(us for us, _, _ in self.parts))
+
+    @property
+    def chips(self) -> int:
+        return sum(m.bit_count() for _, _, m in self.parts)
+
+
+@dataclass(frozen=True)
+class NoFit:
+    """Why a request is not placed. `Unsatisfiable`: never, even on an empty cluster.
+
+    `blocking` lists jobs whose release would free the nearest-to-fitting domain, when known.
+    """
+
+    kind: NoFitKind
+    message: str
+    blocking: tuple[JobKey, ...] = ()

@@ -1,0 +1,298 @@
+"""The placement algorithms: where a gang goes, given the usage in `slots`. Pure functions.
+
+Policy "ultraplane" (see docs/allocator.md for the why and the benchmark):
+1. A gang that fits in one UltraServer is searched level by level, tightest first (server, then
+   rack, then UltraServer, never past the required level). At each level it takes the *fullest*
+   UltraServer that still has a domain of that level with room (best fit, like Kueue's
+   BestFit/LeastFreeCapacity), so partly used UltraServers fill up and idle ones stay whole. If
+   only idle UltraServers are left it breaks one from the network block with the fewest idle
+   UltraServers (the block least able to host a large gang anyway: Slurm's block scoring idea).
+2. Inside the UltraServer it takes the tightest domain and packs partly used servers first
+   (fewest free chips first), so whole servers and whole racks stay free.
+3. A gang larger than an UltraServer takes whole idle UltraServers, from the network block with
+   the fewest idle UltraServers that still holds it, widening to network-2, ... only if needed.
+4. A small gang that fits in no single UltraServer may spread over several inside the tightest
+   network domain the required level allows, taking the freest UltraServers first.
+Policy "first-fit" takes the first chips in id order inside the first domain that has room.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from ultraplane.slots import Pool, Slot
+from ultraplane.topology import CLUSTER, RACK, SERVER, ULTRASERVER, Level
+
+__all__ = ["Parts", "best_fit", "first_fit", "level_of", "low_bits", "score_of", "tight_level"]
+
+# A placement in progress: (slot, server index, chip bitmask).
+Parts = list[tuple[Slot, int, int]]
+
+
+def low_bits(mask: int, k: int) -> int:
+    """The lowest `k` set bits of `mask` (chips in id order)."""
+    out = 0
+    while k and mask:
+        bit = mask & -mask
+        out |= bit
+        mask ^= bit
+        k -= 1
+    return out
+
+
+def tight_level(pool: Pool, chips: int) -> Level:
+    if chips <= pool.cps:
+        return SERVER
+    return RACK if chips <= pool.cpr else ULTRASERVER
+
+
+def _domain(slot: Slot, depth: int) -> tuple[str, ...]:
+    return slot.domains[depth - 1] if depth <= len(slot.domains) else ("cluster",)
+
+
+def _fits(slot: Slot, rank: int, c: int, whole: bool) -> bool:
+    if whole:
+        have = (min(slot.whole, 1), max(slot.rack_whole), slot.whole)[rank] * slot.cps
+    else:
+        have = (slot.max_server_free, max(slot.rack_free), slot.total)[rank]
+    return have >= c
+
+
+def _take_from(slot: Slot, servers: Iterable[int], c: int, whole: bool) -> Parts:
+    """Pack `c` chips into `servers`: partly used servers first, fewest free first."""
+    full, spr = slot.full, slot.spr
+    if whole:
+        order = sorted((s for s in servers if slot.free[s] == full),
+                       key=lambda s: (slot.rack_free[s // spr], s))
+    else:
+        order = sorted((s for s in servers if slot.nfree[s]),
+                       key=lambda s: (slot.free[s] == full, slot.rack_free[s // spr],
+                                      slot.nfree[s], s))
+    parts: Parts = []
+    for s in order:
+        if c <= 0:
+            break
+        mask = low_bits(slot.free[s], c)
+        parts.append((slot, s, mask))
+        c -= mask.bit_count()
+    return parts
+
+
+def fill(slot: Slot, rank: int, c: int, whole: bool) -> Parts:
+    """Place `c` chips inside `slot` within one domain of level `rank` (0/1/2)."""
+    if rank == 0:
+        need = slot.full if whole else None
+        s = min((s for s in range(slot.n)
+                 if (slot.free[s] == need if need is not None else slot.nfree[s] >= c)),
+                key=lambda s: (slot.nfree[s], slot.rack_free[s // slot.spr], s))
+        return [(slot, s, low_bits(slot.free[s], c))]
+    if rank == 1:
+        cap = [w * slot.cps for w in slot.rack_whole] if whole else slot.rack_free
+        r = min((r for r in range(slot.nracks) if cap[r] >= c), key=lambda r: (cap[r], r))
+        return _take_from(slot, range(r * slot.spr, min(slot.n, (r + 1) * slot.spr)), c, whole)
+    return _take_from(slot, range(slot.n), c, whole)
+
+
+def _pick(pool: Pool, rank: int, c: int, whole: bool, within: Iterable[Slot] | None) -> Slot | None:
+    if whole or within is not None:
+        found = [s for s in (pool.slots if within is None else within)
+                 if s.us.schedulable and _fits(s, rank, c, whole)]
+        return min(found, key=lambda s: (s.total, s.order), default=None)
+    slot = pool.fullest(rank, c)
+    if slot is not None and slot.idle:
+        block = pool.block_with_idle(1)
+        if block is not None:
+            slot = min(pool.block_idle[block], key=lambda s: s.order)
+    return slot
+
+
+def best_fit(
+    pool: Pool, chips: int, required: Level, preferred: Level | None, whole: bool,
+    within: Iterable[Slot] | None = None,
+) -> tuple[Level, Parts] | None:
+    """The "ultraplane" policy (module docstring); None when nothing fits now."""
+    within = list(within) if within is not None else None
+    if chips > pool.cpu:
+        return _whole_ultraservers(pool, chips, required, within)
+    last = min(required, ULTRASERVER)
+    start = min(max(tight_level(pool, chips), preferred or SERVER), last)
+    for rank in range(start.rank, last.rank + 1):
+        slot = _pick(pool, rank, chips, whole, within)
+        if slot is not None:
+            return Level(rank), fill(slot, rank, chips, whole)
+    if required > ULTRASERVER:
+        return _spread(pool, chips, required, whole, within)
+    return None
+
+
+def _depths(pool: Pool, required: Level) -> list[int]:
+    deepest = max((len(s.domains) for s in pool.slots), default=0)
+    last = deepest + 1 if required == CLUSTER else min(required.network_depth, deepest + 1)
+    return list(range(1, last + 1))
+
+
+def _groups(slots: Iterable[Slot], depth: int) -> dict[tuple[str, ...], list[Slot]]:
+    groups: dict[tuple[str, ...], list[Slot]] = {}
+    for slot in sorted(slots, key=lambda s: s.order):
+        groups.setdefault(_domain(slot, depth), []).append(slot)
+    return groups
+
+
+def _spread(pool: Pool, c: int, required: Level, whole: bool,
+            within: list[Slot] | None) -> tuple[Level, Parts] | None:
+    live = [s for s in (pool.slots if within is None else within) if s.us.schedulable]
+    for depth in _depths(pool, required):
+        cap = {s: (s.whole * s.cps if whole else s.total) for s in live}
+        groups = _groups(live, depth)
+        fitting = [(sum(cap[s] for s in g), i) for i, g in enumerate(groups.values())
+                   if sum(cap[s] for s in g) >= c]
+        if not fitting:
+            continue
+        _, index = min(fitting)
+        parts: Parts = []
+        for slot in sorted(list(groups.values())[index], key=lambda s: (-cap[s], s.order)):
+            if c <= 0:
+                break
+            take = min(c, cap[slot])
+            if take:
+                parts += _take_from(slot, range(slot.n), take, whole)
+                c -= take
+        return level_of(parts), parts
+    return None
+
+
+def _whole_ultraservers(pool: Pool, c: int, required: Level,
+                        within: list[Slot] | None) -> tuple[Level, Parts] | None:
+    k = -(-c // pool.cpu)
+    chosen: list[Slot] | None = None
+    if within is None:
+        block = pool.block_with_idle(k)
+        if block is not None:
+            chosen = sorted(pool.block_idle[block], key=lambda s: s.order)[:k]
+    if chosen is None:
+        idle = [s for s in (pool.slots if within is None else within)
+                if s.us.schedulable and s.idle]
+        for depth in _depths(pool, required):
+            groups = _groups(idle, depth)
+            fitting = [(len(g), i) for i, g in enumerate(groups.values()) if len(g) >= k]
+            if fitting:
+                group = list(groups.values())[min(fitting)[1]]
+                blocks = _groups(group, 1)
+                ordered = sorted(blocks.values(), key=lambda b: -len(b))
+                chosen = [s for b in ordered for s in b][:k]
+                break
+    if chosen is None:
+        return None
+    parts: Parts = []
+    for slot in chosen:
+        parts += _take_from(slot, range(slot.n), min(c, slot.cpu), False)
+        c -= slot.cpu
+    return level_of(parts), parts
+
+
+def first_fit(
+    pool: Pool, chips: int, required: Level, whole: bool, within: Iterable[Slot] | None = None,
+) -> tuple[Level, Parts] | None:
+    """The baseline: first chips in id order inside the first domain (of `required`) with room."""
+    live = sorted((s for s in (pool.slots if within is None else within) if s.us.schedulable),
+                  key=lambda s: s.order)
+
+    def usable(sl: Slot, s: int) -> bool:
+        return sl.free[s] == sl.full if whole else sl.nfree[s] > 0
+
+    if required <= ULTRASERVER:
+        span = (1, None, None)[required.rank]
+        for slot in live:
+            size = span or (slot.spr if required == RACK else slot.n)
+            for first in range(0, slot.n, size):
+                parts = _first_chips([(slot, s) for s in range(first, min(slot.n, first + size))
+                                      if usable(slot, s)], chips)
+                if parts:
+                    return level_of(parts), parts
+        return None
+    depth = required.network_depth if required != CLUSTER else 10**6
+    for group in _groups(live, depth).values():
+        parts = _first_chips([(sl, s) for sl in group for s in range(sl.n) if usable(sl, s)], chips)
+        if parts:
+            return level_of(parts), parts
+    return None
+
+
+def _first_chips(servers: list[tuple[Slot, int]], c: int) -> Parts | None:
+    if sum(sl.nfree[s] for sl, s in servers) < c:
+        return None
+    parts: Parts = []
+    for slot, s in servers:
+        if c <= 0:
+            break
+        mask = low_bits(slot.free[s], c)
+        parts.append((slot, s, mask))
+        c -= mask.bit_count()
+    return parts
+
+
+def level_of(parts: Parts) -> Level:
+    """The tightest level containing every part."""
+    slots = {id(sl): sl for sl, _, _ in parts}
+    if len(slots) == 1:
+        slot = parts[0][0]
+        if len({s for _, s, _ in parts}) == 1:
+            return SERVER
+        return RACK if len({s // slot.spr for _, s, _ in parts}) == 1 else ULTRASERVER
+    many = list(slots.values())
+    for depth in range(1, min(len(s.domains) for s in many) + 1):
+        if len({_domain(s, depth) for s in many}) == 1:
+            return Level(2 + depth)
+    return CLUSTER
+
+
+def score_of(parts: Parts) -> float:
+    """Chips of the whole free servers, racks and UltraServers this placement would break."""
+    per_slot: dict[int, tuple[Slot, dict[int, int]]] = {}
+    for slot, s, mask in parts:
+        per_slot.setdefault(id(slot), (slot, {}))[1][s] = mask
+    score = 0
+    for slot, taken in per_slot.values():
+        broken = {s for s, m in taken.items() if slot.free[s] == slot.full and m != slot.full}
+        score += len(broken) * slot.cps
+        for r in {s // slot.spr for s in taken}:
+            servers = range(r * slot.spr, min(slot.n, (r + 1) * slot.spr))
+            if slot.rack_whole[r] == len(servers) and not all(
+                    taken.get(s) == slot.full for s in servers):
+                score += len(servers) * slot.cps
+        if slot.idle and sum(m.bit_count() for m in taken.values()) < slot.cpu:
+            score += slot.cpu
+    return float(score)
+
+
+def nearby(kept: Parts, pool_slots: Iterable[Slot], required: Level, need: int) -> Parts | None:
+    """`need` free chips for a repair, inside the required domain of the `kept` chips, taking
+    the same server, then the same rack, UltraServer and network block first."""
+    anchor = kept[0][0]
+    kept_servers = {(id(sl), s) for sl, s, _ in kept}
+    kept_racks = {(id(sl), s // sl.spr) for sl, s, _ in kept}
+    kept_slots = {id(sl) for sl, _, _ in kept}
+    if required <= ULTRASERVER:
+        slots = [anchor]
+    elif required == CLUSTER:
+        slots = [s for s in pool_slots if s.us.schedulable or id(s) in kept_slots]
+    else:
+        depth = required.network_depth
+        slots = [s for s in pool_slots if (s.us.schedulable or id(s) in kept_slots)
+                 and _domain(s, depth) == _domain(anchor, depth)]
+    rows: list[tuple[tuple[int, int, int, int], Slot, int]] = []
+    for slot in slots:
+        for s in range(slot.n):
+            if not slot.nfree[s]:
+                continue
+            if required == SERVER and (id(slot), s) not in kept_servers:
+                continue
+            if required == RACK and (id(slot), s // slot.spr) not in kept_racks:
+                continue
+            rank = (0 if (id(slot), s) in kept_servers else
+                    1 if (id(slot), s // slot.spr) in kept_racks else
+                    2 if id(slot) in kept_slots else
+                    3 if slot.block == anchor.block else 4)
+            rows.append(((rank, slot.nfree[s], slot.order, s), slot, s))
+    rows.sort(key=lambda r: r[0])
+    return _first_chips([(sl, s) for _, sl, s in rows], need)
