@@ -226,9 +226,13 @@ class JobRunner:
             "powerWatts": round(float(getattr(status, "power_watts", 0.0)), 1),
             "energyKWh": round(job.energy_kwh, 6),
         }
-        tps = getattr(status, "tokens_per_second", None)
-        if job.kind == "InferenceJob" and tps is not None:
-            fields["tokensPerSecond"] = float(tps)
+        if job.kind == "InferenceJob":
+            for wire, attr in (("tokensPerSecond", "tokens_per_second"),
+                               ("p50LatencyMs", "p50_latency_ms"), ("sloMet", "slo_met"),
+                               ("tokensPerMegawatt", "tokens_per_megawatt")):
+                value = getattr(status, attr, None)
+                if value is not None:
+                    fields[wire] = value
         job.status.update(fields)
 
     def _close_attempt(self, job: JobState, stopped: Any) -> None:

@@ -152,6 +152,7 @@ def test_create_conflict_list_and_delete(fleet: Fleet) -> None:
 def test_inference_job_places_each_replica(fleet: Fleet) -> None:
     body = {"metadata": {"name": "chat"},
             "spec": {"replicas": 2, "chipsPerReplica": 16, "topology": {"requiredLevel": "rack"},
+                     "model": {"name": "llama-3-70b", "parametersBillions": 70},
                      "load": {"requestsPerSecond": 50}, "durationSeconds": 3600}}
     r = fleet.client.post(f"/v1/namespaces/{NS}/inferencejobs", json=body)
     assert r.status_code == 201, r.text
@@ -162,6 +163,7 @@ def test_inference_job_places_each_replica(fleet: Fleet) -> None:
     assert [rep["index"] for rep in replicas] == [0, 1]
     assert all(len(rep["chips"]) == 16 for rep in replicas)
     assert not set(replicas[0]["chips"]) & set(replicas[1]["chips"])
+    assert job["status"]["tokensPerSecond"] > 0
 
 
 def test_preemption_frees_one_domain_for_a_high_priority_job(fleet: Fleet) -> None:
