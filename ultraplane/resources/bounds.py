@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cache
 
+from ultraplane.profiles import load_profile
 from ultraplane.resources.commons import ProfileName, cel_map
 
 
@@ -33,25 +34,9 @@ class Sizes:
         return self.chips_per_server * self.servers_per_ultraserver
 
 
-# Until `ultraplane.profiles.load_profile` lands: the figures of
-# the core's profiles (trn2 and Gen1: one rack of 4 servers; Gen2: 2 racks of
-# 18 servers are an assumption there; trn4-projected is an assumption: Gen2's shape).
-_REFERENCE = {
-    "trn2": Sizes(16, 4, 4, 1),
-    "trn3-gen1": Sizes(16, 4, 4, 1),
-    "trn3-gen2": Sizes(4, 18, 36, 2),
-    "trn4-projected": Sizes(4, 18, 36, 2),
-}
-
-
 @cache
 def profile_sizes() -> dict[str, Sizes]:
     """Sizes of every profile, in the order of `ProfileName`."""
-    try:
-        from ultraplane.profiles import load_profile
-    except ImportError:
-        return dict(_REFERENCE)
-
     sizes: dict[str, Sizes] = {}
     for name in ProfileName:
         p = load_profile(name.value)
