@@ -32,9 +32,11 @@ from ultraplane.resources import (
     TrainingJob,
     TrainingJobSpec,
     UltraServer,
+    bounds,
+    crdgen,
+    rules,
     to_wire,
 )
-from ultraplane.resources import bounds, crdgen, rules
 from ultraplane.resources.apidocs import render_reference
 from ultraplane.resources.schemas import structural, walk
 
@@ -277,7 +279,9 @@ def corpus() -> list[tuple[Path, str, str]]:
     cases = []
     for path in sorted(CORPUS.glob("*.yaml")):
         head = dict(
-            line[2:].split(": ", 1) for line in path.read_text().splitlines() if line.startswith("# ")
+            line[2:].split(": ", 1)
+            for line in path.read_text().splitlines()
+            if line.startswith("# ")
         )
         cases.append((path, head["expect"], head["pydantic"]))
     return cases
@@ -357,7 +361,11 @@ def test_check_fit_accepts_exactly_what_fits(
         "rack": lambda n: sizes[n].chips_per_rack,
         "ultraserver": lambda n: sizes[n].chips_per_ultraserver,
     }
-    fits = level is None or level.value not in size or chips <= max(size[level.value](n) for n in names)
+    fits = (
+        level is None
+        or level.value not in size
+        or chips <= max(size[level.value](n) for n in names)
+    )
     fits = fits and not (whole and profile and chips % sizes[profile.value].chips_per_server)
     policy = TopologyPolicy(required_level=level, whole_servers=whole)
     try:
@@ -374,7 +382,9 @@ def test_check_fit_accepts_exactly_what_fits(
     steps=st.one_of(st.none(), st.integers(1, 10**6)),
     precision=st.sampled_from(list(Precision)),
 )
-def test_wire_round_trip(chips: int, priority: int, steps: int | None, precision: Precision) -> None:
+def test_wire_round_trip(
+    chips: int, priority: int, steps: int | None, precision: Precision
+) -> None:
     work = {"steps": steps, "tokensPerStep": 1024} if steps else {"durationSeconds": 60}
     spec = TrainingJobSpec.model_validate(
         {"chips": chips, "priority": priority, "precision": precision, "work": work,
@@ -408,7 +418,10 @@ def test_structural_collapses_optionals_and_inlines_refs() -> None:
     inner = schema["properties"]["inner"]
     assert inner["description"] == "The field's own words win."
     assert inner["properties"]["level"]["type"] == "string"
-    assert "anyOf" not in inner["properties"]["ratio"] and "default" not in inner["properties"]["ratio"]
+    assert (
+        "anyOf" not in inner["properties"]["ratio"]
+        and "default" not in inner["properties"]["ratio"]
+    )
     assert schema["properties"]["positive"] == {
         "type": "number", "description": "Strictly positive.", "exclusiveMinimum": True,
         "minimum": 0,
