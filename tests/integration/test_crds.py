@@ -1,0 +1,264 @@
+"""The CRDs on a real kube-apiserver + etcd: what `kubectl` users actually meet.
+
+Schema validation, CEL rules, defaulting, pruning, printer columns and the status
+subresource are all the API server's doing, so only a real one can show they work.
+The session fixture `kube_env` (tests/integration/conftest.py) has applied `crds/`.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+pytestmark = pytest.mark.kube
+
+ROOT = Path(__file__).resolve().parents[2]
+CORPUS = Path(__file__).resolve().parent / "invalid_manifests"
+EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
+
+
+def _corpus() -> list[tuple[Path, str]]:
+    cases = []
+    for path in sorted(CORPUS.glob("*.yaml")):
+        head = dict(
+            line[2:].split(": ", 1)
+            for line in path.read_text().splitlines()
+            if line.startswith("# ")
+        )
+        cases.append((path, head["expect"]))
+    return cases
+
+
+def _apply(kube: Any, ns: str, doc: dict[str, Any] | str, *extra: str, check: bool = True) -> Any:
+    text = doc if isinstance(doc, str) else yaml.safe_dump(doc)
+    return kube.kubectl("apply", "-n", ns, *extra, "-f", "-", input=text, check=check)
+
+
+def _get(kube: Any, ns: str, kind: str, name: str) -> dict[str, Any]:
+    out = kube.kubectl("get", "-n", ns, kind, name, "-o", "json").stdout
+    return json.loads(out)  # type: ignore[no-any-return]
+
+
+def _patch_status(kube: Any, ns: str, kind: str, name: str, status: dict[str, Any]) -> None:
+    kube.kubectl(
+        "patch", "-n", ns, kind, name, "--subresource=status", "--type=merge",
+        "-p", json.dumps({"status": status}),
+    )  # fmt: skip
+
+
+def _job(name: str, chips: int = 4, **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "ultraplane.dev/v1alpha1",
+        "kind": "TrainingJob",
+        "metadata": {"name": name},
+        "spec": {"chips": chips, "work": {"durationSeconds": 3600}, **spec},
+    }
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
+def test_every_example_applies(kube_env: Any, kube_namespace: str, path: Path) -> None:
+    docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
+    out = _apply(kube_env, kube_namespace, path.read_text()).stdout
+    try:
+        for doc in docs:
+            name = doc["metadata"]["name"]
+            assert f"{doc['kind'].lower()}.ultraplane.dev/{name}" in out
+            stored = _get(kube_env, kube_namespace, doc["kind"].lower(), name)
+            # What the example says is what the server kept (defaults only add fields).
+            for key, value in doc["spec"].items():
+                assert stored["spec"][key] == value, f"{path.name}: spec.{key} changed"
+    finally:
+        if docs[0]["kind"] == "UltraServer":
+            names = [f"ultraserver/{d['metadata']['name']}" for d in docs]
+            kube_env.kubectl("delete", *names, "--wait=false", "--ignore-not-found", check=False)
+
+
+def test_printer_columns_show_phase_chips_ultraservers_progress(
+    kube_env: Any, kube_namespace: str
+) -> None:
+    _apply(kube_env, kube_namespace, _job("columns-demo", chips=288, profile="trn3-gen2"))
+    _patch_status(
+        kube_env, kube_namespace, "trainingjob", "columns-demo",
+        {"phase": "Running", "progressPercent": 12.5,
+         "allocation": {"ultraServers": ["gen2-0000", "gen2-0001"], "level": "network-1"}},
+    )  # fmt: skip
+    out = kube_env.kubectl("get", "-n", kube_namespace, "trainingjobs").stdout
+    header, *rows = out.splitlines()
+    assert header.split() == ["NAME", "PHASE", "CHIPS", "ULTRASERVERS", "PROGRESS", "AGE"]
+    (row,) = [r for r in rows if r.startswith("columns-demo ")]
+    assert row.split()[1:3] == ["Running", "288"]
+    assert "gen2-0000" in row and "gen2-0001" in row and "12.5" in row
+
+
+def test_ultraserver_and_inferencejob_columns(kube_env: Any, kube_namespace: str) -> None:
+    us = {
+        "apiVersion": "ultraplane.dev/v1alpha1",
+        "kind": "UltraServer",
+        "metadata": {"name": "columns-demo-us"},
+        "spec": {"profile": "trn3-gen2", "schedulable": False},
+    }
+    _apply(kube_env, kube_namespace, us)
+    try:
+        _patch_status(
+            kube_env, kube_namespace, "ultraserver", "columns-demo-us",
+            {"capacity": {"chips": 144}, "free": {"chips": 140}, "utilization": 0.03,
+             "powerWatts": 51000},
+        )  # fmt: skip
+        out = kube_env.kubectl("get", "ultraservers").stdout.splitlines()
+        assert out[0].split() == [
+            "NAME", "PROFILE", "CHIPS", "FREE", "UTILIZATION", "POWER", "SCHEDULABLE", "AGE"
+        ]  # fmt: skip
+        (row,) = [r for r in out if r.startswith("columns-demo-us ")]
+        assert row.split()[1:7] == ["trn3-gen2", "144", "140", "0.03", "51000", "false"]
+    finally:
+        kube_env.kubectl("delete", "ultraserver", "columns-demo-us", "--wait=false", check=False)
+    # An empty list prints no table, so make one job first.
+    _apply(kube_env, kube_namespace, (ROOT / "examples/inferencejob.yaml").read_text())
+    header = kube_env.kubectl("get", "-n", kube_namespace, "ij").stdout.splitlines()[0].split()
+    assert header == ["NAME", "PHASE", "REPLICAS", "CHIPS", "TOKENS/S", "AGE"]
+
+
+def test_category_lists_every_kind(kube_env: Any, kube_namespace: str) -> None:
+    _apply(kube_env, kube_namespace, _job("category-demo"))
+    _apply(kube_env, kube_namespace, (ROOT / "examples/inferencejob.yaml").read_text())
+    us = {
+        "apiVersion": "ultraplane.dev/v1alpha1",
+        "kind": "UltraServer",
+        "metadata": {"name": "category-demo-us"},
+        "spec": {"profile": "trn3-gen2"},
+    }
+    _apply(kube_env, kube_namespace, us)
+    try:
+        out = kube_env.kubectl("get", "ultraplane", "-n", kube_namespace, "-o", "name").stdout
+        assert "trainingjob.ultraplane.dev/category-demo" in out
+        assert "inferencejob.ultraplane.dev/chat-70b" in out
+        assert "ultraserver.ultraplane.dev/category-demo-us" in out
+        short = kube_env.kubectl("get", "tj,ij,us", "-n", kube_namespace, "-o", "name").stdout
+        assert "trainingjob.ultraplane.dev/category-demo" in short
+    finally:
+        kube_env.kubectl("delete", "ultraserver", "category-demo-us", "--wait=false", check=False)
+
+
+def test_explain_teaches_the_api(kube_env: Any) -> None:
+    # The OpenAPI v3 document of a new CRD is published a moment after it is Established.
+    deadline = time.monotonic() + 60
+    while True:
+        res = kube_env.kubectl("explain", "trainingjob.spec.topology", check=False)
+        if res.returncode == 0 or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    assert res.returncode == 0, res.stderr
+    text = " ".join(res.stdout.split())
+    assert "Topology constraints of the gang" in text
+    assert "requiredLevel" in text and "wholeServers" in text
+    level = kube_env.kubectl("explain", "trainingjob.spec.topology.requiredLevel").stdout
+    assert "network-1 alias block" in " ".join(level.split())
+    us = " ".join(kube_env.kubectl("explain", "ultraserver.spec.failedChips").stdout.split())
+    assert "Broken chips as local refs" in us
+
+
+@pytest.mark.parametrize(("path", "expect"), _corpus(), ids=lambda v: getattr(v, "stem", ""))
+def test_invalid_manifest_is_rejected(
+    kube_env: Any, kube_namespace: str, path: Path, expect: str
+) -> None:
+    res = _apply(kube_env, kube_namespace, path.read_text(), check=False)
+    if res.returncode == 0:  # accepted by mistake: do not leave it behind for other tests
+        kube_env.kubectl("delete", "-n", kube_namespace, "-f", str(path), check=False)
+    assert res.returncode != 0, f"{path.name} was accepted"
+    assert expect in res.stderr, res.stderr
+
+
+def test_invalid_corpus_is_large_enough() -> None:
+    assert len(_corpus()) >= 25
+
+
+def test_status_through_the_main_resource_is_ignored(kube_env: Any, kube_namespace: str) -> None:
+    _apply(kube_env, kube_namespace, _job("status-demo"))
+    kube_env.kubectl(
+        "patch", "-n", kube_namespace, "trainingjob", "status-demo", "--type=merge",
+        "-p", json.dumps({"status": {"phase": "Succeeded"}, "metadata": {"labels": {"a": "b"}}}),
+    )  # fmt: skip
+    obj = _get(kube_env, kube_namespace, "trainingjob", "status-demo")
+    assert obj["metadata"]["labels"] == {"a": "b"}  # the rest of the patch did land
+    assert "phase" not in obj.get("status", {})
+    _patch_status(kube_env, kube_namespace, "trainingjob", "status-demo", {"phase": "Pending"})
+    kube_env.kubectl(
+        "patch", "-n", kube_namespace, "trainingjob", "status-demo", "--subresource=status",
+        "--type=merge", "-p", json.dumps({"spec": {"chips": 8}}),
+    )  # fmt: skip
+    obj = _get(kube_env, kube_namespace, "trainingjob", "status-demo")
+    assert obj["status"]["phase"] == "Pending" and obj["spec"]["chips"] == 4
+
+
+def test_unknown_fields_are_pruned(kube_env: Any, kube_namespace: str) -> None:
+    doc = _job("prune-demo", topology={"requiredLevel": "rack", "bogus": 1})
+    doc["spec"]["extraField"] = "x"
+    _apply(kube_env, kube_namespace, doc, "--validate=false")
+    spec = _get(kube_env, kube_namespace, "trainingjob", "prune-demo")["spec"]
+    assert "extraField" not in spec and "bogus" not in spec["topology"]
+    assert spec["topology"]["requiredLevel"] == "rack"
+    _patch_status(
+        kube_env, kube_namespace, "trainingjob", "prune-demo", {"phase": "Pending", "x": 1}
+    )
+    status = _get(kube_env, kube_namespace, "trainingjob", "prune-demo")["status"]
+    assert status == {"phase": "Pending"}
+
+
+def test_defaults_are_applied(kube_env: Any, kube_namespace: str) -> None:
+    _apply(kube_env, kube_namespace, _job("defaults-demo"))
+    spec = _get(kube_env, kube_namespace, "trainingjob", "defaults-demo")["spec"]
+    assert spec == {
+        "chips": 4, "work": {"durationSeconds": 3600}, "topology": {"wholeServers": False},
+        "priority": 0, "preemptible": True, "precision": "BF16",
+        "checkpointIntervalSeconds": 600, "failurePolicy": "RestartAll",
+    }  # fmt: skip
+    ij = {
+        "apiVersion": "ultraplane.dev/v1alpha1", "kind": "InferenceJob",
+        "metadata": {"name": "defaults-demo"},
+        "spec": {"chipsPerReplica": 4, "model": {"name": "m"}, "load": {"tokensPerSecond": 10}},
+    }  # fmt: skip
+    _apply(kube_env, kube_namespace, ij)
+    spec = _get(kube_env, kube_namespace, "inferencejob", "defaults-demo")["spec"]
+    assert spec["replicas"] == 1 and spec["precision"] == "BF16" and spec["priority"] == 0
+
+
+def test_spec_is_editable_while_pending_and_frozen_once_admitted(
+    kube_env: Any, kube_namespace: str
+) -> None:
+    ns, name = kube_namespace, "immutable-demo"
+    _apply(kube_env, ns, _job(name, chips=4))
+    _apply(kube_env, ns, _job(name, chips=8))  # no status yet: editable
+    _patch_status(kube_env, ns, "trainingjob", name, {"phase": "Pending", "queuePosition": 3})
+    _apply(kube_env, ns, _job(name, chips=12))  # Pending: editable
+    assert _get(kube_env, ns, "trainingjob", name)["spec"]["chips"] == 12
+
+    _patch_status(kube_env, ns, "trainingjob", name, {"phase": "Admitted"})
+    res = _apply(kube_env, ns, _job(name, chips=16), check=False)
+    assert res.returncode != 0
+    assert "spec is immutable once the job is Admitted" in res.stderr
+    assert _get(kube_env, ns, "trainingjob", name)["spec"]["chips"] == 12
+
+    # Metadata and status still move: the operator and the simulator keep working.
+    kube_env.kubectl("label", "-n", ns, "trainingjob", name, "team=research")
+    _patch_status(kube_env, ns, "trainingjob", name, {"phase": "Running", "progressPercent": 1.0})
+    obj = _get(kube_env, ns, "trainingjob", name)
+    assert obj["status"]["phase"] == "Running" and obj["metadata"]["labels"]["team"] == "research"
+    res = _apply(kube_env, ns, _job(name, chips=12, priority=5), check=False)
+    assert res.returncode != 0 and "once the job is Running" in res.stderr
+
+
+def test_inferencejob_spec_is_frozen_once_admitted(kube_env: Any, kube_namespace: str) -> None:
+    doc = yaml.safe_load((ROOT / "examples/inferencejob.yaml").read_text())
+    doc["metadata"]["name"] = "ij-immutable-demo"
+    _apply(kube_env, kube_namespace, doc)
+    _patch_status(
+        kube_env, kube_namespace, "inferencejob", "ij-immutable-demo", {"phase": "Admitted"}
+    )
+    doc["spec"]["replicas"] = 8
+    res = _apply(kube_env, kube_namespace, doc, check=False)
+    assert res.returncode != 0 and "spec is immutable" in res.stderr
