@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from ultraplane.resources.schemas import walk
@@ -32,14 +33,17 @@ def _bounds(node: dict[str, Any]) -> str:
             value = f"`{node[key]}`" if key == "pattern" else node[key]
             parts.append(f"{label} {'>' if strict and key == 'minimum' else ''}{value}")
     if "default" in node:
-        parts.append(f"default `{node['default']}`")
+        parts.append(f"default `{json.dumps(node['default'])}`")
     return ", ".join(parts)
 
 
 def _rules(node: dict[str, Any]) -> list[str]:
-    return [
-        r.get("message") or r["messageExpression"] for r in node.get("x-kubernetes-validations", [])
-    ]
+    """Each CEL rule as its fixed message, or as the CEL when the message is computed."""
+    return [r.get("message") or f"`{r['rule']}`" for r in node.get("x-kubernetes-validations", [])]
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
 
 
 def render_reference() -> str:
@@ -65,18 +69,19 @@ def render_reference() -> str:
             "",
         ]
         for rule in _rules(schema):
-            lines.append(f"- Rule on the object: {rule}")
+            lines.append(f"- Rule on the object: {_cell(rule)}")
         lines += ["", "| field | type | description | bounds |", "|---|---|---|---|"]
         for part in ("spec", "status"):
             required_of: dict[str, set[str]] = {}
             for path, node in walk(schema["properties"][part], part):
                 required_of[path] = set(node.get("required", []))
                 if path == part:
+                    lines += [f"| `{part}` | object | Rule: {_cell(r)} | |" for r in _rules(node)]
                     continue
                 parent, _, leaf = path.rpartition(".")
                 mark = " **required**" if leaf in required_of.get(parent, set()) else ""
-                desc = node.get("description", "").replace("\n", " ").replace("|", "\\|")
-                rules = "".join(f" Rule: {r}" for r in _rules(node)).replace("|", "\\|")
+                desc = _cell(node.get("description", ""))
+                rules = _cell("".join(f" Rule: {r}" for r in _rules(node)))
                 lines.append(
                     f"| `{path}` | {_type(node)} | {desc}{mark}{rules} | {_bounds(node)} |"
                 )

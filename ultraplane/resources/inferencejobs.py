@@ -156,7 +156,8 @@ class InferenceJobStatus(JobStatus):
 
 
 class InferenceJob(BaseModel):
-    """A whole InferenceJob object, as applied with kubectl."""
+    """An inference job: replicas x chipsPerReplica, each replica one gang placed under the
+    topology policy. Its spec is frozen once it leaves Pending."""
 
     model_config = ConfigDict(
         populate_by_name=True,

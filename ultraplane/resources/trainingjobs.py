@@ -159,7 +159,8 @@ class TrainingJobStatus(JobStatus):
 
 
 class TrainingJob(BaseModel):
-    """A whole TrainingJob object, as applied with kubectl."""
+    """A training job: one gang of chips, placed all or nothing under a topology policy.
+    Its spec is frozen once it leaves Pending."""
 
     model_config = ConfigDict(
         populate_by_name=True,

@@ -203,7 +203,8 @@ class UltraServerStatus(StatusModel):
 
 
 class UltraServer(BaseModel):
-    """A whole UltraServer object, as applied with kubectl."""
+    """One UltraServer: a NeuronSwitch all-to-all domain of servers (e.g. Trn3 Gen2 = 36 servers
+    x 4 chips). Cluster-scoped; the operator places jobs onto its chips."""
 
     model_config = ConfigDict(populate_by_name=True, extra="forbid")
 
