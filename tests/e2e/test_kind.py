@@ -1,9 +1,11 @@
 """The whole product on a kind cluster, driven step by step through hack/kind-e2e.sh.
 
 Each test is one step of the script, in order: build and load the image, install the chart
-(two Ready operator replicas), apply examples/, watch every TrainingJob go Admitted ->
-Running -> Succeeded with energy in its status, check the REST API, delete the jobs and see
-every chip free again. The cluster is created once for the module and deleted at the end.
+(two Ready operator replicas), apply examples/ (the UltraServers, then the jobs), see every job
+Admitted and Running with energy accruing and the short fine-tune Succeeded with energy in its
+status, check the REST API (including a job created and deleted through it), delete the jobs
+and see every UltraServer's free chips back where they started. The cluster is created once
+for the module and deleted at the end.
 
 Needs a running Docker engine, kind and kubectl; without them the module is skipped with the
 reason, unless ULTRAPLANE_REQUIRE_KIND=1 (set in the e2e workflow) turns that into a failure.
@@ -83,9 +85,9 @@ def test_jobs_are_admitted_run_and_succeed_with_energy() -> None:
     run_step("lifecycle")
 
 
-def test_rest_api_serves_health_metrics_jobs_and_ultraservers() -> None:
+def test_rest_api_serves_the_cluster_and_creates_and_deletes_jobs() -> None:
     run_step("rest")
 
 
-def test_deleting_the_jobs_frees_every_chip() -> None:
+def test_deleting_the_jobs_frees_every_chip_they_held() -> None:
     run_step("cleanup")
