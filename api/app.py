@@ -48,14 +48,20 @@ def create_app(
     metrics = Metrics()
     metrics.watch_fleet(backend.fleet_summary)
 
+    users = [0]  # test clients may nest lifespans; the backend starts once, stops with the last
+
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        backend.start()
+        if users[0] == 0:
+            backend.start()
+        users[0] += 1
         try:
             yield
         finally:
-            backend.stop()
-            engine.dispose()
+            users[0] -= 1
+            if users[0] == 0:
+                backend.stop()
+                engine.dispose()
 
     app = FastAPI(
         title="Ultraplane API",

@@ -68,6 +68,7 @@ class EmbeddedBackend:
         self._thread: threading.Thread | None = None
         self._last_error = ""
         self._ticks = 0
+        self._started = False
         self._last_persist = 0.0
         self.demo: Any = None
         if settings.demo:
@@ -92,6 +93,9 @@ class EmbeddedBackend:
 
     # -- lifecycle -------------------------------------------------------------------------
     def start(self, *, background: bool = True) -> None:
+        if self._started:
+            return
+        self._started = True
         with Session(self.engine) as session, self.lock:
             self._load_clock(session)
             for row in store.list_jobs(session):
