@@ -62,7 +62,7 @@ def write_plots(out: Path, results: Sequence[ReplayResult], meta: dict[str, Any]
     images: list[tuple[str, str]] = []
 
     def line_plot(name: str, title: str, ylabel: str, series: Any, extra: Any = None) -> None:
-        fig, ax = plt.subplots(figsize=(11, 3.6), dpi=110)
+        fig, ax = plt.subplots(figsize=(12, 3.6), dpi=110)
         for r in results:
             x, y = series(r)
             ax.plot((x - t0) / unit, y, color=COLORS.get(r.policy), lw=1.1, label=r.policy)
@@ -72,7 +72,7 @@ def write_plots(out: Path, results: Sequence[ReplayResult], meta: dict[str, Any]
         ax.set_xlabel(f"time since trace start ({label})")
         ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3)
-        ax.legend(loc="upper right", fontsize=9)
+        ax.legend(loc="upper left", bbox_to_anchor=(1.005, 1.0), fontsize=9, frameon=False)
         ax.margins(x=0)
         fig.tight_layout()
         fig.savefig(out / name)
@@ -94,6 +94,7 @@ def write_plots(out: Path, results: Sequence[ReplayResult], meta: dict[str, Any]
     peak_kw = meta.get("peak_power_kw_all_busy")
 
     def power_refs(ax: Any) -> None:
+        ax.set_ylim(0, (peak_kw or ax.get_ylim()[1]) * 1.06)
         if idle_kw:
             ax.axhline(idle_kw, color="grey", ls=":", lw=1, label=f"all idle ({idle_kw:,.0f} kW)")
         if peak_kw:

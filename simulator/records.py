@@ -63,5 +63,6 @@ class ReplayResult:
     busy_chip_s: float = 0.0
     peak_power_w: float = 0.0
     events: int = 0
+    starts: int = 0
     t0: float = 0.0
     t_end: float = 0.0

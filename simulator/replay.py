@@ -200,7 +200,9 @@ class Replay:
     def _start(self, run: _Run, placement: Placement, t: float) -> None:
         job, a = run.job, self.a
         run.placement = placement
-        run.per_us = chips_per_ultraserver(placement.chip_ids)
+        us = placement.ultraservers
+        run.per_us = {us[0]: run.chips} if len(us) == 1 else chips_per_ultraserver(placement.chip_ids)
+        self.result.starts += 1
         hw = self.shape.hardware_of[placement.ultraservers[0]]
         level = placement.level
         if job.model_b and job.kind == "training":
@@ -295,7 +297,8 @@ class Replay:
         self.result.energy_kwh = self.ledger.energy_j / 3.6e6
         self.result.busy_chip_s = self.ledger.busy_chip_s
         self.result.peak_power_w = self.ledger.peak_w
-        self.result.events = self.engine.processed
+        # heap events (arrivals, ends, faults, samples) plus admissions, which the cycle decides
+        self.result.events = self.engine.processed + self.result.starts
         self.result.series = self.series
         self.result.t0 = min((j.submit_s for j in self.jobs), default=0.0)
         self.result.t_end = t

@@ -79,7 +79,7 @@ def write_tables(out: Path, results: Sequence[ReplayResult]) -> None:
 
 
 def _num(v: float | None) -> str:
-    return "" if v is None else f"{v:g}"
+    return "" if v is None else f"{v:.3f}".rstrip("0").rstrip(".")
 
 
 def write_report(out: Path, results: Sequence[ReplayResult], *, meta: dict[str, Any],
