@@ -337,12 +337,22 @@ def test_check_fit(
 
 
 def test_cel_maps_carry_the_profile_sizes() -> None:
-    text = _crd("trainingjobs")["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
-    (fit, whole, _steps) = text["properties"]["spec"]["x-kubernetes-validations"]
-    for level in rules.FIT_LEVELS:
+    schema = _schema("trainingjobs")
+    *fits, whole, _steps = schema["properties"]["spec"]["x-kubernetes-validations"]
+    assert len(fits) == len(rules.FIT_LEVELS)
+    for level, fit in zip(rules.FIT_LEVELS, fits, strict=True):
         assert bounds.cel_level_chips(level) in fit["rule"]
+        assert f"self.topology.requiredLevel != '{level}'" in fit["rule"]
     assert "'trn3-gen2': 144" in bounds.cel_level_chips("ultraserver")
     assert "'trn3-gen2': 4" in whole["rule"]
+
+
+def test_message_expressions_never_stringify_numbers() -> None:
+    # The API server's cost estimate treats string(int) as unbounded and rejects the CRD.
+    for plural in ("ultraservers", "trainingjobs", "inferencejobs"):
+        for path, node in walk(_schema(plural)):
+            for rule in node.get("x-kubernetes-validations", []):
+                assert "string(" not in rule.get("messageExpression", ""), f"{plural}{path}"
 
 
 @given(

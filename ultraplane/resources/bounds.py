@@ -64,16 +64,17 @@ def largest(level: str) -> int:
     return max(level_chips(level).values())
 
 
-def cel_level_chips(level: str) -> str:
-    return cel_map(level_chips(level))
+def cel_level_chips(level: str, *, as_text: bool = False) -> str:
+    return cel_map(level_chips(level), as_text=as_text)
 
 
-def cel_servers() -> str:
-    return cel_map({n: s.servers_per_ultraserver for n, s in profile_sizes().items()})
+def cel_servers(*, as_text: bool = False) -> str:
+    sizes = {n: s.servers_per_ultraserver for n, s in profile_sizes().items()}
+    return cel_map(sizes, as_text=as_text)
 
 
-def cel_chips_per_server() -> str:
-    return cel_map({n: s.chips_per_server for n, s in profile_sizes().items()})
+def cel_chips_per_server(*, as_text: bool = False) -> str:
+    return cel_map({n: s.chips_per_server for n, s in profile_sizes().items()}, as_text=as_text)
 
 
 def cel_racks() -> str:

@@ -26,9 +26,14 @@ MAX_JOB_CHIPS = 1_048_576  # "up to 1M Trainium3 chips" per cluster (launch pres
 MAX_PRIORITY = 1_000_000
 
 
-def cel_map(values: dict[str, int]) -> str:
-    """A CEL map literal, so generation-time tables (levels, profile sizes) live in the rules."""
-    return "{" + ", ".join(f"'{k}': {v}" for k, v in values.items()) + "}"
+def cel_map(values: dict[str, int], *, as_text: bool = False) -> str:
+    """A CEL map literal, so generation-time tables (levels, profile sizes) live in the rules.
+
+    `as_text` gives string values for messageExpressions: the API server's cost estimate
+    treats `string(int)` as unbounded and rejects the CRD, while a string literal is bounded.
+    """
+    body = ", ".join(f"'{k}': '{v}'" if as_text else f"'{k}': {v}" for k, v in values.items())
+    return "{" + body + "}"
 
 
 class SpecModel(BaseModel):

@@ -11,44 +11,47 @@ from __future__ import annotations
 from typing import Any
 
 from ultraplane.resources import bounds
-from ultraplane.resources.commons import ProfileName, TopologyPolicy, cel_map
+from ultraplane.resources.commons import ProfileName, TopologyPolicy
 
 FIT_LEVELS = ("server", "rack", "ultraserver")
 # Phases in which a job's spec may still change: nothing has been placed yet.
 EDITABLE_PHASES = ("Pending",)
 
 
-def _cel_bounds() -> str:
-    return "{" + ", ".join(f"'{lvl}': {bounds.cel_level_chips(lvl)}" for lvl in FIT_LEVELS) + "}"
-
-
-def _cel_largest() -> str:
-    return cel_map({lvl: bounds.largest(lvl) for lvl in FIT_LEVELS})
+def _fit_rule(field: str, level: str) -> dict[str, Any]:
+    """One rule per level: nested map literals make the cost estimate reject the CRD."""
+    largest = bounds.largest(level)
+    limit = f"(has(self.profile) ? {bounds.cel_level_chips(level)}[self.profile] : {largest})"
+    limit_text = (
+        f"(has(self.profile) ? {bounds.cel_level_chips(level, as_text=True)}[self.profile] "
+        f": '{largest}')"
+    )
+    return {
+        "rule": "!has(self.topology) || !has(self.topology.requiredLevel) || "
+        f"self.topology.requiredLevel != '{level}' || self.{field} <= {limit}",
+        "messageExpression": f"'spec.{field} cannot fit in one {level}' + (has(self.profile) ? "
+        f"' of profile ' + self.profile : ' of any profile') + ', which holds at most ' + "
+        f"{limit_text} + ' chips (topology.requiredLevel)'",
+        "fieldPath": f".{field}",
+    }
 
 
 def fit_rules(field: str) -> list[dict[str, Any]]:
-    """CEL rules on a job spec whose gang size is `field` (chips, or chipsPerReplica)."""
-    limit = (
-        f"(has(self.profile) ? {_cel_bounds()}[self.topology.requiredLevel][self.profile] "
-        f": {_cel_largest()}[self.topology.requiredLevel])"
-    )
+    """CEL rules on a job spec whose gang size is `field` (chips, or chipsPerReplica).
+
+    The messages quote the limits but not the requested count: `string(int)` in a
+    messageExpression makes the API server's cost estimate reject the whole CRD.
+    """
     per_server = f"{bounds.cel_chips_per_server()}[self.profile]"
+    per_server_text = f"{bounds.cel_chips_per_server(as_text=True)}[self.profile]"
     return [
-        {
-            "rule": "!has(self.topology) || !has(self.topology.requiredLevel) || "
-            f"!(self.topology.requiredLevel in {_cel_largest()}) || self.{field} <= {limit}",
-            "messageExpression": f"'spec.{field} (' + string(self.{field}) + ') cannot fit in "
-            "one ' + self.topology.requiredLevel + (has(self.profile) ? ' of profile ' + "
-            "self.profile : ' of any profile') + ', which holds at most ' + string("
-            f"{limit}) + ' chips (topology.requiredLevel)'",
-            "fieldPath": f".{field}",
-        },
+        *(_fit_rule(field, level) for level in FIT_LEVELS),
         {
             "rule": "!has(self.topology) || !self.topology.wholeServers || !has(self.profile) "
             f"|| self.{field} % {per_server} == 0",
-            "messageExpression": f"'spec.{field} (' + string(self.{field}) + ') must be a "
-            f"multiple of ' + string({per_server}) + ' (the chips of one server of profile ' + "
-            "self.profile + ') when topology.wholeServers is true'",
+            "messageExpression": f"'spec.{field} must be a multiple of ' + {per_server_text} + "
+            "' (the chips of one server of profile ' + self.profile + ') when "
+            "topology.wholeServers is true'",
             "fieldPath": f".{field}",
         },
     ]
@@ -66,14 +69,14 @@ def check_fit(
             limit, where = bounds.level_chips(level)[profile.value], f" of profile {profile.value}"
         if chips > limit:
             raise ValueError(
-                f"spec.{field} ({chips}) cannot fit in one {level}{where}, which holds at most "
+                f"spec.{field} cannot fit in one {level}{where}, which holds at most "
                 f"{limit} chips (topology.requiredLevel)"
             )
     if topology.whole_servers and profile is not None:
         per_server = bounds.profile_sizes()[profile.value].chips_per_server
         if chips % per_server:
             raise ValueError(
-                f"spec.{field} ({chips}) must be a multiple of {per_server} (the chips of one "
+                f"spec.{field} must be a multiple of {per_server} (the chips of one "
                 f"server of profile {profile.value}) when topology.wholeServers is true"
             )
 

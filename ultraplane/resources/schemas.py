@@ -64,6 +64,9 @@ def _clean(node: dict[str, Any], defs: dict[str, Any], defaults: bool) -> dict[s
         and "additionalProperties" not in out
     ):
         out["x-kubernetes-preserve-unknown-fields"] = True
+    if "enum" in out and out.get("type") == "string" and "maxLength" not in out:
+        # Bounded strings keep the CEL cost estimate of rules that concatenate them finite.
+        out["maxLength"] = max(len(v) for v in out["enum"])
     # A stable, readable key order: what a field is first, then its bounds.
     first = [k for k in ("type", "description") if k in out]
     return {**{k: out[k] for k in first}, **{k: out[k] for k in sorted(out) if k not in first}}

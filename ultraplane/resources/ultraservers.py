@@ -50,9 +50,9 @@ class UltraServerSpec(SpecModel):
                 {
                     "rule": "!has(self.servers) || self.servers <= "
                     f"{bounds.cel_servers()}[self.profile]",
-                    "messageExpression": "'spec.servers (' + string(self.servers) + ') exceeds "
-                    "the ' + string(" + bounds.cel_servers() + "[self.profile]) + ' servers of "
-                    "an UltraServer of profile ' + self.profile",
+                    "messageExpression": "'spec.servers exceeds the ' + "
+                    + bounds.cel_servers(as_text=True)
+                    + "[self.profile] + ' servers of an UltraServer of profile ' + self.profile",
                     "fieldPath": ".servers",
                 },
                 {
@@ -125,7 +125,7 @@ class UltraServerSpec(SpecModel):
         servers = self.servers or sizes.servers_per_ultraserver
         if self.servers is not None and self.servers > sizes.servers_per_ultraserver:
             raise ValueError(
-                f"spec.servers ({self.servers}) exceeds the {sizes.servers_per_ultraserver} "
+                f"spec.servers exceeds the {sizes.servers_per_ultraserver} "
                 f"servers of an UltraServer of profile {self.profile.value}"
             )
         for ref in self.failed_chips:
