@@ -8,7 +8,6 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ultraplane.resources import rules
 from ultraplane.resources.commons import (
-    API_VERSION,
     MAX_JOB_CHIPS,
     MAX_PRIORITY,
     Allocation,
@@ -165,7 +164,9 @@ class InferenceJob(BaseModel):
         json_schema_extra={"x-kubernetes-validations": [rules.immutable_spec_rule()]},
     )
 
-    api_version: Literal["ultraplane.dev/v1alpha1"] = Field(API_VERSION, alias="apiVersion")
+    api_version: Literal["ultraplane.dev/v1alpha1"] = Field(
+        "ultraplane.dev/v1alpha1", alias="apiVersion"
+    )
     kind: Literal["InferenceJob"] = "InferenceJob"
     metadata: ObjectMeta
     spec: InferenceJobSpec

@@ -16,7 +16,6 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ultraplane.resources import bounds
 from ultraplane.resources.commons import (
-    API_VERSION,
     CONDITIONS_LIST,
     NAME_MAX,
     Condition,
@@ -208,7 +207,9 @@ class UltraServer(BaseModel):
 
     model_config = ConfigDict(populate_by_name=True, extra="forbid")
 
-    api_version: Literal["ultraplane.dev/v1alpha1"] = Field(API_VERSION, alias="apiVersion")
+    api_version: Literal["ultraplane.dev/v1alpha1"] = Field(
+        "ultraplane.dev/v1alpha1", alias="apiVersion"
+    )
     kind: Literal["UltraServer"] = "UltraServer"
     metadata: ObjectMeta
     spec: UltraServerSpec
