@@ -59,7 +59,8 @@ def serve(**opts: Any) -> None:
     except ValidationError as exc:
         err = exc.errors()[0]
         field = str(err["loc"][0]) if err["loc"] else "settings"
-        _fail(f"{FLAG_OF_FIELD.get(field, field)}: {err['msg']}.")
+        message = str(err["msg"]).removeprefix("Value error, ").rstrip(".")
+        _fail(f"{FLAG_OF_FIELD.get(field, field)}: {message}.")
     app = _build(settings)
     import uvicorn
 
@@ -81,10 +82,20 @@ def _build(settings: Any) -> Any:
     except ArgumentError as exc:
         _fail(f"--db: {settings.db!r} is not a database URL ({exc}).")
     except OperationalError as exc:
-        _fail(f"--db: cannot open the store at {settings.db}: {exc.orig}.")
+        first_line = str(exc.orig).strip().splitlines()[0]
+        _fail(f"--db: cannot open the store at {settings.db}: {first_line}.")
     except (ValueError, OSError) as exc:
-        flag = "--cluster" if settings.cluster and "cluster" in str(exc).lower() else None
-        _fail(f"{flag + ': ' if flag else ''}{exc}")
+        from ultraplane.profiles import UnknownProfileError
+
+        if isinstance(exc, UnknownProfileError):
+            flag = "--fleet"
+        elif settings.cluster and "token" not in str(exc):
+            flag = "--cluster"
+        elif "token" in str(exc):
+            flag = "--token-file"
+        else:
+            flag = "--fleet"
+        _fail(f"{flag}: {exc}")
     return None
 
 
