@@ -218,8 +218,13 @@ class Allocation(StatusModel):
     chips: list[str] = Field(
         default_factory=list, description="Chip ids, as `<ultraserver>/sNN/cNN`."
     )
-    level: Level | None = Field(
-        default=None, description="Tightest topology level that contains every chip."
+    # A plain string, not `Level`: the allocator may report any network-N, and a status
+    # write must never fail on a level the spec could not have asked for.
+    level: str | None = Field(
+        default=None,
+        max_length=32,
+        description="Tightest topology level that contains every chip (server, rack, "
+        "ultraserver, network-N or cluster).",
     )
     score: float | None = Field(
         default=None, description="Placement score of the allocator (higher is tighter)."
