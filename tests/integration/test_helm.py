@@ -357,10 +357,13 @@ def test_notes_name_the_api_service_and_warn_when_it_is_open() -> None:
 TIER_VALUES = [{}, {k: v for k, v in NON_DEFAULT.items() if k != "metrics"}]
 
 
-def kubectl(kube_env: Any, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+def kubectl(
+    kube_env: Any, *args: str, check: bool = True, input: str | None = None
+) -> subprocess.CompletedProcess[str]:
     result = subprocess.run(
         [str(Path(kube_env.bin_dir) / "kubectl"), "--kubeconfig", str(kube_env.kubeconfig), *args],
         capture_output=True, text=True, timeout=120, env={**os.environ, **kube_env.env()},
+        input=input,
     )
     if check:
         assert result.returncode == 0, f"kubectl {' '.join(args)}:\n{result.stdout}{result.stderr}"
@@ -399,7 +402,10 @@ def test_helm_install_into_the_tier_creates_every_object(
     env = {**os.environ, **kube_env.env(), "KUBECONFIG": str(kube_env.kubeconfig),
            "HELM_CACHE_HOME": str(tmp_path / "cache"), "HELM_CONFIG_HOME": str(tmp_path / "config"),
            "HELM_DATA_HOME": str(tmp_path / "data")}
-    result = helm("install", release, str(CHART), "--namespace", kube_namespace, env=env)
+    # --force-conflicts: the session fixture may have applied the same CRDs with kubectl, and
+    # helm 4 server-side applies them again (identical content, new field manager).
+    result = helm("install", release, str(CHART), "--namespace", kube_namespace,
+                  "--force-conflicts", env=env)
     assert result.returncode == 0, result.stderr
     try:
         status = helm("status", release, "--namespace", kube_namespace, "-o", "json", env=env)
@@ -420,5 +426,21 @@ def test_helm_install_into_the_tier_creates_every_object(
         operator = json.loads(kubectl(kube_env, "get", "deploy", "-n", kube_namespace, "-l",
                                       "app.kubernetes.io/component=operator", "-o", "json").stdout)
         assert operator["items"][0]["spec"]["replicas"] == 2
+        # The API server's own RBAC evaluation agrees with the rendered-YAML table above. A
+        # SubjectAccessReview, not `kubectl auth can-i`: that one cannot name the group of a
+        # resource the server does not serve yet (the kopf peering CRD).
+        for who, group, resource, verb, granted in PERMISSIONS:
+            plural, _, subresource = resource.partition("/")
+            review = {
+                "apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
+                "spec": {
+                    "user": f"system:serviceaccount:{kube_namespace}:{release}-ultraplane-{who}",
+                    "resourceAttributes": {"group": group, "resource": plural, "verb": verb,
+                                           "subresource": subresource, "namespace": "default"},
+                },
+            }
+            answer = kubectl(kube_env, "create", "-o", "json", "-f", "-", input=json.dumps(review))
+            allowed_by_server = json.loads(answer.stdout)["status"].get("allowed", False)
+            assert allowed_by_server is granted, (who, resource, verb)
     finally:
         helm("uninstall", release, "--namespace", kube_namespace, env=env)
