@@ -14,6 +14,11 @@ from typing import Any
 
 import pytest
 import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from pydantic import ValidationError
+
+from ultraplane.resources import TrainingJob, UltraServer
 
 pytestmark = pytest.mark.kube
 
@@ -270,3 +275,88 @@ def test_inferencejob_spec_is_frozen_once_admitted(kube_env: Any, kube_namespace
     doc["spec"]["replicas"] = 8
     res = _apply(kube_env, kube_namespace, doc, check=False)
     assert res.returncode != 0 and "spec is immutable" in res.stderr
+
+
+# --- the CEL rules and their pydantic twins agree (random specs, server-side dry run) --------
+
+_LEVELS = [None, "server", "rack", "ultraserver", "network-1", "block", "cluster"]
+_PROFILES = [None, "trn2", "trn3-gen1", "trn3-gen2", "trn4-projected"]
+_TWINS = settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+
+
+def _server_accepts(kube: Any, ns: str, doc: dict[str, Any]) -> bool:
+    res = _apply(kube, ns, doc, "--dry-run=server", check=False)
+    assert res.returncode == 0 or "is invalid" in res.stderr, res.stderr
+    return bool(res.returncode == 0)
+
+
+@_TWINS
+@given(
+    chips=st.sampled_from([1, 3, 4, 8, 16, 17, 64, 65, 72, 73, 144, 145, 288]),
+    profile=st.sampled_from(_PROFILES),
+    required=st.sampled_from(_LEVELS),
+    preferred=st.sampled_from(_LEVELS),
+    whole=st.booleans(),
+)
+def test_trainingjob_rules_agree_with_the_models(
+    kube_env: Any,
+    kube_namespace: str,
+    chips: int,
+    profile: str | None,
+    required: str | None,
+    preferred: str | None,
+    whole: bool,
+) -> None:
+    topology: dict[str, Any] = {"wholeServers": whole}
+    if required:
+        topology["requiredLevel"] = required
+    if preferred:
+        topology["preferredLevel"] = preferred
+    doc = _job("twin", chips=chips, topology=topology, **({"profile": profile} if profile else {}))
+    try:
+        TrainingJob.model_validate(doc)
+        model_ok = True
+    except ValidationError:
+        model_ok = False
+    assert _server_accepts(kube_env, kube_namespace, doc) == model_ok, doc
+
+
+@_TWINS
+@given(
+    profile=st.sampled_from(_PROFILES[1:]),
+    servers=st.one_of(st.none(), st.integers(1, 36)),
+    failed=st.lists(st.tuples(st.integers(0, 40), st.integers(0, 17)), max_size=3),
+    cordoned=st.lists(st.integers(0, 40), max_size=3, unique=True),
+    racks=st.integers(0, 3),
+)
+def test_ultraserver_rules_agree_with_the_models(
+    kube_env: Any,
+    kube_namespace: str,
+    profile: str,
+    servers: int | None,
+    failed: list[tuple[int, int]],
+    cordoned: list[int],
+    racks: int,
+) -> None:
+    spec: dict[str, Any] = {
+        "profile": profile,
+        "failedChips": sorted({f"s{s:02d}/c{c:02d}" for s, c in failed}),
+        "cordonedServers": cordoned,
+        "racks": [f"r{i}" for i in range(racks)],
+    }
+    if servers:
+        spec["servers"] = servers
+    doc = {
+        "apiVersion": "ultraplane.dev/v1alpha1",
+        "kind": "UltraServer",
+        "metadata": {"name": "twin-us"},
+        "spec": spec,
+    }
+    try:
+        UltraServer.model_validate(doc)
+        model_ok = True
+    except ValidationError:
+        model_ok = False
+    assert _server_accepts(kube_env, kube_namespace, doc) == model_ok, doc
