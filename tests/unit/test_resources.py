@@ -444,3 +444,17 @@ def test_structural_refuses_a_real_union() -> None:
 
     with pytest.raises(ValueError, match="structural"):
         structural(Bad)
+
+
+def test_crdgen_command_writes_the_files(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    docs = tmp_path / "api-reference.md"
+    result = CliRunner().invoke(crdgen.main, ["--out", str(tmp_path / "crds"), "--docs", str(docs)])
+    assert result.exit_code == 0, result.output
+    for name, text in crdgen.rendered_files().items():
+        assert (tmp_path / "crds" / name).read_text() == text
+    assert docs.read_text() == render_reference()
+    clash = tmp_path / "a-file"
+    clash.write_text("")
+    assert CliRunner().invoke(crdgen.main, ["--out", str(clash)]).exit_code == 2
