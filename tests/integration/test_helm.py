@@ -29,7 +29,8 @@ from typing import Any
 import pytest
 import yaml
 
-pytestmark = pytest.mark.kube
+# The first test builds helm (hack/helm.sh) when it is not cached yet: minutes on 2 cores.
+pytestmark = [pytest.mark.kube, pytest.mark.timeout(1800)]
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "helm" / "ultraplane"
