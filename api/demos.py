@@ -81,4 +81,4 @@ class DemoStream:
             key=lambda j: j.seq,
         )
         for job in finished[: max(0, len(finished) - KEEP_FINISHED)]:
-            del jobs[job.uid]
+            self.b.forget(job)

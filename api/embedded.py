@@ -70,6 +70,9 @@ class EmbeddedBackend:
         self._ticks = 0
         self._started = False
         self._last_persist = 0.0
+        self._persist_lock = threading.Lock()
+        self._removed: set[str] = set()
+        self._final: list[Any] = []
         self.demo: Any = None
         if settings.demo:
             from ultraplane.api.demos import DemoStream
@@ -112,8 +115,7 @@ class EmbeddedBackend:
         self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout=10)
-        with self.lock:
-            self.persist(force=True)
+        self.persist(force=True)
 
     def ready(self) -> tuple[bool, str]:
         if self._ticks == 0:
@@ -134,7 +136,7 @@ class EmbeddedBackend:
                 self._last_error = f"tick failed: {exc}"
 
     def tick(self) -> None:
-        """One step: runtime events, a scheduling cycle, progress, demo jobs, persistence."""
+        """One step: runtime events, a scheduling cycle, progress, demo jobs; then persist."""
         with self.lock:
             now = self.sim_now()
             self.runner.step(now)
@@ -142,29 +144,43 @@ class EmbeddedBackend:
                 self.demo.step(now)
             self.fleet.refresh(self.jobs, self.runtime)
             self._ticks += 1
-            self.persist()
+        self.persist()
+
+    def forget(self, job: JobState) -> None:
+        """Drop a job from memory; its row goes at the next persist, its accounting stays."""
+        self._final.append(self.runner.accounting_of(job))
+        self._removed.add(job.uid)
+        del self.jobs[job.uid]
 
     def persist(self, *, force: bool = False) -> None:
-        """Save changed jobs at once; progress and accounting every few seconds."""
-        wall = self.clock()
-        periodic = force or wall - self._last_persist >= self.settings.accounting_interval_seconds
-        with Session(self.engine) as session:
-            rows = {row.uid: row for row in store.list_jobs(session)}
-            for job in self.jobs.values():
-                if job.dirty or (periodic and job.running):
-                    session.add(job.to_row(rows.get(job.uid)))
-                    self.runner.account(session, job, self.sim_now())
+        """Save changed jobs at once, running jobs' progress and accounting every few seconds.
+
+        The snapshot is taken under the state lock and written outside it, so requests
+        are not blocked by the database; `_persist_lock` keeps writes in snapshot order.
+        Never call with the state lock held (lock order: persist, then state).
+        """
+        with self._persist_lock:
+            with self.lock:
+                wall = self.clock()
+                periodic = force or wall - self._last_persist >= (
+                    self.settings.accounting_interval_seconds
+                )
+                changed = [j for j in self.jobs.values() if j.dirty or (periodic and j.running)]
+                rows = [j.to_values() for j in changed]
+                records = [self.runner.accounting_of(j) for j in changed] + self._final
+                for job in changed:
                     job.dirty = False
-            for uid, row in rows.items():
-                if uid not in self.jobs:
-                    session.delete(row)
-            if periodic:
-                self._last_persist = wall
-                elapsed = self.sim_now() - self.sim_epoch
-                store.set_value(session, key="sim_epoch_s", value=repr(self.sim_epoch), commit=False)
-                store.set_value(session, key="sim_elapsed_s", value=repr(elapsed), commit=False)
-            store.set_value(session, key="next_seq", value=str(self.next_seq), commit=False)
-            session.commit()
+                removed, self._final = sorted(self._removed), []
+                self._removed.clear()
+                values = {"next_seq": str(self.next_seq)}
+                if periodic:
+                    self._last_persist = wall
+                    values["sim_epoch_s"] = repr(self.sim_epoch)
+                    values["sim_elapsed_s"] = repr(self.sim_now() - self.sim_epoch)
+            with self.engine.begin() as conn:
+                store.write_jobs(conn, rows=rows, removed=removed)
+                store.write_accounting(conn, records=records)
+                store.write_values(conn, values=values)
 
     # -- reads -----------------------------------------------------------------------------
     def ultraservers(self) -> list[UltraServerView]:
@@ -216,8 +232,8 @@ class EmbeddedBackend:
             )
             self.jobs[job.uid] = job
             self.runner.submit(job)
-            self.persist()
             resource = job.resource()
+        self.persist()
         self._wake.set()
         return resource
 
@@ -225,12 +241,11 @@ class EmbeddedBackend:
         with self.lock:
             job = self._find(kind, namespace, name)
             self.runner.remove(job, self.sim_now())
-            with Session(self.engine) as session:
-                self.runner.account(session, job, self.sim_now())
-                store.delete_job(session, uid=job.uid)
-            del self.jobs[job.uid]
+            self.forget(job)
             self.fleet.refresh(self.jobs, self.runtime)
-            return job.resource()
+            resource = job.resource()
+        self.persist()
+        return resource
 
     def dry_run(self, request: DryRunRequest) -> DryRunResult:
         with self.lock:

@@ -11,10 +11,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from sqlmodel import Session
-
 from ultraplane.allocator import AllocationConflict, NoFit, Placement
-from ultraplane.api import store
 from ultraplane.api.accounting import day_of, split_by_day
 from ultraplane.api.backends import spec_preemptible
 from ultraplane.api.jobstates import JobState, rfc3339
@@ -261,7 +258,8 @@ class JobRunner:
             job.finished_s = now if job.started_s is not None else None
             self._set(job, phase="Deleted")
 
-    def account(self, session: Session, job: JobState, now: float) -> None:
+    def accounting_of(self, job: JobState) -> tuple[AccountingCreate, dict[str, tuple[float, float]]]:
+        """The job's accounting row and per-day usage, as of its last sample."""
         phase = job.phase
         done = phase in ("Succeeded", "Failed")
         completion = None
@@ -275,5 +273,4 @@ class JobRunner:
             energy_kwh=sum(v[1] for v in job.days.values()),
             completion_time_s=completion,
         )
-        days = {d: (v[0], v[1]) for d, v in job.days.items()}
-        store.upsert_accounting(session, record=record, days=days, commit=False)
+        return record, {d: (v[0], v[1]) for d, v in job.days.items()}

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import cached_property
 from typing import Any
 
 from ultraplane.allocator import PlacementRequest
@@ -54,9 +55,9 @@ class JobState:
         prefix = "tj" if self.kind == "TrainingJob" else "ij"
         return JobKey(f"{prefix}/{self.namespace}/{self.name}")
 
-    @property
+    @cached_property
     def requests(self) -> list[PlacementRequest]:
-        return requests_of(self.spec)
+        return requests_of(self.spec)  # the spec never changes after creation
 
     @property
     def sched_keys(self) -> list[JobKey]:
@@ -108,6 +109,15 @@ class JobState:
         )
 
     def to_row(self, row: Job | None = None) -> Job:
+        values = self.to_values()
+        if row is None:
+            return Job(**values)
+        for name, value in values.items():
+            setattr(row, name, value)
+        return row
+
+    def to_values(self) -> dict[str, Any]:
+        """The `jobs` row as plain values (what the batched upsert writes)."""
         internal = {
             "labels": self.labels,
             "held": self.held,
@@ -130,11 +140,7 @@ class JobState:
             "allocated_chips": sorted(c for chips in self.held.values() for c in chips),
             "created_s": self.created_s,
         }
-        if row is None:
-            return Job(**values)
-        for name, value in values.items():
-            setattr(row, name, value)
-        return row
+        return values
 
     @classmethod
     def from_row(cls, row: Job) -> JobState:

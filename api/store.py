@@ -13,7 +13,7 @@ from typing import Any
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import Engine, event, func
+from sqlalchemy import Connection, Engine, Table, delete, event, func, insert
 from sqlmodel import Session, col, create_engine, select
 
 from ultraplane.api.models import (
@@ -92,6 +92,57 @@ def delete_job(session: Session, *, uid: str) -> bool:
     session.delete(job)
     session.commit()
     return True
+
+
+# --- batched writes (the embedded backend's tick) --------------------------------------------
+# One statement per table per tick, as INSERT .. ON CONFLICT DO UPDATE on SQLite and
+# PostgreSQL: the ORM's select-then-update per row cost ~20 ms a job on SQLite and held
+# the GIL long enough to hurt request latency.
+
+
+def _upsert(conn: Connection, table: Table, rows: list[dict[str, Any]], keys: list[str]) -> None:
+    if not rows:
+        return
+    dialect = conn.dialect.name
+    if dialect in ("sqlite", "postgresql"):
+        if dialect == "sqlite":
+            from sqlalchemy.dialects.sqlite import insert as dialect_insert
+        else:
+            from sqlalchemy.dialects.postgresql import insert as dialect_insert
+        stmt = dialect_insert(table)
+        updates = {c: stmt.excluded[c] for c in rows[0] if c not in keys and c != "id"}
+        conn.execute(stmt.on_conflict_do_update(index_elements=keys, set_=updates), rows)
+        return
+    for row in rows:  # other databases: portable but slower
+        conn.execute(delete(table).where(*(table.c[k] == row[k] for k in keys)))
+        conn.execute(insert(table), [row])
+
+
+def write_jobs(conn: Connection, *, rows: list[dict[str, Any]], removed: list[str]) -> None:
+    """Delete `removed` uids, then insert or update `rows` (full job rows, keyed by uid)."""
+    table = Job.__table__  # type: ignore[attr-defined]
+    if removed:
+        conn.execute(delete(table).where(table.c.uid.in_(removed)))
+    _upsert(conn, table, rows, ["uid"])
+
+
+def write_accounting(
+    conn: Connection, *, records: list[tuple[AccountingCreate, dict[str, tuple[float, float]]]]
+) -> None:
+    """Upsert job totals and per-day rows (absolute values: replaying is harmless)."""
+    totals = [record.model_dump() for record, _ in records]
+    days = [
+        {"job_uid": r.job_uid, "namespace": r.namespace, "day": day,
+         "chip_hours": hours, "energy_kwh": kwh}
+        for r, split in records for day, (hours, kwh) in split.items()
+    ]
+    _upsert(conn, AccountingRecord.__table__, totals, ["job_uid"])  # type: ignore[attr-defined]
+    _upsert(conn, DailyUsage.__table__, days, ["job_uid", "day"])  # type: ignore[attr-defined]
+
+
+def write_values(conn: Connection, *, values: dict[str, str]) -> None:
+    rows = [{"key": k, "value": v} for k, v in values.items()]
+    _upsert(conn, KeyValue.__table__, rows, ["key"])  # type: ignore[attr-defined]
 
 
 # --- small persistent values -----------------------------------------------------------------
