@@ -253,6 +253,27 @@ def test_two_operator_replicas_without_leader_election_is_refused() -> None:
     assert "operator.leaderElection.enabled must be true" in result.stderr
 
 
+# (--set argument, the path helm's schema error must name) from values.schema.json.
+BAD_VALUES = [
+    ("operator.replicas=two", "/operator/replicas"),
+    ("operator.replicas=0", "/operator/replicas"),
+    ("simulator.timeScale=0", "/simulator/timeScale"),
+    ("simulator.metricsPort=70000", "/simulator/metricsPort"),
+    ("image.pullPolicy=Sometimes", "/image/pullPolicy"),
+    ("api.service.type=Ingress", "/api/service/type"),
+    ("api.servce.type=NodePort", "/api"),
+    ("api.logLevel=loud", "/api/logLevel"),
+    ("metrics.serviceMonitor.interval=often", "/metrics/serviceMonitor/interval"),
+]
+
+
+@pytest.mark.parametrize(("setting", "path"), BAD_VALUES)
+def test_bad_values_fail_with_the_field_named(setting: str, path: str) -> None:
+    result = helm("template", "rel", str(CHART), "--set", setting)
+    assert result.returncode != 0
+    assert f"at '{path}'" in result.stderr, result.stderr
+
+
 def names(docs: list[dict[str, Any]]) -> set[tuple[str, str]]:
     return {(d["kind"], d["metadata"]["name"]) for d in docs}
 
