@@ -189,6 +189,12 @@ class EmbeddedBackend:
     def capacity(self) -> dict[str, Any]:
         return self.fleet.capacity
 
+    def ultraservers_json(self) -> bytes:
+        return self.fleet.ultraservers_json
+
+    def capacity_json(self) -> bytes:
+        return self.fleet.capacity_json
+
     def fleet_summary(self) -> dict[str, Any]:
         with self.lock:
             return self.fleet.summary(self.jobs)
@@ -247,11 +253,20 @@ class EmbeddedBackend:
         self.persist()
         return resource
 
+    def dry_run_nowait(self, request: DryRunRequest) -> DryRunResult | None:
+        """The dry run if the fleet lock is free right now, else None (caller waits elsewhere)."""
+        if not self.lock.acquire(blocking=False):
+            return None
+        try:
+            return self.dry_run(request)
+        finally:
+            self.lock.release()
+
     def dry_run(self, request: DryRunRequest) -> DryRunResult:
         with self.lock:
             running = {
                 key: job.priority
-                for job in self.jobs.values() if job.held
+                for job in self.jobs.values() if job.held and job.preemptible
                 for key in job.held
             }
             owners = {key: f"{j.namespace}/{j.name}" for j in self.jobs.values() for key in j.held}

@@ -7,6 +7,7 @@ served from this snapshot instead of recomputed per request.
 
 from __future__ import annotations
 
+import json
 from collections import Counter, defaultdict
 from collections.abc import Mapping
 from typing import Any
@@ -45,6 +46,8 @@ class FleetView:
         self.preset = dict(preset)
         self.ultraservers: list[UltraServerView] = []
         self.capacity: dict[str, Any] = {}
+        self.ultraservers_json = b'{"items":[]}'
+        self.capacity_json = b"{}"
         self.power_watts = 0.0
         self.utilization = 0.0
         self.energy_kwh = 0.0
@@ -82,6 +85,12 @@ class FleetView:
             )
         self.ultraservers = views
         self.capacity = jsonable(self.allocator.capacity())
+        # Rendered once per refresh: reads are the hot path and serve these bytes as they are.
+        self.ultraservers_json = json.dumps(
+            {"items": [v.model_dump(mode="json", by_alias=True) for v in views]},
+            separators=(",", ":"),
+        ).encode()
+        self.capacity_json = json.dumps(self.capacity, separators=(",", ":")).encode()
         self.power_watts = float(getattr(fleet, "power_watts", 0.0))
         self.utilization = float(getattr(fleet, "utilization", 0.0))
         self.energy_kwh = float(getattr(fleet, "energy_kwh", 0.0))

@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Any
 
 from ultraplane.allocator import AllocationConflict, NoFit, Placement
 from ultraplane.api.accounting import day_of, split_by_day
-from ultraplane.api.backends import spec_preemptible
 from ultraplane.api.jobstates import JobState, rfc3339
 from ultraplane.api.models import AccountingCreate
 from ultraplane.ids import ChipId, JobKey
@@ -52,7 +51,7 @@ class JobRunner:
                 continue
             self.b.scheduler.submit(
                 QueuedJob(key=key, request=request, priority=job.priority, seq=job.seq,
-                          preemptible=spec_preemptible(job.spec))
+                          preemptible=job.preemptible)
             )
 
     def recover(self, now: float) -> None:
@@ -69,7 +68,7 @@ class JobRunner:
                     if key in job.held:
                         self.b.scheduler.restore(
                             key, [ChipId(c) for c in job.held[key]], job.priority,
-                            request=request, seq=job.seq, preemptible=spec_preemptible(job.spec),
+                            request=request, seq=job.seq, preemptible=job.preemptible,
                         )
                         restored.append(key)
             except (AllocationConflict, ValueError) as exc:

@@ -12,7 +12,7 @@ from functools import cached_property
 from typing import Any
 
 from ultraplane.allocator import PlacementRequest
-from ultraplane.api.backends import JobSpec, requests_of, spec_priority
+from ultraplane.api.backends import JobSpec, requests_of, spec_preemptible, spec_priority
 from ultraplane.api.models import Job
 from ultraplane.api.schemas import JobKind, JobResource, ObjectMeta
 from ultraplane.ids import JobKey
@@ -69,9 +69,13 @@ class JobState:
     def chips(self) -> int:
         return sum(r.chips for r in self.requests)
 
-    @property
+    @cached_property
     def priority(self) -> int:
         return spec_priority(self.spec)
+
+    @cached_property
+    def preemptible(self) -> bool:
+        return spec_preemptible(self.spec)
 
     @property
     def phase(self) -> str:

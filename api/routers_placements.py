@@ -15,6 +15,11 @@ router = APIRouter(prefix="/v1", tags=["placements"], dependencies=[Depends(requ
 @router.post("/placements:dryRun", response_model=DryRunResult, response_model_exclude_none=True)
 async def dry_run(body: DryRunRequest, backend: BackendDep) -> DryRunResult:
     """Where a gang request would land now: placement, score, alternatives, and the jobs it would preempt at its priority."""
-    if backend.name == "kubernetes":  # reads the cluster: do not block the event loop
-        return await run_in_threadpool(backend.dry_run, body)
-    return backend.dry_run(body)
+    # Inline when the fleet is free (no thread hop); otherwise wait in a worker thread so a
+    # scheduling tick holding the fleet never stalls the event loop and every other request.
+    nowait = getattr(backend, "dry_run_nowait", None)
+    if nowait is not None:
+        result: DryRunResult | None = nowait(body)
+        if result is not None:
+            return result
+    return await run_in_threadpool(backend.dry_run, body)

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Depends, Response
 from fastapi.responses import JSONResponse
 
 from ultraplane.api.auth import require_read
@@ -16,10 +14,9 @@ router = APIRouter(prefix="/v1", tags=["ultraservers"], dependencies=[Depends(re
 
 
 @router.get("/ultraservers", response_model=UltraServerList)
-async def list_ultraservers(backend: BackendDep) -> JSONResponse:
+async def list_ultraservers(backend: BackendDep) -> Response:
     """List the UltraServers with their allocated and free chips, power and jobs."""
-    items = [u.model_dump(mode="json", by_alias=True) for u in backend.ultraservers()]
-    return JSONResponse({"items": items})
+    return Response(backend.ultraservers_json(), media_type="application/json")
 
 
 @router.get("/ultraservers/{name}", response_model=UltraServerView)
@@ -32,7 +29,6 @@ async def get_ultraserver(name: NamePath, backend: BackendDep) -> JSONResponse:
 
 
 @router.get("/capacity", response_model=CapacityView)
-async def capacity(backend: BackendDep) -> JSONResponse:
+async def capacity(backend: BackendDep) -> Response:
     """Free capacity by level: free chips, whole servers, racks, UltraServers, and how many jobs of each size fit now."""
-    report: dict[str, Any] = backend.capacity()
-    return JSONResponse(report)
+    return Response(backend.capacity_json(), media_type="application/json")
