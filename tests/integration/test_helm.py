@@ -181,6 +181,8 @@ PERMISSIONS = [
     ("api", "ultraplane.dev", "trainingjobs", "create", True),
     ("api", "ultraplane.dev", "inferencejobs", "delete", True),
     ("api", "ultraplane.dev", "ultraservers", "list", True),
+    ("api", "ultraplane.dev", "trainingjobs", "list", True),
+    ("api", "ultraplane.dev", "trainingjobs", "watch", False),
     ("api", "ultraplane.dev", "trainingjobs/status", "patch", False),
     ("api", "ultraplane.dev", "ultraservers", "delete", False),
     ("api", "authentication.k8s.io", "tokenreviews", "create", False),
