@@ -1,0 +1,319 @@
+"""The Kubernetes backend: the custom resources are the state; the API reads and writes them.
+
+Jobs are created and deleted as `TrainingJob` / `InferenceJob` objects (the
+operator admits them; the simulator or real workloads run them). Job reads go
+to the API server, so they are never stale. The fleet view (UltraServers,
+capacity, dry runs) comes from a snapshot that a poller rebuilds every tick:
+it lists the UltraServers and the jobs holding chips, loads them into a core
+`Allocator` exactly as the operator's cache does, and writes the accounting
+rows of every job it sees, so history outlives the objects.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Engine
+
+from ultraplane.allocator import AllocationConflict, Allocator
+from ultraplane.api import store
+from ultraplane.api.accounting import usage_of
+from ultraplane.api.backends import JobSpec, PLURALS, jsonable, not_found, total_chips
+from ultraplane.api.dryruns import dry_run
+from ultraplane.api.errors import ApiError
+from ultraplane.api.schemas import (
+    DryRunRequest,
+    DryRunResult,
+    JobKind,
+    JobResource,
+    ObjectMeta,
+    UltraServerView,
+)
+from ultraplane.api.settings import Settings
+from ultraplane.ids import ChipId, JobKey, UltraServerName
+from ultraplane.resources import InferenceJobSpec, TrainingJobSpec, UltraServer
+from ultraplane.topology import Topology
+from ultraplane.topology import UltraServer as CoreUltraServer
+
+GROUP, VERSION = "ultraplane.dev", "v1alpha1"
+HOLDING = frozenset({"Admitted", "Running"})
+log = logging.getLogger("ultraplane.api.kubernetes")
+
+
+def _ts(value: Any) -> float | None:
+    if not value:
+        return None
+    return datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp()
+
+
+def _chips_of(status: dict[str, Any]) -> list[str]:
+    allocation = status.get("allocation") or {}
+    chips = list(allocation.get("chips") or [])
+    for replica in allocation.get("replicas") or []:
+        chips.extend(replica.get("chips") or [])
+    return chips
+
+
+class KubernetesBackend:
+    """Reads and writes the ultraplane.dev custom resources (in-cluster or kubeconfig)."""
+
+    name = "kubernetes"
+
+    def __init__(
+        self, settings: Settings, engine: Engine, *, clock: Callable[[], float] = time.time,
+        api_client: Any = None,
+    ) -> None:
+        from kubernetes import client, config
+
+        self.settings, self.engine, self.clock = settings, engine, clock
+        if api_client is None:
+            try:
+                config.load_incluster_config()
+                api_client = client.ApiClient()
+            except config.ConfigException:
+                api_client = config.new_client_from_config(
+                    config_file=settings.kubeconfig, context=settings.kube_context
+                )
+        self.api_client = api_client
+        self.custom = client.CustomObjectsApi(api_client)
+        self.lock = threading.RLock()
+        self.allocator = Allocator(Topology(()))
+        self.views: list[UltraServerView] = []
+        self.capacity_report: dict[str, Any] = {}
+        self.priorities: dict[JobKey, int] = {}
+        self.phases: dict[tuple[str, str], int] = {}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._error = "not polled yet"
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def start(self) -> None:
+        try:
+            self.poll()
+        except Exception as exc:  # serve anyway; /readyz says why
+            log.warning("first poll failed: %s", exc)
+        self._thread = threading.Thread(target=self._loop, name="ultraplane-kube-poll", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+    def ready(self) -> tuple[bool, str]:
+        return (not self._error), self._error
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.settings.tick_seconds):
+            try:
+                self.poll()
+            except Exception as exc:
+                log.warning("poll failed: %s", exc)
+                self._error = f"cannot list custom resources: {exc}"
+
+    # -- the snapshot ------------------------------------------------------------------------
+    def poll(self) -> None:
+        """Rebuild the fleet snapshot from the cluster and write accounting rows."""
+        servers = self.custom.list_cluster_custom_object(GROUP, VERSION, "ultraservers")["items"]
+        jobs = [
+            (kind, obj)
+            for kind, plural in PLURALS.items()
+            for obj in self.custom.list_cluster_custom_object(GROUP, VERSION, plural)["items"]
+        ]
+        core, views = [], []
+        for obj in servers:
+            try:
+                us = UltraServer.model_validate(obj)
+            except ValueError as exc:
+                log.warning("skipping UltraServer %s: %s", obj.get("metadata", {}).get("name"), exc)
+                continue
+            spec = us.spec
+            core.append(CoreUltraServer(
+                UltraServerName(us.metadata.name), str(spec.profile), tuple(spec.network),
+                failed_chips=frozenset(spec.failed_chips),
+                cordoned_servers=frozenset(spec.cordoned_servers),
+                schedulable=spec.schedulable, servers=spec.servers,
+            ))
+            views.append((us, obj.get("status") or {}))
+        allocator = Allocator(Topology(tuple(core)))
+        priorities: dict[JobKey, int] = {}
+        phases: dict[tuple[str, str], int] = {}
+        records = []
+        for kind, obj in jobs:
+            meta, spec, status = obj["metadata"], obj.get("spec") or {}, obj.get("status") or {}
+            key = JobKey(f"{meta['namespace']}/{meta['name']}")
+            phase = str(status.get("phase") or "Pending")
+            phases[(kind, phase)] = phases.get((kind, phase), 0) + 1
+            chips = _chips_of(status)
+            if phase in HOLDING and chips:
+                try:
+                    allocator.assign(key, [ChipId(c) for c in chips])
+                    if spec.get("preemptible", True):
+                        priorities[key] = int(spec.get("priority") or 0)
+                except (AllocationConflict, ValueError) as exc:
+                    log.warning("job %s holds chips the snapshot cannot place: %s", key, exc)
+            records.append(self._usage(kind, obj, phase))
+        with self.lock:
+            self.allocator, self.priorities, self.phases = allocator, priorities, phases
+            self.views = [self._view(us, status) for us, status in views]
+            self.capacity_report = jsonable(allocator.capacity())
+        with self.engine.begin() as conn:
+            store.write_accounting(conn, records=records)
+        self._error = ""
+
+    def _usage(self, kind: str, obj: dict[str, Any], phase: str) -> Any:
+        meta, spec, status = obj["metadata"], obj.get("spec") or {}, obj.get("status") or {}
+        model = TrainingJobSpec if kind == "TrainingJob" else InferenceJobSpec
+        try:
+            chips = total_chips(model.model_validate(spec))
+        except ValueError:
+            chips = len(_chips_of(status))
+        finished = _ts(status.get("completionTime")) if phase in ("Succeeded", "Failed") else None
+        return usage_of(
+            job_uid=meta.get("uid") or f"{meta['namespace']}/{meta['name']}", kind=kind,
+            namespace=meta["namespace"], name=meta["name"], chips=chips, phase=phase,
+            submitted_s=_ts(meta.get("creationTimestamp")), started_s=_ts(status.get("startTime")),
+            finished_s=finished, now_s=self.clock(),
+            energy_kwh=float(status.get("energyKWh") or 0.0),
+        )
+
+    @staticmethod
+    def _view(us: UltraServer, status: dict[str, Any]) -> UltraServerView:
+        spec = us.spec
+        capacity, allocated, free = (status.get(k) or {} for k in ("capacity", "allocated", "free"))
+        core = CoreUltraServer(UltraServerName(us.metadata.name), str(spec.profile),
+                               servers=spec.servers)
+        chips = int(capacity.get("chips") or core.chip_count)
+        used = int(allocated.get("chips") or 0)
+        return UltraServerView(
+            name=us.metadata.name, profile=str(spec.profile), network=list(spec.network),
+            schedulable=spec.schedulable, chips=chips, allocated_chips=used,
+            free_chips=int(free.get("chips", max(0, chips - used))),
+            failed_chips=sorted(spec.failed_chips), jobs=list(status.get("jobs") or []),
+            utilization=float(status.get("utilization") or 0.0),
+            power_watts=float(status.get("powerWatts") or 0.0),
+        )
+
+    # -- reads -------------------------------------------------------------------------------
+    def ultraservers(self) -> list[UltraServerView]:
+        return self.views
+
+    def capacity(self) -> dict[str, Any]:
+        return self.capacity_report
+
+    def ultraservers_json(self) -> bytes:
+        items = [v.model_dump(mode="json", by_alias=True) for v in self.views]
+        return json.dumps({"items": items}).encode()
+
+    def capacity_json(self) -> bytes:
+        return json.dumps(self.capacity_report).encode()
+
+    def fleet_summary(self) -> dict[str, Any]:
+        views = self.views
+        return {
+            "chips": sum(v.chips for v in views),
+            "allocated_chips": sum(v.allocated_chips for v in views),
+            "power_watts": sum(v.power_watts for v in views),
+            "utilization": (sum(v.utilization * v.chips for v in views) /
+                            max(1, sum(v.chips for v in views))),
+            "jobs": dict(self.phases),
+        }
+
+    def _resource(self, kind: JobKind, obj: dict[str, Any]) -> JobResource:
+        meta = obj["metadata"]
+        return JobResource(
+            kind=kind,
+            metadata=ObjectMeta(name=meta["name"], namespace=meta["namespace"],
+                                uid=meta.get("uid", ""),
+                                creation_timestamp=meta.get("creationTimestamp"),
+                                labels=meta.get("labels") or {}),
+            spec=obj.get("spec") or {}, status=obj.get("status") or {},
+        )
+
+    def list_jobs(self, kind: JobKind, namespace: str | None) -> list[JobResource]:
+        plural = PLURALS[kind]
+        with self._errors("namespace", kind, namespace or "", ""):
+            if namespace is None:
+                items = self.custom.list_cluster_custom_object(GROUP, VERSION, plural)["items"]
+            else:
+                items = self.custom.list_namespaced_custom_object(
+                    GROUP, VERSION, namespace, plural)["items"]
+        return [self._resource(kind, obj) for obj in items]
+
+    def get_job(self, kind: JobKind, namespace: str, name: str) -> JobResource:
+        with self._errors("name", kind, namespace, name):
+            obj = self.custom.get_namespaced_custom_object(
+                GROUP, VERSION, namespace, PLURALS[kind], name)
+        return self._resource(kind, obj)
+
+    # -- writes ------------------------------------------------------------------------------
+    def create_job(
+        self, kind: JobKind, namespace: str, name: str, spec: JobSpec, labels: dict[str, str]
+    ) -> JobResource:
+        body = {
+            "apiVersion": f"{GROUP}/{VERSION}", "kind": kind,
+            "metadata": {"name": name, "labels": labels},
+            "spec": spec.model_dump(mode="json", by_alias=True, exclude_none=True),
+        }
+        with self._errors("metadata.name", kind, namespace, name):
+            obj = self.custom.create_namespaced_custom_object(
+                GROUP, VERSION, namespace, PLURALS[kind], body)
+        return self._resource(kind, obj)
+
+    def delete_job(self, kind: JobKind, namespace: str, name: str) -> JobResource:
+        last = self.get_job(kind, namespace, name)
+        with self._errors("name", kind, namespace, name):
+            self.custom.delete_namespaced_custom_object(
+                GROUP, VERSION, namespace, PLURALS[kind], name)
+        return last
+
+    def dry_run(self, request: DryRunRequest) -> DryRunResult:
+        with self.lock:
+            return dry_run(self.allocator, request, running=self.priorities)
+
+    def _errors(self, field: str, kind: JobKind, namespace: str, name: str) -> Any:
+        return _ApiErrors(field, kind, namespace, name)
+
+
+class _ApiErrors:
+    """Maps the API server's errors to the REST API's 4xx shape (and 503 when unreachable)."""
+
+    def __init__(self, field: str, kind: JobKind, namespace: str, name: str) -> None:
+        self.field, self.kind, self.namespace, self.name = field, kind, namespace, name
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
+        from kubernetes.client.exceptions import ApiException
+        from urllib3.exceptions import HTTPError
+
+        if exc is None:
+            return
+        if isinstance(exc, ApiException):
+            message, details = exc.reason or "error", {}
+            try:
+                body = json.loads(exc.body or "{}")
+                message, details = body.get("message") or message, body.get("details") or {}
+            except (ValueError, AttributeError):
+                pass
+            if exc.status == 404:
+                if self.name and details.get("kind") != "namespaces":
+                    raise not_found(self.kind, self.namespace, self.name) from exc
+                raise ApiError(404, "NotFound", "namespace", message) from exc
+            if exc.status == 409:
+                raise ApiError(409, "AlreadyExists", self.field, message) from exc
+            if exc.status in (400, 422):
+                raise ApiError(422, "ValidationError", "body.spec", message) from exc
+            if exc.status in (401, 403):
+                raise ApiError(503, "ClusterForbidden", None,
+                               f"the API server refused this API's credentials: {message}") from exc
+            raise ApiError(502, "ClusterError", None, f"the API server answered {exc.status}: {message}") from exc
+        if isinstance(exc, HTTPError | OSError):
+            raise ApiError(503, "ClusterUnavailable", None, f"the API server is unreachable: {exc}") from exc

@@ -1,0 +1,149 @@
+"""The Kubernetes backend on the real API server tier (kube-apiserver + etcd, CRDs applied).
+
+    UltraServer api-<id> (trn3-gen2, 144 chips)    namespace <kube_namespace>
+      s00/c00..c03 held by TrainingJob "llm"       TrainingJob llm (4 chips)
+
+The REST API creates and deletes the custom resources; an "operator" (this
+test, with kubectl) writes the status; the API's poller sees the allocation in
+its capacity snapshot and writes accounting that outlives the object.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from fastapi.testclient import TestClient
+
+from ultraplane.api.app import create_app
+from ultraplane.api.settings import Settings
+
+pytestmark = pytest.mark.kube
+
+SPEC = {"chips": 4, "topology": {"requiredLevel": "server"}, "priority": 5,
+        "model": {"name": "llama-3-8b", "parametersBillions": 8},
+        "work": {"durationSeconds": 3600}}
+
+
+@pytest.fixture
+def ultraserver(kube_env: Any) -> Iterator[str]:
+    name = f"api-{uuid.uuid4().hex[:8]}"
+    doc = {"apiVersion": "ultraplane.dev/v1alpha1", "kind": "UltraServer",
+           "metadata": {"name": name},
+           "spec": {"profile": "trn3-gen2", "network": ["block-900"]}}
+    kube_env.kubectl("apply", "-f", "-", input=yaml.safe_dump(doc))
+    yield name
+    kube_env.kubectl("delete", "ultraserver", name, "--wait=false", check=False)
+
+
+@pytest.fixture
+def api(kube_env: Any, tmp_path: Path) -> Iterator[tuple[TestClient, Any]]:
+    settings = Settings(backend="kubernetes", kubeconfig=str(kube_env.kubeconfig),
+                        db=f"sqlite:///{tmp_path / 'k.db'}", tick_seconds=3600)
+    app = create_app(settings)
+    with TestClient(app) as client:
+        yield client, app.state.backend
+
+
+def _poll_until(backend: Any, check: Any, what: str) -> Any:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        backend.poll()
+        value = check()
+        if value:
+            return value
+        time.sleep(0.3)
+    pytest.fail(f"timed out waiting for {what}")
+
+
+def test_jobs_round_trip_through_the_custom_resources(
+    api: tuple[TestClient, Any], kube_env: Any, kube_namespace: str, ultraserver: str
+) -> None:
+    client, backend = api
+    ns = kube_namespace
+    base = f"/v1/namespaces/{ns}/trainingjobs"
+    r = client.post(base, json={"metadata": {"name": "llm", "labels": {"team": "a"}}, "spec": SPEC})
+    assert r.status_code == 201, r.text
+    assert r.json()["metadata"]["uid"]
+    obj = json.loads(kube_env.kubectl("get", "-n", ns, "trainingjob", "llm", "-o", "json").stdout)
+    assert obj["spec"]["chips"] == 4 and obj["metadata"]["labels"] == {"team": "a"}
+
+    dup = client.post(base, json={"metadata": {"name": "llm"}, "spec": SPEC})
+    assert dup.status_code == 409 and dup.json()["field"] == "metadata.name"
+    bad = client.post(base, json={"metadata": {"name": "x"}, "spec": {**SPEC, "chips": -1}})
+    assert bad.status_code == 422 and bad.json()["field"] == "body.spec.chips"
+    assert [j["metadata"]["name"] for j in client.get(base).json()["items"]] == ["llm"]
+    assert client.get(f"{base}/ghost").status_code == 404
+
+    # The operator admits it and the simulator runs it: written here through the status.
+    chips = [f"{ultraserver}/s00/c0{i}" for i in range(4)]
+    status = {"phase": "Running", "startTime": "2026-01-01T00:00:00Z", "energyKWh": 1.5,
+              "allocation": {"ultraServers": [ultraserver], "servers": [f"{ultraserver}/s00"],
+                             "chips": chips, "level": "server", "score": 1.0}}
+    kube_env.kubectl("patch", "-n", ns, "trainingjob", "llm", "--subresource=status",
+                     "--type=merge", "-p", json.dumps({"status": status}))
+    assert client.get(f"{base}/llm").json()["status"]["phase"] == "Running"
+
+    def ours() -> Any:
+        report = client.get("/v1/capacity").json()
+        rows = [u for u in report.get("ultraservers", []) if u.get("name") == ultraserver]
+        return rows and rows[0].get("allocated") == 4 and rows[0]
+    _poll_until(backend, ours, "the allocation to show in capacity")
+    view = client.get(f"/v1/ultraservers/{ultraserver}").json()
+    assert view["chips"] == 144 and view["network"] == ["block-900"]
+
+    records = _poll_until(
+        backend, lambda: [r for r in client.get("/v1/accounting/jobs", params={"namespace": ns}).json()
+                          if r["name"] == "llm"], "an accounting row")
+    assert records[0]["chips"] == 4 and records[0]["energy_kwh"] == pytest.approx(1.5)
+    assert records[0]["chip_hours"] > 0  # running since 2026-01-01
+
+    # A dry run sees those chips as taken and would preempt the job at a higher priority.
+    dry = client.post("/v1/placements:dryRun",
+                      json={"chips": 4, "requiredLevel": "server", "priority": 50}).json()
+    assert dry["fits"] and not set(dry["placement"]["chipIds"]) & set(chips)
+
+    gone = client.delete(f"{base}/llm")
+    assert gone.status_code == 200 and gone.json()["status"]["phase"] == "Running"
+    assert client.get(f"{base}/llm").status_code == 404
+    backend.poll()
+    assert [r["name"] for r in client.get("/v1/accounting/jobs", params={"namespace": ns}).json()] == ["llm"]
+
+
+def test_inference_jobs_and_unknown_namespace(
+    api: tuple[TestClient, Any], kube_namespace: str
+) -> None:
+    client, _ = api
+    body = {"metadata": {"name": "chat"},
+            "spec": {"replicas": 2, "chipsPerReplica": 4, "model": {"name": "llama-3-8b"},
+                     "load": {"requestsPerSecond": 10}}}
+    r = client.post(f"/v1/namespaces/{kube_namespace}/inferencejobs", json=body)
+    assert r.status_code == 201, r.text
+    assert r.json()["spec"]["replicas"] == 2
+    listed = client.get("/v1/inferencejobs", params={"namespace": kube_namespace}).json()["items"]
+    assert [j["metadata"]["name"] for j in listed] == ["chat"]
+    missing = client.post("/v1/namespaces/no-such-ns-xyz/inferencejobs", json=body)
+    assert missing.status_code == 404 and missing.json()["field"] == "namespace"
+
+
+def test_readyz_reports_an_unreachable_cluster(tmp_path: Path) -> None:
+    config = tmp_path / "kubeconfig"
+    config.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "x",
+        "clusters": [{"name": "x", "cluster": {"server": "https://127.0.0.1:1"}}],
+        "contexts": [{"name": "x", "context": {"cluster": "x", "user": "u"}}],
+        "users": [{"name": "u", "user": {"token": "t"}}],
+    }))
+    app = create_app(Settings(backend="kubernetes", kubeconfig=str(config),
+                              db=f"sqlite:///{tmp_path / 'k.db'}", tick_seconds=3600))
+    with TestClient(app) as client:
+        r = client.get("/readyz")
+        assert r.status_code == 503 and r.json()["status"] == "unavailable"
+        jobs = client.get("/v1/namespaces/a/trainingjobs")
+        assert jobs.status_code == 503 and jobs.json()["error"] == "ClusterUnavailable"
