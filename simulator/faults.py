@@ -52,6 +52,7 @@ class FaultSource:
         self._chips: list[str] = []
         self._servers = 0
         self.injected = 0
+        self.pending_repairs = 0
 
     def start(self) -> None:
         for at, target in self.plan.scripted:
@@ -80,6 +81,7 @@ class FaultSource:
     def apply(self, ev: Event, t: float, *, active: bool) -> dict[str, list[str]]:
         """Fail or repair chips; returns {job key: chips it lost} for running jobs hit."""
         if ev.kind == "repair":
+            self.pending_repairs -= 1
             for chip in ev.payload:
                 if chip in self.failed:
                     self.failed.discard(chip)
@@ -105,5 +107,6 @@ class FaultSource:
                 hit.setdefault(str(job), []).append(chip)
         if newly:
             self.injected += 1
+            self.pending_repairs += 1
             self.engine.schedule(t + self.plan.repair_s, FAULT, Event("repair", tuple(newly)))
         return hit

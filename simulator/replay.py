@@ -102,6 +102,9 @@ class Replay:
         self._queued_sizes: Counter[int] = Counter()
         self._one_priority = len({j.priority for j in jobs}) <= 1
         self._remaining = len(jobs)
+        self._running_n = 0
+        self._submitted = 0
+        self._arrived = False
         self._hw0 = self.shape.hardware_of[self.shape.names[0]] if self.shape.names else None
 
     # -- the loop ----------------------------------------------------------------------
@@ -120,14 +123,15 @@ class Replay:
                 break
             t = eng.now
             self.ledger.advance(t)
+            self._arrived = False
             dirty = False
             for _, ev in batch:
                 dirty |= self._handle(ev, t)
-            if dirty and self._worth_a_cycle():
+            if dirty and (self._arrived or self._worth_a_cycle()):
                 self._cycle(t)
             self.series.add(t, self.ledger.busy, self.ledger.power_w,
                             sum(self._queued_sizes.values()))
-            if self._remaining == 0:
+            if self._remaining == 0 or self._stuck():
                 break
         self._finish(eng.now)
         return self.result
@@ -139,19 +143,25 @@ class Replay:
             return True
         if kind == "submit":
             self._submit(*ev.payload)
+            self._arrived = True  # a new job always gets a verdict (it may never fit)
             return True
         if kind == "tick":
             self.result.heat_t.append(t)
             self.result.heat.append(self.ledger.occupancy(self.shape.names))
-            if self._remaining:
+            if self._remaining and not self._stuck():
                 self.engine.schedule(t + self._tick_s, TICK, Event("tick"))
             return False
         if kind in ("fail", "repair"):
-            hit = self.faults.apply(ev, t, active=self._remaining > 0)
+            hit = self.faults.apply(ev, t, active=self._remaining > 0 and not self._stuck())
             for key, lost in hit.items():
                 self._fault(self.runs[key], lost, t)
             return True
         raise ValueError(f"unknown event kind {kind!r}")
+
+    def _stuck(self) -> bool:
+        """Nothing runs, nothing arrives, nothing gets repaired: queued jobs can never start."""
+        return (self._running_n == 0 and self._submitted == len(self.jobs)
+                and self.faults.pending_repairs == 0)
 
     def _worth_a_cycle(self) -> bool:
         """Skip cycles that cannot admit anything (a saturated fleet, one priority class)."""
@@ -165,6 +175,7 @@ class Replay:
     # -- job lifecycle -----------------------------------------------------------------
     def _submit(self, seq: int, job: TraceJob) -> None:
         chips = job.gpus * self.cfg.chips_per_gpu
+        self._submitted += 1
         rec = JobRecord(job.job_id, job.submit_s, chips)
         self.result.records.append(rec)
         run = self.runs[job.job_id] = _Run(job, chips, rec)
@@ -217,6 +228,7 @@ class Replay:
             run.rate = 1.0 / slow
             busy = a.busy_utilization if job.kind == "training" else a.memory_bound_activity
             run.util = busy / slow
+        self._running_n += 1
         run.extra_w = self.ledger.job_watts(run.per_us, run.util, job.precision, a)
         self.ledger.occupy(run.per_us, run.extra_w, +1)
         run.attempt_start = t
@@ -256,6 +268,7 @@ class Replay:
     def _account(self, run: _Run, t: float) -> None:
         busy_w = run.extra_w + sum(self.shape.hardware_of[n].idle_watts * k for n, k in run.per_us.items())
         run.record.energy_kwh += busy_w * (t - run.attempt_start) / 3.6e6
+        self._running_n -= 1
         self.ledger.occupy(run.per_us, run.extra_w, -1)
 
     def _complete(self, run: _Run, t: float) -> None:

@@ -1,0 +1,103 @@
+"""`ultraplane simulate`: outputs, bad input (exit 2 naming the field), bad rows by line."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from ultraplane.cli import main
+
+SUMMARY_KEYS = {
+    "jobs_submitted", "jobs_completed", "jct_mean_s", "jct_p50_s", "jct_p99_s", "queue_delay_mean_s",
+    "queue_delay_p99_s", "utilization", "energy_kwh", "avg_power_kw", "peak_power_kw",
+    "large_jobs_queue_delay_mean_s",
+}
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    p = tmp_path / "jobs.csv"
+    p.write_text("job_id,submission_time,duration,num_gpu\n" + text)
+    return p
+
+
+def run(*args: str) -> object:
+    return CliRunner().invoke(main, ["simulate", *args])
+
+
+def test_outputs_for_both_policies(tmp_path: Path) -> None:
+    trace = write(tmp_path, "a,0,1000,64\nb,10,500,8\nc,20,100,4\nhuge,30,100,9999\n")
+    out = tmp_path / "out"
+    res = run("--fleet", "trn3-gen2:2", "--trace", str(trace), "--out", str(out), "--no-progress")
+    assert res.exit_code == 0, res.output
+    summary = json.loads((out / "summary.json").read_text())
+    assert set(summary) == {"ultraplane", "first-fit"}
+    for s in summary.values():
+        assert set(s) >= SUMMARY_KEYS
+        assert (s["jobs_submitted"], s["jobs_completed"], s["jobs_rejected"]) == (4, 3, 1)
+        assert 0 < s["utilization"] <= 1 and s["peak_power_kw"] > s["avg_power_kw"] > 0
+    with (out / "jobs.csv").open() as fh:
+        rows = list(csv.DictReader(fh))
+    assert list(rows[0]) == ["job_id", "policy", "submit_s", "start_s", "end_s", "chips",
+                             "ultraservers", "energy_kwh"]
+    assert {(r["job_id"], r["policy"]) for r in rows} >= {("a", "ultraplane"), ("a", "first-fit")}
+    a = next(r for r in rows if r["job_id"] == "a")
+    assert (a["start_s"], a["end_s"], a["chips"]) == ("0", "1030", "64")
+    lines = [json.loads(x) for x in (out / "placements.jsonl").read_text().splitlines()]
+    assert {tuple(sorted(x)) for x in lines} == {("chips", "event", "job_id", "policy", "t_s")}
+    assert sum(x["event"] == "start" for x in lines) == sum(x["event"] == "end" for x in lines) == 6
+    for name in ("utilization.png", "power.png", "queue.png", "heatmap_ultraplane.png",
+                 "heatmap_first-fit.png"):
+        assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    html = (out / "report.html").read_text()
+    assert html.count("data:image/png;base64,") == 5
+
+
+def test_one_policy_and_chips_per_gpu(tmp_path: Path) -> None:
+    trace = write(tmp_path, "a,0,100,8\n")
+    out = tmp_path / "o"
+    res = run("--fleet", "trn3-gen2:1", "--trace", str(trace), "--out", str(out), "--policy",
+              "first-fit", "--chips-per-gpu", "4", "--no-progress")
+    assert res.exit_code == 0, res.output
+    assert "chips_per_gpu" in json.loads((out / "summary.json").read_text())["first-fit"]
+    assert "32" in (out / "jobs.csv").read_text().splitlines()[1].split(",")
+
+
+def test_bad_rows_exit_2_with_line_numbers(tmp_path: Path) -> None:
+    trace = write(tmp_path, "a,0,100,8\nb,zero,100,8\nc,0,100,-1\n")
+    res = run("--fleet", "trn3-gen2:1", "--trace", str(trace), "--out", str(tmp_path / "o"))
+    assert res.exit_code == 2
+    assert ":3: submission_time" in res.output and ":4: num_gpu" in res.output
+    assert not (tmp_path / "o").exists()
+
+
+def test_skip_bad_rows_still_reports_them(tmp_path: Path) -> None:
+    trace = write(tmp_path, "a,0,100,8\nb,zero,100,8\n")
+    out = tmp_path / "o"
+    res = run("--fleet", "trn3-gen2:1", "--trace", str(trace), "--out", str(out), "--skip-bad-rows",
+              "--no-progress")
+    assert res.exit_code == 0, res.output
+    s = json.loads((out / "summary.json").read_text())["ultraplane"]
+    assert s["jobs_submitted"] == 1 and len(s["bad_rows"]) == 1 and ":3:" in s["bad_rows"][0]
+
+
+@pytest.mark.parametrize(
+    ("args", "field"),
+    [
+        (["--fleet", "trn9:4"], "--fleet"),
+        (["--fleet", "trn3-gen2"], "--fleet"),
+        (["--fleet", "trn3-gen2:1", "--policy", "random"], "--policy"),
+        (["--fleet", "trn3-gen2:1", "--chips-per-gpu", "0"], "--chips-per-gpu"),
+        (["--fleet", "trn3-gen2:1", "--fail", "x:gen2-0000"], "--fail"),
+        (["--cluster", "nope.yaml"], "--cluster"),
+        ([], "--fleet"),
+    ],
+)
+def test_bad_options_exit_2_naming_the_field(tmp_path: Path, args: list[str], field: str) -> None:
+    trace = write(tmp_path, "a,0,100,8\n")
+    res = run(*args, "--trace", str(trace), "--out", str(tmp_path / "o"))
+    assert res.exit_code == 2, res.output
+    assert field in res.output and "Traceback" not in res.output
