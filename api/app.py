@@ -8,9 +8,8 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from fastapi import FastAPI
 
-from ultraplane import __version__
+from fastapi import FastAPI
 from ultraplane.api import errors
 from ultraplane.api.auth import Guard, load_tokens, token_reviewer
 from ultraplane.api.backends import make_backend
@@ -22,6 +21,8 @@ from ultraplane.api.routers_placements import router as placements_router
 from ultraplane.api.routers_ultraservers import router as ultraservers_router
 from ultraplane.api.settings import Settings
 from ultraplane.api.store import make_engine, migrate
+
+from ultraplane import __version__
 
 DESCRIPTION = """Topology-aware gang scheduling onto AWS Trainium UltraServers.
 

@@ -16,7 +16,6 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-
 from ultraplane.api.errors import ApiError
 from ultraplane.api.settings import Settings
 
@@ -91,7 +90,7 @@ def token_reviewer(api_client: object) -> TokenReviewer:
     """A reviewer that asks the cluster's TokenReview API (Kubernetes mode only)."""
     from kubernetes import client
 
-    auth = client.AuthenticationV1Api(api_client)  # type: ignore[arg-type]
+    auth = client.AuthenticationV1Api(api_client)
 
     def review(token: str) -> bool:
         body = client.V1TokenReview(spec=client.V1TokenReviewSpec(token=token))

@@ -15,8 +15,6 @@ from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from sqlalchemy import Engine
-
-from ultraplane.allocator import NoFit, Placement, PlacementRequest
 from ultraplane.api.errors import ApiError
 from ultraplane.api.schemas import (
     DryRunRequest,
@@ -28,6 +26,8 @@ from ultraplane.api.schemas import (
     UltraServerView,
 )
 from ultraplane.api.settings import Settings
+
+from ultraplane.allocator import NoFit, Placement, PlacementRequest
 from ultraplane.resources import InferenceJobSpec, TrainingJobSpec
 
 JobSpec = TrainingJobSpec | InferenceJobSpec

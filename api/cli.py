@@ -43,7 +43,6 @@ def _fail(message: str) -> None:
 def serve(**opts: Any) -> None:
     """Serve the REST API (embedded fleet by default); prints the URL and the docs URL."""
     from pydantic import ValidationError
-
     from ultraplane.api.settings import Settings
 
     if opts["fleet"] and opts["cluster"]:
@@ -74,7 +73,6 @@ def serve(**opts: Any) -> None:
 def _build(settings: Any) -> Any:
     """create_app with startup problems (bad DB URL, unreadable files) as one-sentence errors."""
     from sqlalchemy.exc import ArgumentError, OperationalError
-
     from ultraplane.api.app import create_app
 
     try:

@@ -12,7 +12,10 @@ import random
 import uuid
 from typing import TYPE_CHECKING, Any
 
+from ultraplane.api.backends import JobSpec
 from ultraplane.api.jobstates import JobState
+from ultraplane.api.schemas import JobKind
+
 from ultraplane.resources import InferenceJobSpec, TrainingJobSpec
 
 if TYPE_CHECKING:
@@ -65,13 +68,15 @@ class DemoStream:
         if demand < TARGET_DEMAND * self.b.topology.chip_count and queued < MAX_QUEUED:
             self.b.next_seq += 1
             seq = self.b.next_seq
+            kind: JobKind
+            spec: JobSpec
             if self.rng.random() < 0.2:
                 kind, spec = "InferenceJob", InferenceJobSpec.model_validate(self._inference())
                 name = f"serve-{seq:05d}"
             else:
                 kind, spec = "TrainingJob", TrainingJobSpec.model_validate(self._training())
                 name = f"train-{seq:05d}"
-            job = JobState(uid=str(uuid.uuid4()), kind=kind, namespace=NAMESPACE, name=name,  # type: ignore[arg-type]
+            job = JobState(uid=str(uuid.uuid4()), kind=kind, namespace=NAMESPACE, name=name,
                            spec=spec, seq=seq, created_s=now, labels={"ultraplane.dev/demo": "true"})
             jobs[job.uid] = job
             self.b.runner.submit(job)

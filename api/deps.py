@@ -7,7 +7,6 @@ from typing import Annotated
 
 from fastapi import Depends, Path, Request
 from sqlmodel import Session
-
 from ultraplane.api.backends import Backend
 
 NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from ultraplane.allocator import Allocator, NoFit, Placement
 from ultraplane.api.backends import nofit_view, placement_view, request_of
 from ultraplane.api.errors import ApiError
 from ultraplane.api.schemas import DryRunRequest, DryRunResult, PreemptionView
+
+from ultraplane.allocator import Allocator, NoFit, Placement
 from ultraplane.ids import JobKey
 from ultraplane.preemption import plan_preemption
 

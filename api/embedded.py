@@ -20,8 +20,6 @@ from typing import Any
 
 from sqlalchemy import Engine
 from sqlmodel import Session
-
-from ultraplane.allocator import Allocator
 from ultraplane.api import store
 from ultraplane.api.accounting import day_of
 from ultraplane.api.backends import JobSpec, not_found
@@ -38,8 +36,10 @@ from ultraplane.api.schemas import (
     UltraServerView,
 )
 from ultraplane.api.settings import Settings
-from ultraplane.scheduling import Scheduler
 from ultraplane.simulator.runtime import JobRuntime
+
+from ultraplane.allocator import Allocator
+from ultraplane.scheduling import Scheduler
 
 log = logging.getLogger("ultraplane.api.embedded")
 

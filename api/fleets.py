@@ -12,10 +12,11 @@ from collections import Counter, defaultdict
 from collections.abc import Mapping
 from typing import Any
 
-from ultraplane.allocator import Allocator
 from ultraplane.api.backends import jsonable
 from ultraplane.api.schemas import UltraServerView
 from ultraplane.api.settings import Settings
+
+from ultraplane.allocator import Allocator
 from ultraplane.ids import JobKey
 from ultraplane.topology import Topology, build_fleet
 
@@ -59,9 +60,9 @@ class FleetView:
         on_us: defaultdict[str, set[str]] = defaultdict(set)
         for key, placement in self.allocator.allocations().items():
             for chip in placement.chip_ids:
-                us = ultraserver_of(chip)
-                allocated[us] += 1
-                on_us[us].add(owner.get(key, str(key)))
+                us_name = ultraserver_of(chip)
+                allocated[us_name] += 1
+                on_us[us_name].add(owner.get(key, str(key)))
         fleet = runtime.fleet()
         per_us: Mapping[str, tuple[float, float]] = getattr(fleet, "per_ultraserver", {}) or {}
         views = []

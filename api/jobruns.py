@@ -11,10 +11,11 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from ultraplane.allocator import AllocationConflict, NoFit, Placement
 from ultraplane.api.accounting import day_of, split_by_day
 from ultraplane.api.jobstates import JobState, rfc3339
 from ultraplane.api.models import AccountingCreate
+
+from ultraplane.allocator import AllocationConflict, NoFit, Placement
 from ultraplane.ids import ChipId, JobKey
 from ultraplane.scheduling import QueuedJob
 

@@ -11,10 +11,11 @@ from datetime import UTC, datetime
 from functools import cached_property
 from typing import Any
 
-from ultraplane.allocator import PlacementRequest
 from ultraplane.api.backends import JobSpec, requests_of, spec_preemptible, spec_priority
 from ultraplane.api.models import Job
 from ultraplane.api.schemas import JobKind, JobResource, ObjectMeta
+
+from ultraplane.allocator import PlacementRequest
 from ultraplane.ids import JobKey
 from ultraplane.resources import InferenceJobSpec, TrainingJobSpec
 

@@ -20,11 +20,9 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Engine
-
-from ultraplane.allocator import AllocationConflict, Allocator
 from ultraplane.api import store
 from ultraplane.api.accounting import usage_of
-from ultraplane.api.backends import JobSpec, PLURALS, jsonable, not_found, total_chips
+from ultraplane.api.backends import PLURALS, JobSpec, jsonable, not_found, total_chips
 from ultraplane.api.dryruns import dry_run
 from ultraplane.api.errors import ApiError
 from ultraplane.api.schemas import (
@@ -36,6 +34,8 @@ from ultraplane.api.schemas import (
     UltraServerView,
 )
 from ultraplane.api.settings import Settings
+
+from ultraplane.allocator import AllocationConflict, Allocator
 from ultraplane.ids import ChipId, JobKey, UltraServerName
 from ultraplane.resources import InferenceJobSpec, TrainingJobSpec, UltraServer
 from ultraplane.topology import Topology
@@ -50,6 +50,11 @@ def _ts(value: Any) -> float | None:
     if not value:
         return None
     return datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp()
+
+
+def _items(response: Any) -> list[dict[str, Any]]:
+    """The `items` of a kubernetes client list call (typed `object` by the client)."""
+    return list(response["items"])
 
 
 def _chips_of(status: dict[str, Any]) -> list[str]:
@@ -74,10 +79,10 @@ class KubernetesBackend:
         self.settings, self.engine, self.clock = settings, engine, clock
         if api_client is None:
             try:
-                config.load_incluster_config()
+                config.load_incluster_config()  # type: ignore[no-untyped-call]
                 api_client = client.ApiClient()
             except config.ConfigException:
-                api_client = config.new_client_from_config(
+                api_client = config.new_client_from_config(  # type: ignore[no-untyped-call]
                     config_file=settings.kubeconfig, context=settings.kube_context
                 )
         self.api_client = api_client
@@ -120,11 +125,11 @@ class KubernetesBackend:
     # -- the snapshot ------------------------------------------------------------------------
     def poll(self) -> None:
         """Rebuild the fleet snapshot from the cluster and write accounting rows."""
-        servers = self.custom.list_cluster_custom_object(GROUP, VERSION, "ultraservers")["items"]
+        servers = _items(self.custom.list_cluster_custom_object(GROUP, VERSION, "ultraservers"))
         jobs = [
             (kind, obj)
             for kind, plural in PLURALS.items()
-            for obj in self.custom.list_cluster_custom_object(GROUP, VERSION, plural)["items"]
+            for obj in _items(self.custom.list_cluster_custom_object(GROUP, VERSION, plural))
         ]
         core, views = [], []
         for obj in servers:
@@ -133,12 +138,12 @@ class KubernetesBackend:
             except ValueError as exc:
                 log.warning("skipping UltraServer %s: %s", obj.get("metadata", {}).get("name"), exc)
                 continue
-            spec = us.spec
+            us_spec = us.spec
             core.append(CoreUltraServer(
-                UltraServerName(us.metadata.name), str(spec.profile), tuple(spec.network),
-                failed_chips=frozenset(spec.failed_chips),
-                cordoned_servers=frozenset(spec.cordoned_servers),
-                schedulable=spec.schedulable, servers=spec.servers,
+                UltraServerName(us.metadata.name), str(us_spec.profile), tuple(us_spec.network),
+                failed_chips=frozenset(us_spec.failed_chips),
+                cordoned_servers=frozenset(us_spec.cordoned_servers),
+                schedulable=us_spec.schedulable, servers=us_spec.servers,
             ))
             views.append((us, obj.get("status") or {}))
         allocator = Allocator(Topology(tuple(core)))
@@ -240,15 +245,15 @@ class KubernetesBackend:
         plural = PLURALS[kind]
         with self._errors("namespace", kind, namespace or "", ""):
             if namespace is None:
-                items = self.custom.list_cluster_custom_object(GROUP, VERSION, plural)["items"]
+                items = _items(self.custom.list_cluster_custom_object(GROUP, VERSION, plural))
             else:
-                items = self.custom.list_namespaced_custom_object(
-                    GROUP, VERSION, namespace, plural)["items"]
+                items = _items(self.custom.list_namespaced_custom_object(
+                    GROUP, VERSION, namespace, plural))
         return [self._resource(kind, obj) for obj in items]
 
     def get_job(self, kind: JobKind, namespace: str, name: str) -> JobResource:
         with self._errors("name", kind, namespace, name):
-            obj = self.custom.get_namespaced_custom_object(
+            obj: dict[str, Any] = self.custom.get_namespaced_custom_object(  # type: ignore[assignment]
                 GROUP, VERSION, namespace, PLURALS[kind], name)
         return self._resource(kind, obj)
 
@@ -262,7 +267,7 @@ class KubernetesBackend:
             "spec": spec.model_dump(mode="json", by_alias=True, exclude_none=True),
         }
         with self._errors("metadata.name", kind, namespace, name):
-            obj = self.custom.create_namespaced_custom_object(
+            obj: dict[str, Any] = self.custom.create_namespaced_custom_object(  # type: ignore[assignment]
                 GROUP, VERSION, namespace, PLURALS[kind], body)
         return self._resource(kind, obj)
 
@@ -297,7 +302,7 @@ class _ApiErrors:
         if exc is None:
             return
         if isinstance(exc, ApiException):
-            message, details = exc.reason or "error", {}
+            message, details = exc.reason or "error", dict[str, Any]()
             try:
                 body = json.loads(exc.body or "{}")
                 message, details = body.get("message") or message, body.get("details") or {}

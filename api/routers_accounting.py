@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query
-
 from ultraplane.api import store
 from ultraplane.api.auth import require_read
 from ultraplane.api.deps import SessionDep

@@ -10,7 +10,6 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, Query, status
 from starlette.concurrency import run_in_threadpool
-
 from ultraplane.api.auth import require_read, require_write
 from ultraplane.api.backends import PLURALS
 from ultraplane.api.deps import BackendDep, NamePath, NamespacePath

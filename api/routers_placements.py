@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Depends
 from starlette.concurrency import run_in_threadpool
-
 from ultraplane.api.auth import require_read
 from ultraplane.api.deps import BackendDep
 from ultraplane.api.schemas import DryRunRequest, DryRunResult

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Depends, Response
 from fastapi.responses import JSONResponse
-
 from ultraplane.api.auth import require_read
 from ultraplane.api.deps import BackendDep, NamePath
 from ultraplane.api.errors import ApiError

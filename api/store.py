@@ -15,7 +15,6 @@ from alembic import command
 from alembic.config import Config
 from sqlalchemy import Connection, Engine, Table, delete, event, func, insert
 from sqlmodel import Session, col, create_engine, select
-
 from ultraplane.api.models import (
     AccountingCreate,
     AccountingRecord,
@@ -105,11 +104,9 @@ def _upsert(conn: Connection, table: Table, rows: list[dict[str, Any]], keys: li
         return
     dialect = conn.dialect.name
     if dialect in ("sqlite", "postgresql"):
-        if dialect == "sqlite":
-            from sqlalchemy.dialects.sqlite import insert as dialect_insert
-        else:
-            from sqlalchemy.dialects.postgresql import insert as dialect_insert
-        stmt = dialect_insert(table)
+        from sqlalchemy.dialects import postgresql, sqlite
+
+        stmt: Any = (sqlite.insert if dialect == "sqlite" else postgresql.insert)(table)
         updates = {c: stmt.excluded[c] for c in rows[0] if c not in keys and c != "id"}
         conn.execute(stmt.on_conflict_do_update(index_elements=keys, set_=updates), rows)
         return
@@ -120,7 +117,7 @@ def _upsert(conn: Connection, table: Table, rows: list[dict[str, Any]], keys: li
 
 def write_jobs(conn: Connection, *, rows: list[dict[str, Any]], removed: list[str]) -> None:
     """Delete `removed` uids, then insert or update `rows` (full job rows, keyed by uid)."""
-    table = Job.__table__  # type: ignore[attr-defined]
+    table = Job.__table__
     if removed:
         conn.execute(delete(table).where(table.c.uid.in_(removed)))
     _upsert(conn, table, rows, ["uid"])
@@ -136,13 +133,13 @@ def write_accounting(
          "chip_hours": hours, "energy_kwh": kwh}
         for r, split in records for day, (hours, kwh) in split.items()
     ]
-    _upsert(conn, AccountingRecord.__table__, totals, ["job_uid"])  # type: ignore[attr-defined]
-    _upsert(conn, DailyUsage.__table__, days, ["job_uid", "day"])  # type: ignore[attr-defined]
+    _upsert(conn, AccountingRecord.__table__, totals, ["job_uid"])
+    _upsert(conn, DailyUsage.__table__, days, ["job_uid", "day"])
 
 
 def write_values(conn: Connection, *, values: dict[str, str]) -> None:
     rows = [{"key": k, "value": v} for k, v in values.items()]
-    _upsert(conn, KeyValue.__table__, rows, ["key"])  # type: ignore[attr-defined]
+    _upsert(conn, KeyValue.__table__, rows, ["key"])
 
 
 # --- small persistent values -----------------------------------------------------------------

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
+import ultraplane.api.models  # noqa: F401  (registers the tables on SQLModel.metadata)
 from alembic import context
 from sqlalchemy import create_engine
 from sqlmodel import SQLModel
-
-import ultraplane.api.models  # noqa: F401  (registers the tables on SQLModel.metadata)
 
 target_metadata = SQLModel.metadata
 config = context.config

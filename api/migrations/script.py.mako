@@ -8,7 +8,7 @@ Create Date: ${create_date}
 from __future__ import annotations
 
 import sqlalchemy as sa
-import sqlmodel
+
 from alembic import op
 ${imports if imports else ""}
 

@@ -8,7 +8,6 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
-
 from ultraplane.api.app import create_app
 from ultraplane.api.auth import Guard, load_tokens
 from ultraplane.api.settings import Settings
@@ -89,7 +88,7 @@ def test_token_file(tmp_path: Path) -> None:
 
 
 def test_unreadable_token_file_is_an_error_not_open_access(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="token file .* cannot be read"):
+    with pytest.raises(ValueError, match=r"token file .* cannot be read"):
         load_tokens(Settings(db="sqlite://", token_file=str(tmp_path / "missing")))
 
 

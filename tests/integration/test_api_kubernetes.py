@@ -20,7 +20,6 @@ from typing import Any
 import pytest
 import yaml
 from fastapi.testclient import TestClient
-
 from ultraplane.api.app import create_app
 from ultraplane.api.settings import Settings
 

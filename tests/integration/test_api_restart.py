@@ -21,7 +21,6 @@ from typing import Any
 import httpx
 import pytest
 from fastapi.testclient import TestClient
-
 from ultraplane.api.app import create_app
 from ultraplane.api.settings import Settings
 

@@ -19,7 +19,6 @@ import schemathesis
 from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, settings
 from schemathesis.checks import not_a_server_error
-
 from ultraplane.api.app import create_app
 from ultraplane.api.settings import Settings
 

@@ -16,7 +16,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sqlalchemy import Engine, inspect
 from sqlmodel import Session
-
 from ultraplane.api import store
 from ultraplane.api.accounting import split_by_day, usage_of
 from ultraplane.api.models import Job
