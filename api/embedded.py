@@ -39,6 +39,7 @@ from ultraplane.api.settings import Settings
 from ultraplane.simulator.runtime import JobRuntime
 
 from ultraplane.allocator import Allocator
+from ultraplane.ids import ChipId
 from ultraplane.scheduling import Scheduler
 
 log = logging.getLogger("ultraplane.api.embedded")
@@ -252,6 +253,13 @@ class EmbeddedBackend:
             resource = job.resource()
         self.persist()
         return resource
+
+    def fail_chip(self, chip_id: str) -> list[str]:
+        """Break a chip: the allocator stops using it, jobs on it restart from a checkpoint
+        (or fail, per their failurePolicy) at the next tick. For chaos drills and tests."""
+        with self.lock:
+            self.allocator.set_chip_failed(ChipId(chip_id), True)
+            return self.runtime.fail_chip(chip_id)
 
     def dry_run_nowait(self, request: DryRunRequest) -> DryRunResult | None:
         """The dry run if the fleet lock is free right now, else None (caller waits elsewhere)."""

@@ -234,3 +234,26 @@ def test_malformed_json_is_a_422_not_a_500(fleet: Fleet) -> None:
     r = fleet.client.post(f"/v1/namespaces/{NS}/trainingjobs", content=b"{not json",
                           headers={"content-type": "application/json"})
     assert r.status_code == 422 and r.json()["error"] == "ValidationError"
+
+
+@pytest.mark.parametrize(("policy", "phase"), [("RestartAll", "Running"), ("Fail", "Failed")])
+def test_chip_failure_follows_the_failure_policy(fleet: Fleet, policy: str, phase: str) -> None:
+    r = fleet.client.post(f"/v1/namespaces/{NS}/trainingjobs", json={
+        "metadata": {"name": "fragile"},
+        "spec": {"chips": 16, "topology": {"requiredLevel": "rack"}, "failurePolicy": policy,
+                 "work": {"durationSeconds": 20_000}}})
+    assert r.status_code == 201, r.text
+    fleet.advance(1)
+    fleet.advance(20)
+    before = fleet.job("fragile")["status"]
+    broken = before["allocation"]["chips"][0]
+    assert fleet.app.state.backend.fail_chip(broken) == [f"tj/{NS}/fragile"]
+    fleet.advance(1)  # the event: RestartAll requeues from the checkpoint, Fail ends the job
+    fleet.advance(1)  # the next cycle places it again, away from the broken chip
+    after = fleet.job("fragile")["status"]
+    assert after["phase"] == phase
+    if phase == "Running":
+        assert after["restarts"] == 1 and broken not in after["allocation"]["chips"]
+        assert after["progress"]["completedSteps"] >= before["progress"]["checkpointedSteps"]
+    else:
+        assert after["reason"] == "Failed" and broken in after["message"]
