@@ -95,6 +95,11 @@ class JobRuntime:
         self._fleet_j = 0.0
         self._chip_job: dict[str, str] = {}
 
+    def reshape(self, topology: Any) -> None:
+        """Adopt a new set of UltraServers (cluster mode sees them come and go); jobs keep running."""
+        self._catch_up()
+        self.shape = FleetShape.of(topology)
+
     # -- time ------------------------------------------------------------------------
     def now(self) -> float:
         """Simulated seconds (same origin as the clock)."""
@@ -232,6 +237,9 @@ class JobRuntime:
     def keys(self) -> list[str]:
         return list(self._jobs)
 
+    def __contains__(self, key: object) -> bool:
+        return key in self._jobs
+
     def chip_states(self, ultraserver: str) -> list[tuple[str, str | None, float, float, bool]]:
         """(chip id, job, utilisation, watts, failed) for each chip of one UltraServer."""
         hw = self.shape.hardware_of[ultraserver]
@@ -250,6 +258,8 @@ class JobRuntime:
         for job in self._jobs.values():
             if job.end is None:
                 for name, n in job.plan.per_us.items():
+                    if name not in per_us:
+                        continue  # its UltraServer left the fleet
                     per_us[name][0] += n * job.plan.utilization
                     per_us[name][1] += job.plan.extra_watts_of[name]
         total_util = 0.0

@@ -1,0 +1,95 @@
+"""Cluster mode: the virtual kubelet's loop against a real Kubernetes API server.
+
+Why polling lists rather than kopf watches: the kubelet is level-triggered
+(see `kubelets`), it must write status on a heartbeat anyway, and a list per
+heartbeat keeps it correct after any missed event or restart, with no peering
+or finalizers to coordinate with the operator. Patches go to the status
+subresource as JSON merge patches carrying only simulator-owned fields.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ultraplane.simulator.kubelets import PLURALS, Patch, VirtualKubelet
+from ultraplane.simulator.metrics import SimulatorMetrics
+
+GROUP, VERSION = "ultraplane.dev", "v1alpha1"
+log = logging.getLogger("ultraplane.simulator")
+
+
+def _client() -> Any:
+    from kubernetes import client, config
+
+    try:
+        config.load_incluster_config()
+    except config.ConfigException:
+        config.load_kube_config()
+    return client.CustomObjectsApi()
+
+
+def _list(api: Any, plural: str, namespace: str | None) -> list[dict[str, Any]]:
+    if namespace:
+        items = api.list_namespaced_custom_object(GROUP, VERSION, namespace, plural)["items"]
+    else:
+        items = api.list_cluster_custom_object(GROUP, VERSION, plural)["items"]
+    kind = {v: k for k, v in PLURALS.items()}.get(plural)
+    for item in items:
+        item.setdefault("kind", kind)
+    return list(items)
+
+
+def _send(api: Any, patch: Patch) -> None:
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        if patch.kind == "UltraServer":
+            api.patch_cluster_custom_object_status(GROUP, VERSION, "ultraservers", patch.name, patch.body)
+        else:
+            api.patch_namespaced_custom_object_status(GROUP, VERSION, patch.namespace,
+                                                      PLURALS[patch.kind], patch.name, patch.body)
+    except ApiException as exc:
+        if exc.status in (404, 409, 422):  # gone, raced, or rejected: the next heartbeat heals it
+            log.warning("status patch of %s %s/%s failed: %s %s", patch.kind, patch.namespace,
+                        patch.name, exc.status, exc.reason)
+            return
+        raise
+
+
+def heartbeat(api: Any, kubelet: VirtualKubelet, namespace: str | None) -> None:
+    """One level-triggered pass: list, reconcile, write status."""
+    kubelet.sync_ultraservers(_list(api, "ultraservers", None))
+    jobs = _list(api, "trainingjobs", namespace) + _list(api, "inferencejobs", namespace)
+    for patch in kubelet.sync_jobs(jobs) + kubelet.tick():
+        _send(api, patch)
+
+
+def run_cluster(*, time_scale: float, metrics_port: int, heartbeat_s: float,
+                namespace: str | None = None, clock: Callable[[], float] = time.time,
+                stop: threading.Event | None = None) -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    stop = stop or threading.Event()
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, lambda *_: stop.set())
+        signal.signal(signal.SIGINT, lambda *_: stop.set())
+    api = _client()
+    kubelet = VirtualKubelet(clock=clock, time_scale=time_scale)
+    metrics = SimulatorMetrics()
+    if metrics_port:
+        from prometheus_client import start_http_server
+
+        start_http_server(metrics_port, registry=metrics.registry)
+    log.info("virtual kubelet up: time scale %.0fx, heartbeat %.1f s, metrics port %s",
+             time_scale, heartbeat_s, metrics_port or "off")
+    while not stop.is_set():
+        try:
+            heartbeat(api, kubelet, namespace)
+            metrics.update(kubelet)
+        except Exception:  # keep the data plane alive across API hiccups; logged with traceback
+            log.exception("heartbeat failed; retrying")
+        stop.wait(heartbeat_s)
