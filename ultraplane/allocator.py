@@ -28,11 +28,25 @@ __all__ = [
 Policy = Literal["ultraplane", "first-fit"]
 
 
-class _Job:
-    __slots__ = ("parts", "placement", "request")
+Held = dict[Slot, list[tuple[int, int]]]  # a job's chips: slot -> [(server, mask)]
 
-    def __init__(self, parts: Parts, placement: Placement, request: PlacementRequest | None):
-        self.parts, self.placement, self.request = parts, placement, request
+
+class _Job:
+    __slots__ = ("held", "placement", "request")
+
+    def __init__(self, held: Held, placement: Placement, request: PlacementRequest | None):
+        self.held, self.placement, self.request = held, placement, request
+
+
+def _group(parts: Parts) -> Held:
+    held: Held = {}
+    for slot, s, m in parts:
+        pairs = held.get(slot)
+        if pairs is None:
+            held[slot] = [(s, m)]
+        else:
+            pairs.append((s, m))
+    return held
 
 
 class Allocator:
@@ -61,8 +75,8 @@ class Allocator:
 
     def job_of(self, chip: ChipId | str) -> JobKey | None:
         slot, s, bit = self._locate(chip)
-        for job, mask in (slot.owners[s] or {}).items():
-            if mask & bit:
+        for job in slot.jobs:
+            if any(srv == s and m & bit for srv, m in self._jobs[job].held.get(slot, ())):
                 return job
         return None
 
@@ -72,7 +86,9 @@ class Allocator:
     def place(self, request: PlacementRequest) -> Placement | NoFit:
         """Where `request` would go now (nothing changes)."""
         found = self._search(request)
-        return found if isinstance(found, NoFit) else self._placement(found[1], found[0])
+        if isinstance(found, NoFit):
+            return found
+        return self._placement(_group(found[1]), found[0], score_of(found[1]))
 
     def allocate(self, job: JobKey, request: PlacementRequest) -> Placement | NoFit:
         """Place `request` and hold its chips for `job` (all or nothing)."""
@@ -82,8 +98,9 @@ class Allocator:
         if isinstance(found, NoFit):
             return found
         level, parts = found
-        placement = self._placement(parts, level)
-        self._hold(job, parts, placement, request)
+        held = _group(parts)
+        placement = self._placement(held, level, score_of(parts))
+        self._hold(job, held, placement, request)
         return placement
 
     def assign(self, job: JobKey, chip_ids: Iterable[ChipId | str],
@@ -101,8 +118,9 @@ class Allocator:
         if not masks:
             raise AllocationConflict(f"job {job}: no chips to assign")
         parts = [(self._slots[us], s, m) for (us, s), m in masks.items()]
-        placement = self._placement(parts, level_of(parts), score=0.0)
-        self._hold(job, parts, placement, request)
+        held = _group(parts)
+        placement = self._placement(held, level_of(parts), 0.0)
+        self._hold(job, held, placement, request)
         return placement
 
     def release(self, job: JobKey) -> frozenset[ChipId]:
@@ -111,7 +129,7 @@ class Allocator:
         if rec is None:
             return frozenset()
         del self._placements[job]
-        self._give(job, rec.parts)
+        self._give(job, rec.held)
         return frozenset(rec.placement.chip_ids)
 
     # -- what-if, for preemption planning ----------------------------------------------
@@ -161,13 +179,15 @@ class Allocator:
         for job, rec in saved:
             del self._jobs[job]
             del self._placements[job]
-            self._give(job, rec.parts)
+            self._give(job, rec.held)
         try:
             found = self._search(request, [self._get(n) for n in within])
+            if not isinstance(found, NoFit):
+                found_placement = self._placement(_group(found[1]), found[0], score_of(found[1]))
         finally:
             for job, rec in reversed(saved):
-                self._hold(job, rec.parts, rec.placement, rec.request)
-        return found if isinstance(found, NoFit) else self._placement(found[1], found[0])
+                self._hold(job, rec.held, rec.placement, rec.request)
+        return found if isinstance(found, NoFit) else found_placement
 
     # -- internals ---------------------------------------------------------------------
     def _locate(self, chip: ChipId | str) -> tuple[Slot, int, int]:
@@ -177,30 +197,25 @@ class Allocator:
             raise AllocationConflict(f"chip {chip} does not exist in this topology")
         return slot, s, 1 << c
 
-    def _placement(self, parts: Parts, level: Level, score: float | None = None) -> Placement:
-        ordered = sorted(parts, key=lambda p: (p[0].us.name, p[1]))
-        return Placement(
-            tuple((sl.us.name, s, m) for sl, s, m in ordered), level.name,
-            score_of(parts) if score is None else score,
-        )
+    def _placement(self, held: Held, level: Level, score: float) -> Placement:
+        parts: list[tuple[str, int, int]] = []
+        for slot in sorted(held, key=lambda sl: sl.us.name):
+            pairs = held[slot]
+            name = slot.us.name
+            parts += [(name, s, m) for s, m in (sorted(pairs) if len(pairs) > 1 else pairs)]
+        return Placement(tuple(parts), level.name, score)
 
-    def _hold(self, job: JobKey, parts: Parts, placement: Placement,
+    def _hold(self, job: JobKey, held: Held, placement: Placement,
               request: PlacementRequest | None) -> None:
-        touched: dict[int, Slot] = {}
-        for slot, s, mask in parts:
-            slot.take(s, mask, job)
-            touched[id(slot)] = slot
-        for slot in touched.values():
+        for slot, pairs in held.items():
+            slot.take(pairs, job)
             self._pool(slot).reindex(slot)
-        self._jobs[job] = _Job(parts, placement, request)
+        self._jobs[job] = _Job(held, placement, request)
         self._placements[job] = placement
 
-    def _give(self, job: JobKey, parts: Parts) -> None:
-        touched: dict[int, Slot] = {}
-        for slot, s, mask in parts:
-            slot.give(s, mask, job)
-            touched[id(slot)] = slot
-        for slot in touched.values():
+    def _give(self, job: JobKey, held: Held) -> None:
+        for slot, pairs in held.items():
+            slot.give(pairs, job)
             if self._slots.get(slot.us.name) is slot:
                 self._pool(slot).reindex(slot)
 
@@ -363,13 +378,14 @@ class Allocator:
         gone: dict[tuple[int, int], int] = {}
         for cid in lost:
             slot, s, bit = self._locate(cid)
-            if not (slot.owners[s] or {}).get(job, 0) & bit:
+            if not any(srv == s and m & bit for srv, m in rec.held.get(slot, ())):
                 raise AllocationConflict(f"chip {cid} is not held by job {job}")
             gone[(id(slot), s)] = gone.get((id(slot), s), 0) | bit
         if not gone:
             return rec.placement
         need = sum(m.bit_count() for m in gone.values())
-        kept = [(sl, s, m & ~gone.get((id(sl), s), 0)) for sl, s, m in rec.parts]
+        kept = [(sl, s, m & ~gone.get((id(sl), s), 0)) for sl, pairs in rec.held.items()
+                for s, m in pairs]
         kept = [p for p in kept if p[2]]
         request = rec.request or PlacementRequest(chips=rec.placement.chips)
         required = parse_level(request.required_level) if request.required_level else CLUSTER
@@ -388,10 +404,11 @@ class Allocator:
             old = merged.get((id(sl), s))
             merged[(id(sl), s)] = (sl, s, m | (old[2] if old else 0))
         parts = list(merged.values())
-        placement = self._placement(parts, level_of(parts), score=score_of(new))
+        held = _group(parts)
+        placement = self._placement(held, level_of(parts), score_of(new))
         del self._jobs[job]
-        self._give(job, rec.parts)
-        self._hold(job, parts, placement, request)
+        self._give(job, rec.held)
+        self._hold(job, held, placement, request)
         return placement
 
 

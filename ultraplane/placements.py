@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from functools import cached_property
-from typing import Literal
+from functools import cache, cached_property
+from typing import Literal, cast
 
-from ultraplane.ids import ChipId, JobKey, ServerId, chip_id, parse_chip_id, server_id
+from ultraplane.ids import ChipId, JobKey, ServerId, parse_chip_id, server_id
 from ultraplane.profiles import load_profile
 from ultraplane.topology import parse_level
 
@@ -23,6 +23,16 @@ NoFitKind = Literal["NoCapacity", "Unsatisfiable"]
 
 class AllocationConflict(ValueError):
     """A chip is unknown, unusable or already held by another job."""
+
+
+_SUFFIX = [f"/c{c:02d}" for c in range(64)]
+
+
+@cache
+def _bits(mask: int) -> tuple[int, ...]:
+    """Indices of the set bits of a server mask (cached: masks have at most 64 bits, and in
+    practice a handful of distinct values)."""
+    return tuple(i for i in range(mask.bit_length()) if mask >> i & 1)
 
 
 @dataclass(frozen=True)
@@ -75,14 +85,12 @@ class Placement:
 
     @cached_property
     def chip_ids(self) -> tuple[ChipId, ...]:
-        out: list[ChipId] = []
+        out: list[str] = []
         for us, server, mask in self.parts:
-            bit = 0
-            while mask >> bit:
-                if (mask >> bit) & 1:
-                    out.append(chip_id(us, server, bit))
-                bit += 1
-        return tuple(out)
+            prefix = f"{us}/s{server:02d}"
+            out += [prefix + _SUFFIX[c] for c in _bits(mask)]
+        # ChipId is a NewType of str: a cast, not a call per chip.
+        return cast("tuple[ChipId, ...]", tuple(out))
 
     @cached_property
     def servers(self) -> tuple[ServerId, ...]:

@@ -61,6 +61,16 @@ def _fits(slot: Slot, rank: int, c: int, whole: bool) -> bool:
 def _take_from(slot: Slot, servers: Iterable[int], c: int, whole: bool) -> Parts:
     """Pack `c` chips into `servers`: partly used servers first, fewest free first."""
     full, spr = slot.full, slot.spr
+    if slot.total == slot.cpu:
+        # Idle slot: every server is whole, so the order below is plain index order.
+        parts: Parts = []
+        for s in servers:
+            if c <= 0:
+                break
+            mask = full if c >= slot.cps else low_bits(full, c)
+            parts.append((slot, s, mask))
+            c -= slot.cps
+        return parts
     if whole:
         order = sorted((s for s in servers if slot.free[s] == full),
                        key=lambda s: (slot.rack_free[s // spr], s))
@@ -68,7 +78,7 @@ def _take_from(slot: Slot, servers: Iterable[int], c: int, whole: bool) -> Parts
         order = sorted((s for s in servers if slot.nfree[s]),
                        key=lambda s: (slot.free[s] == full, slot.rack_free[s // spr],
                                       slot.nfree[s], s))
-    parts: Parts = []
+    parts = []
     for s in order:
         if c <= 0:
             break
@@ -97,13 +107,8 @@ def _pick(pool: Pool, rank: int, c: int, whole: bool, within: Iterable[Slot] | N
     if whole or within is not None:
         found = [s for s in (pool.slots if within is None else within)
                  if s.us.schedulable and _fits(s, rank, c, whole)]
-        return min(found, key=lambda s: (s.total, s.order), default=None)
-    slot = pool.fullest(rank, c)
-    if slot is not None and slot.idle:
-        block = pool.block_with_idle(1)
-        if block is not None:
-            slot = min(pool.block_idle[block], key=lambda s: s.order)
-    return slot
+        return min(found, key=lambda s: (s.rank, s.order), default=None)
+    return pool.fullest(rank, c)
 
 
 def best_fit(
@@ -253,6 +258,8 @@ def score_of(parts: Parts) -> float:
         per_slot.setdefault(id(slot), (slot, {}))[1][s] = mask
     score = 0
     for slot, taken in per_slot.values():
+        if slot.idle and len(taken) == slot.n and all(m == slot.full for m in taken.values()):
+            continue
         broken = {s for s, m in taken.items() if slot.free[s] == slot.full and m != slot.full}
         score += len(broken) * slot.cps
         for r in {s // slot.spr for s in taken}:

@@ -23,9 +23,29 @@ class Slot:
     """One UltraServer's static shape and mutable usage (free chips, owners, counters)."""
 
     __slots__ = (
-        "alloc", "block", "cpr", "cps", "cpu", "domains", "free", "full", "hist", "indexed",
-        "jobs", "n", "nfree", "nracks", "order", "owners", "rack_free", "rack_whole", "spr",
-        "total", "us", "usable", "whole",
+        "alloc",
+        "block",
+        "cpr",
+        "cps",
+        "cpu",
+        "domains",
+        "free",
+        "full",
+        "hist",
+        "indexed",
+        "jobs",
+        "n",
+        "nfree",
+        "nracks",
+        "order",
+        "rack_free",
+        "rack_whole",
+        "rank",
+        "spr",
+        "total",
+        "us",
+        "usable",
+        "whole",
     )
 
     def __init__(self, us: UltraServer, order: int) -> None:
@@ -39,15 +59,15 @@ class Slot:
         self.cpu = self.n * self.cps
         self.full = (1 << self.cps) - 1
         self.alloc = [0] * self.n
-        self.owners: list[dict[JobKey, int] | None] = [None] * self.n
         self.jobs: dict[JobKey, int] = {}
         self.indexed: tuple[int, int, int, bool, tuple[str, ...]] | None = None
+        self.rank = 0
         self.us = us
         self.set_health(us)
 
     # -- health and shape --------------------------------------------------------------
     def set_health(self, us: UltraServer) -> None:
-        """Adopt `us` (same shape); recompute usable and free chips from health and owners."""
+        """Adopt `us` (same shape); recompute usable and free chips from health and `alloc`."""
         self.us = us
         self.domains = [us.domain(Level(2 + d)) for d in range(1, len(us.network) + 1)]
         self.block = self.domains[0] if self.domains else ("cluster",)
@@ -91,32 +111,42 @@ class Slot:
         self.whole += dw
 
     # -- ownership ---------------------------------------------------------------------
-    def take(self, s: int, mask: int, job: JobKey) -> None:
-        self.alloc[s] |= mask
-        owners = self.owners[s]
-        if owners is None:
-            owners = self.owners[s] = {}
-        owners[job] = owners.get(job, 0) | mask
-        self.jobs[job] = self.jobs.get(job, 0) + mask.bit_count()
-        self.set_free(s, self.free[s] & ~mask)
+    def take(self, pairs: list[tuple[int, int]], job: JobKey) -> None:
+        """Hold `(server, mask)` pairs for `job`. Taking a whole idle slot is O(1)-ish."""
+        count = sum(m.bit_count() for _, m in pairs)
+        if count == self.cpu and self.total == self.cpu:
+            n = self.n
+            self.alloc = [self.full] * n
+            self.free = [0] * n
+            self.nfree = [0] * n
+            self.hist = [n] + [0] * self.cps
+            self.rack_free = [0] * self.nracks
+            self.rack_whole = [0] * self.nracks
+            self.total = self.whole = 0
+        else:
+            alloc, free, set_free = self.alloc, self.free, self.set_free
+            for s, m in pairs:
+                alloc[s] |= m
+                set_free(s, free[s] & ~m)
+        self.jobs[job] = self.jobs.get(job, 0) + count
 
-    def give(self, s: int, mask: int, job: JobKey) -> None:
-        self.alloc[s] &= ~mask
-        owners = self.owners[s]
-        if owners is not None:
-            left = owners.get(job, 0) & ~mask
-            if left:
-                owners[job] = left
-            else:
-                owners.pop(job, None)
-                if not owners:
-                    self.owners[s] = None
-        left_here = self.jobs.get(job, 0) - mask.bit_count()
-        if left_here > 0:
-            self.jobs[job] = left_here
+    def give(self, pairs: list[tuple[int, int]], job: JobKey) -> None:
+        """Return `(server, mask)` pairs held by `job`; failed chips do not become free."""
+        count = sum(m.bit_count() for _, m in pairs)
+        if count == self.cpu:
+            self.alloc = [0] * self.n
+            self.free = list(self.usable)
+            self._recount()
+        else:
+            alloc, free, usable, set_free = self.alloc, self.free, self.usable, self.set_free
+            for s, m in pairs:
+                alloc[s] &= ~m
+                set_free(s, free[s] | (m & usable[s]))
+        left = self.jobs.get(job, 0) - count
+        if left > 0:
+            self.jobs[job] = left
         else:
             self.jobs.pop(job, None)
-        self.set_free(s, self.free[s] | (mask & self.usable[s]))
 
     # -- keys --------------------------------------------------------------------------
     @property
@@ -139,10 +169,18 @@ class Slot:
 
 
 class Pool:
-    """Indexes of the schedulable slots of one (profile, servers) shape."""
+    """Indexes of the schedulable slots of one (profile, servers) shape.
 
-    def __init__(self, profile: str, cps: int, cpr: int, cpu: int) -> None:
+    Slots are filed by a *rank* = (idle UltraServers in the slot's network block) x band +
+    (free chips of the slot), so the lowest rank is "the fullest UltraServer in the block with
+    the fewest idle UltraServers". Steering small gangs to blocks that are already broken lets
+    the partly used UltraServers of idle-rich blocks drain, so whole blocks come free for large
+    gangs (see docs/allocator.md). `block_weight=0` gives plain best fit on free chips.
+    """
+
+    def __init__(self, profile: str, cps: int, cpr: int, cpu: int, block_weight: int = 1) -> None:
         self.profile, self.cps, self.cpr, self.cpu = profile, cps, cpr, cpu
+        self.band = (cpu + 1) * block_weight
         self.slots: dict[Slot, None] = {}
         self.server_masks = [0] * (cps + 1)
         self.rack_masks = [0] * (cpr + 1)
@@ -150,65 +188,94 @@ class Pool:
         self.rack_buckets: dict[tuple[int, int], dict[Slot, None]] = {}
         self.us_mask = 0
         self.us_buckets: dict[int, dict[Slot, None]] = {}
+        self.block_slots: dict[tuple[str, ...], dict[Slot, None]] = {}
         self.block_idle: dict[tuple[str, ...], dict[Slot, None]] = {}
         self.blocks_by_idle: dict[int, dict[tuple[str, ...], None]] = {}
-        self.block_size: dict[tuple[str, ...], int] = {}
+        self._patterns: dict[tuple[int, int], int] = {}
 
     def add(self, slot: Slot) -> None:
         self.slots[slot] = None
-        self.block_size[slot.block] = self.block_size.get(slot.block, 0) + 1
+        self.block_slots.setdefault(slot.block, {})[slot] = None
         self.block_idle.setdefault(slot.block, {})
         self.reindex(slot)
 
     def remove(self, slot: Slot) -> None:
+        before = len(self.block_idle[slot.block])
         self._unfile(slot)
         del self.slots[slot]
-        self.block_size[slot.block] -= 1
+        del self.block_slots[slot.block][slot]
+        if len(self.block_idle[slot.block]) != before:
+            self._refile_block(slot.block)
 
     def reindex(self, slot: Slot) -> None:
         """Re-file `slot` after its counters or health changed (no-op if keys are equal)."""
         keys = slot.keys()
         if keys == slot.indexed:
             return
+        block = slot.block
+        before = len(self.block_idle[block])
         self._unfile(slot)
-        if keys is None:
-            return
-        ms, mr, total, idle, block = keys
-        _put(self.server_buckets, (ms, total), slot)
-        self.server_masks[ms] |= 1 << total
-        _put(self.rack_buckets, (mr, total), slot)
-        self.rack_masks[mr] |= 1 << total
-        self.us_buckets.setdefault(total, {})[slot] = None
-        self.us_mask |= 1 << total
-        if idle:
-            members = self.block_idle.setdefault(block, {})
-            members[slot] = None
-            self._file_block(block, len(members) - 1, len(members))
-        slot.indexed = keys
+        if keys is not None:
+            if keys[3]:
+                self._set_idle(block, slot, True)
+            slot.indexed = keys
+            self._put(slot)
+        if len(self.block_idle[block]) != before:
+            self._refile_block(block)
 
-    def _unfile(self, slot: Slot) -> None:
-        keys = slot.indexed
-        if keys is None:
-            return
-        ms, mr, total, idle, block = keys
-        if _drop(self.server_buckets, (ms, total), slot):
-            self.server_masks[ms] &= ~(1 << total)
-        if _drop(self.rack_buckets, (mr, total), slot):
-            self.rack_masks[mr] &= ~(1 << total)
-        bucket = self.us_buckets[total]
+    def _rank(self, slot: Slot, total: int) -> int:
+        return len(self.block_idle[slot.block]) * self.band + total
+
+    def _put(self, slot: Slot) -> None:
+        assert slot.indexed is not None
+        ms, mr, total, _, _ = slot.indexed
+        rank = slot.rank = self._rank(slot, total)
+        _put(self.server_buckets, (ms, rank), slot)
+        self.server_masks[ms] |= 1 << rank
+        _put(self.rack_buckets, (mr, rank), slot)
+        self.rack_masks[mr] |= 1 << rank
+        self.us_buckets.setdefault(rank, {})[slot] = None
+        self.us_mask |= 1 << rank
+
+    def _pull(self, slot: Slot) -> None:
+        assert slot.indexed is not None
+        ms, mr, _, _, _ = slot.indexed
+        rank = slot.rank
+        if _drop(self.server_buckets, (ms, rank), slot):
+            self.server_masks[ms] &= ~(1 << rank)
+        if _drop(self.rack_buckets, (mr, rank), slot):
+            self.rack_masks[mr] &= ~(1 << rank)
+        bucket = self.us_buckets[rank]
         del bucket[slot]
         if not bucket:
-            del self.us_buckets[total]
-            self.us_mask &= ~(1 << total)
-        if idle:
-            members = self.block_idle[block]
-            del members[slot]
-            self._file_block(block, len(members) + 1, len(members))
+            del self.us_buckets[rank]
+            self.us_mask &= ~(1 << rank)
+
+    def _unfile(self, slot: Slot) -> None:
+        if slot.indexed is None:
+            return
+        self._pull(slot)
+        if slot.indexed[3]:
+            self._set_idle(slot.block, slot, False)
         slot.indexed = None
 
-    def _file_block(self, block: tuple[str, ...], old: int, new: int) -> None:
-        if old == new:
+    def _refile_block(self, block: tuple[str, ...]) -> None:
+        """The block's idle count changed: every slot in it gets a new rank."""
+        if not self.band:
             return
+        for other in self.block_slots.get(block, {}):
+            if other.indexed is not None and other.rank != self._rank(other, other.indexed[2]):
+                self._pull(other)
+                self._put(other)
+
+    def _set_idle(self, block: tuple[str, ...], slot: Slot, idle: bool) -> None:
+        members = self.block_idle[block]
+        old = len(members)
+        if idle:
+            members[slot] = None
+        else:
+            del members[slot]
+        new = len(members)
         if old > 0:
             bucket = self.blocks_by_idle[old]
             del bucket[block]
@@ -217,11 +284,25 @@ class Pool:
         if new > 0:
             self.blocks_by_idle.setdefault(new, {})[block] = None
 
+    def _pattern(self, c: int) -> int:
+        """Bits of every rank whose free-chip part is >= c, across all idle-count bands."""
+        bands = 1 + (max((len(b) for b in self.block_slots.values()), default=0) if self.band else 0)
+        key = (c, bands)
+        found = self._patterns.get(key)
+        if found is None:
+            width = self.band or (self.cpu + 1)
+            one = ((1 << (self.cpu + 1)) - 1) >> c << c
+            found = 0
+            for b in range(bands):
+                found |= one << (b * width)
+            self._patterns[key] = found
+        return found
+
     # -- queries -----------------------------------------------------------------------
     def fullest(self, level: int, c: int) -> Slot | None:
         """The schedulable slot with the fewest free chips that has a level-domain with >= c."""
         if level == 2:
-            m = self.us_mask >> c << c
+            m = self.us_mask & self._pattern(c)
             if not m:
                 return None
             return next(iter(self.us_buckets[(m & -m).bit_length() - 1]))
@@ -234,10 +315,10 @@ class Pool:
             m |= masks[k]
         if not m:
             return None
-        total = (m & -m).bit_length() - 1
+        rank = (m & -m).bit_length() - 1
         for k in range(c, len(masks)):
-            if masks[k] >> total & 1:
-                return next(iter(buckets[(k, total)]))
+            if masks[k] >> rank & 1:
+                return next(iter(buckets[(k, rank)]))
         return None  # pragma: no cover - the mask said some k has it
 
     def block_with_idle(self, need: int) -> tuple[str, ...] | None:

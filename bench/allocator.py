@@ -1,0 +1,129 @@
+"""Allocator benchmark: 1M chips, >= 100,000 allocate/release operations, vs a plain first-fit.
+
+Run: `python bench/allocator.py` (about a minute on one core) or `--quick` for a smoke run.
+Workload (seeded, identical for both allocators): gangs arrive one per step with sizes
+1, 4, 16, 36, 72, 144, 288, 576, 1152 chips and exponential lifetimes (in steps) chosen so the
+offered load is ~90% of the chips; departures are released before each arrival. Gangs up to one
+UltraServer require one UltraServer; larger gangs require one network block (16 UltraServers).
+A rejected gang is dropped. "large" = >= 144 chips. Latencies and placements/s are per allocate
+call, measured in CPU time of the benchmark thread (`time.thread_time`), so that other processes
+on a shared machine do not count; wall time of the whole run is printed as well.
+Ends with ONE JSON line of figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import heapq
+import json
+import random
+import resource
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from first_fit import FirstFit
+
+from ultraplane.allocator import Allocator, Placement, PlacementRequest
+from ultraplane.ids import JobKey
+from ultraplane.topology import build_fleet
+
+SIZES = (1, 4, 16, 36, 72, 144, 288, 576, 1152)
+WEIGHTS = (0.30, 0.25, 0.15, 0.10, 0.08, 0.06, 0.03, 0.02, 0.01)
+LOAD = 0.90
+
+
+def workload(chips: int, jobs: int, seed: int) -> list[tuple[int, int]]:
+    """(size, lifetime in steps) per arriving gang."""
+    rng = random.Random(seed)
+    mean_size = sum(s * w for s, w in zip(SIZES, WEIGHTS, strict=True))
+    mean_life = LOAD * chips / mean_size
+    sizes = rng.choices(SIZES, WEIGHTS, k=jobs)
+    return [(s, max(1, round(rng.expovariate(1 / mean_life)))) for s in sizes]
+
+
+def run(trace: list[tuple[int, int]], allocate, release) -> dict[str, float]:  # type: ignore[no-untyped-def]
+    departures: list[tuple[int, int]] = []
+    lat: list[float] = []
+    ops = rejected = large_rejected = 0
+    # CPU time of this thread, not wall time: the benchmark targets one core, and on a shared
+    # machine wall time mostly measures the other processes. Wall time is reported too.
+    clock = time.thread_time
+    t_alloc = 0.0
+    wall0 = time.perf_counter()
+    for step, (size, life) in enumerate(trace):
+        while departures and departures[0][0] <= step:
+            _, j = heapq.heappop(departures)
+            release(j)
+            ops += 1
+        t0 = clock()
+        ok = allocate(step, size)
+        dt = clock() - t0
+        t_alloc += dt
+        lat.append(dt)
+        ops += 1
+        if ok:
+            heapq.heappush(departures, (step + life, step))
+        else:
+            rejected += 1
+            large_rejected += size >= 144
+    lat.sort()
+    wall = time.perf_counter() - wall0
+    return {
+        "wall_s": wall,
+        "ops": ops, "placements_per_s": len(trace) / t_alloc,
+        "p50_ms": lat[len(lat) // 2] * 1e3, "p99_ms": lat[int(len(lat) * 0.99)] * 1e3,
+        "rejected": rejected, "large_rejected": large_rejected,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small smoke run (seconds)")
+    parser.add_argument("--seed", type=int, default=7)
+    args = parser.parse_args()
+    ultraservers, jobs = (160, 6_000) if args.quick else (6_945, 120_000)
+    chips = ultraservers * 144
+    trace = workload(chips, jobs, args.seed)
+    large = sum(s >= 144 for s, _ in trace)
+
+    alloc = Allocator(build_fleet("trn3-gen2", ultraservers, per_block=16))
+    small = {s: PlacementRequest(chips=s, required_level="ultraserver") for s in SIZES if s <= 144}
+    big = {s: PlacementRequest(chips=s, required_level="block") for s in SIZES if s > 144}
+    requests = {**small, **big}
+
+    def ours_allocate(j: int, size: int) -> bool:
+        return isinstance(alloc.allocate(JobKey(str(j)), requests[size]), Placement)
+
+    def ours_release(j: int) -> None:
+        alloc.release(JobKey(str(j)))
+
+    ours = run(trace, ours_allocate, ours_release)
+    rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    ff = FirstFit(ultraservers)
+    base = run(trace, lambda j, s: ff.allocate(str(j), s), lambda j: ff.release(str(j)))
+
+    print(f"cluster: {ultraservers} Trn3 Gen2 UltraServers = {chips:,} chips; "
+          f"{jobs:,} gangs ({large:,} of >= 144 chips) at ~{LOAD:.0%} offered load")
+    for name, r in (("ultraplane", ours), ("first-fit (bench)", base)):
+        print(f"{name:>18}: {r['placements_per_s']:>9,.0f} placements/s  p50 {r['p50_ms']:.3f} ms"
+              f"  p99 {r['p99_ms']:.3f} ms  rejected {r['rejected']:,}"
+              f"  large rejected {r['large_rejected']:,}  ops {r['ops']:,}"
+              f"  (wall {r['wall_s']:.1f} s for all ops)")
+    ratio = ours["large_rejected"] / base["large_rejected"] if base["large_rejected"] else 0.0
+    print(f"large_rejected ratio (ultraplane / first-fit): {ratio:.3f} (target <= 0.5); "
+          f"speed ratio: {ours['placements_per_s'] / base['placements_per_s']:.2f}x")
+    print(json.dumps({
+        "chips": chips, "ops": ours["ops"],
+        "placements_per_s": round(ours["placements_per_s"]),
+        "p50_ms": round(ours["p50_ms"], 4), "p99_ms": round(ours["p99_ms"], 4),
+        "peak_rss_mb": round(rss_mb, 1), "large_rejected": ours["large_rejected"],
+        "first_fit_placements_per_s": round(base["placements_per_s"]),
+        "first_fit_large_rejected": base["large_rejected"],
+    }))
+
+
+if __name__ == "__main__":
+    main()
