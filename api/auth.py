@@ -16,6 +16,7 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from starlette.concurrency import run_in_threadpool
 from ultraplane.api.errors import ApiError
 from ultraplane.api.settings import Settings
 
@@ -76,14 +77,22 @@ class Guard:
 Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]
 
 
-def require_read(request: Request, credentials: Credentials) -> None:
+async def _check(request: Request, credentials: Credentials, *, write: bool) -> None:
+    # async on purpose: a sync dependency costs a thread hop per request. Only a
+    # TokenReview (a network call) goes to a worker thread.
     guard: Guard = request.app.state.guard
-    guard.check(credentials, write=False)
+    if guard.reviewer is None:
+        guard.check(credentials, write=write)
+    else:
+        await run_in_threadpool(guard.check, credentials, write=write)
 
 
-def require_write(request: Request, credentials: Credentials) -> None:
-    guard: Guard = request.app.state.guard
-    guard.check(credentials, write=True)
+async def require_read(request: Request, credentials: Credentials) -> None:
+    await _check(request, credentials, write=False)
+
+
+async def require_write(request: Request, credentials: Credentials) -> None:
+    await _check(request, credentials, write=True)
 
 
 def token_reviewer(api_client: object) -> TokenReviewer:

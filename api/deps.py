@@ -12,7 +12,8 @@ from ultraplane.api.backends import Backend
 NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 
 
-def get_backend(request: Request) -> Backend:
+async def get_backend(request: Request) -> Backend:
+    # async: a sync dependency would cost a thread hop on every request (the hot path)
     backend: Backend = request.app.state.backend
     return backend
 

@@ -12,13 +12,13 @@ router = APIRouter(tags=["health"])
 
 
 @router.get("/healthz", response_model=Health)
-def healthz(backend: BackendDep) -> Health:
+async def healthz(backend: BackendDep) -> Health:
     """The process is up and serving HTTP."""
     return Health(status="ok", backend=backend.name)
 
 
 @router.get("/readyz", response_model=Health, responses={503: {"model": Health}})
-def readyz(backend: BackendDep) -> Response:
+async def readyz(backend: BackendDep) -> Response:
     """The backend can answer: the store migrated and the first cycle ran (or the cluster answers)."""
     ok, detail = backend.ready()
     body = Health(status="ok" if ok else "unavailable", backend=backend.name, detail=detail)
