@@ -1,0 +1,306 @@
+"""The admission loop: watch events update a cache, one loop runs the scheduler and writes status.
+
+Why one loop and not a cycle per event: 5,000 jobs created at once must not cost 5,000 cycles.
+Handlers only record what they saw (`observe_*`) and wake the loop; the loop waits a short batch
+window, runs one `Scheduler.cycle()` over everything that changed, and persists the outcome with
+a bounded number of concurrent writes.
+
+Why the write order matters (kill -9 safety): chips count as taken after a restart only if a job's
+status says so, so evictions (preempted, restarted, failed) are written *before* the admissions
+that reuse their chips, and a chip is never in two persisted allocations. An admission that was
+not persisted is simply redone after a restart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Protocol
+
+from ultraplane.operator import statuses
+from ultraplane.operator.inventory import Inventory
+from ultraplane.operator.kube import Conflict, Gone
+from ultraplane.operator.observations import Observations
+from ultraplane.operator.requests import TERMINAL_PHASES, view_job
+
+from ultraplane.allocator import Allocator, NoFit, Placement
+from ultraplane.ids import JobKey
+from ultraplane.scheduling import Scheduler
+from ultraplane.topology import Topology
+
+log = logging.getLogger("ultraplane.operator")
+Emit = Callable[[Mapping[str, Any], str, str, str], None]
+
+
+class Kube(Protocol):
+    def list_ultraservers(self) -> list[dict[str, Any]]: ...
+    def list_jobs(self, namespaces: list[str] | None) -> list[dict[str, Any]]: ...
+    def get_job(self, namespace: str, name: str) -> dict[str, Any]: ...
+    def patch_job_status(self, namespace: str, name: str, status: Mapping[str, Any],
+                         resource_version: str) -> dict[str, Any]: ...
+    def set_finalizer(self, namespace: str, name: str, finalizers: list[str], present: bool,
+                      resource_version: str) -> dict[str, Any]: ...
+    def patch_ultraserver_status(self, name: str, status: Mapping[str, Any]) -> None: ...
+
+
+@dataclass(frozen=True)
+class Transition:
+    """A status change to persist: `kind` is admit | replace | pending | preempt | restart | fail."""
+
+    kind: str
+    reason: str
+    message: str = ""
+    placement: Placement | None = None
+    position: int | None = None
+
+
+EVICTIONS = ("preempt", "restart", "fail", "pending")
+
+
+class Controller(Observations):
+    """Owns the allocator and scheduler of one operator replica (the leader)."""
+
+    def __init__(self, kube: Kube, *, clock: Callable[[], datetime], emit: Emit,
+                 namespaces: list[str] | None = None, concurrency: int = 16,
+                 batch_seconds: float = 0.05, position_seconds: float = 2.0) -> None:
+        self.kube = kube
+        self.clock = clock
+        self.emit = emit
+        self.namespaces = namespaces
+        self.concurrency = concurrency
+        self.batch_seconds = batch_seconds
+        self.position_seconds = position_seconds
+        self.inventory = Inventory()
+        self.allocator = Allocator(Topology(()))
+        self.scheduler = Scheduler(self.allocator)
+        self.bodies: dict[JobKey, dict[str, Any]] = {}
+        self.outbox: dict[JobKey, Transition] = {}
+        self.finalizers: dict[JobKey, bool] = {}
+        self.ghosts: set[str] = set()
+        self.written_positions: dict[JobKey, tuple[str, int | None]] = {}
+        self.written_us: dict[str, dict[str, Any]] = {}
+        self.buffered: dict[JobKey, tuple[dict[str, Any], bool]] = {}
+        self.removing: dict[JobKey, dict[str, Any]] = {}
+        self.ready = False
+        self.leader = True
+        self.wake = asyncio.Event()
+        self.cycles = 0
+        self._last_positions = 0.0
+        self._pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="kube")
+        self._limit = asyncio.Semaphore(concurrency)
+
+    # -- startup / recovery ------------------------------------------------------------
+    async def sync(self) -> None:
+        """Rebuild state from the API server: allocations live in job status, not in memory."""
+        servers = await self._call(self.kube.list_ultraservers)
+        jobs = await self._call(self.kube.list_jobs, self.namespaces)
+        for body in servers:
+            self.observe_ultraserver(body, settle=False)
+        # Jobs holding chips first, so a waiting job never takes a chip that is already theirs.
+        jobs.sort(key=lambda b: (b.get("status") or {}).get("phase") not in ("Admitted", "Running"))
+        self.ready = True
+        for body in jobs:
+            self.observe_job(body)
+        for body, deleted in list(self.buffered.values()):
+            self.observe_job(body, deleted=deleted)
+        self.buffered.clear()
+        for entry_name in self.inventory.names():
+            self.enforce_health(entry_name, full=True)
+        log.info("recovered %d UltraServers, %d jobs (%d holding chips)", len(servers),
+                 len(jobs), len(self.allocator.allocations()))
+        self.wake.set()
+
+    # -- the loop ----------------------------------------------------------------------
+    async def run(self) -> None:
+        while True:
+            await self.wake.wait()
+            self.wake.clear()
+            await asyncio.sleep(self.batch_seconds)
+            if not (self.ready and self.leader):
+                continue
+            try:
+                await self.run_cycle()
+            except Exception:  # one bad cycle must not stop admission for good
+                log.exception("admission cycle failed; retrying")
+                await asyncio.sleep(1.0)
+                self.wake.set()
+
+    async def run_cycle(self) -> None:
+        self.cycles += 1
+        result = self.scheduler.cycle()
+        for victim, by in result.preempted:
+            self.outbox[victim] = Transition(
+                "preempt", "Preempted", f"Preempted by higher-priority job {by}; requeued.")
+        now = asyncio.get_running_loop().time()
+        refresh = now - self._last_positions >= self.position_seconds
+        if refresh:
+            self._last_positions = now
+        for key, nofit, position in result.pending:
+            self._pending(key, nofit, position, refresh)
+        admissions = {key: Transition("admit", "Admitted", placement=placement)
+                      for key, placement in result.admitted}
+        self._collect_ghosts()
+        await self.flush()
+        ok = await self._gather(admissions)
+        for key, done in ok.items():
+            if not done and self.scheduler.is_running(key):
+                self.scheduler.requeue(key)
+                self.wake.set()
+        await self.flush_ultraservers()
+
+    def _pending(self, key: JobKey, nofit: NoFit, position: int, refresh: bool) -> None:
+        if nofit.kind == "Unsatisfiable" and len(self.inventory) > 0:
+            self.scheduler.cancel(key)
+            self.outbox[key] = Transition("fail", "Unsatisfiable", nofit.message)
+            return
+        last = self.written_positions.get(key)
+        if last is None or last[0] != nofit.kind or (refresh and last[1] != position):
+            self.outbox[key] = Transition("pending", nofit.kind, nofit.message, position=position)
+
+    async def flush(self) -> None:
+        """Write evictions and finalizer changes (everything that must precede admissions)."""
+        batch, self.outbox = self.outbox, {}
+        finalizers, self.finalizers = self.finalizers, {}
+        await asyncio.gather(*(self._finalizer(k, p) for k, p in finalizers.items()))
+        results = await self._gather(batch)
+        for key, done in results.items():
+            # Retry evictions that did not land; never retry onto a job that has gone.
+            if not done and key in self.bodies and batch[key].kind != "pending":
+                self.outbox.setdefault(key, batch[key])
+                self.wake.set()
+
+    async def _gather(self, batch: Mapping[JobKey, Transition]) -> dict[JobKey, bool]:
+        keys = list(batch)
+        done = await asyncio.gather(*(self._write(k, batch[k]) for k in keys))
+        return dict(zip(keys, done, strict=True))
+
+    # -- writes ------------------------------------------------------------------------
+    async def _call(self, fn: Callable[..., Any], *args: Any) -> Any:
+        async with self._limit:
+            return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
+
+    async def _write(self, key: JobKey, change: Transition) -> bool:
+        for _ in range(4):
+            body = self.bodies.get(key)
+            if body is None:
+                return False
+            current = body.get("status") or {}
+            if current.get("phase") in TERMINAL_PHASES and change.kind != "fail":
+                return False
+            meta = body["metadata"]
+            status = self._status(current, change)
+            try:
+                new = await self._call(self.kube.patch_job_status, meta["namespace"],
+                                       meta["name"], status, meta.get("resourceVersion", ""))
+            except Conflict:
+                try:
+                    fresh = await self._call(self.kube.get_job, meta["namespace"], meta["name"])
+                except Gone:
+                    self.forget(key)
+                    return False
+                self.remember(key, fresh)
+                if view_job(fresh).deleting:
+                    return False
+                continue
+            except Gone:
+                self.forget(key)
+                return False
+            except Exception as exc:
+                log.warning("status write for %s failed: %s", key, exc)
+                return False
+            self.remember(key, new)
+            if change.kind == "pending":
+                self.written_positions[key] = (change.reason, change.position)
+            else:
+                self.written_positions.pop(key, None)
+            if change.kind != "pending" or current.get("phase") != "Pending":
+                self.emit(new, "Normal" if change.kind in ("admit", "pending") else "Warning",
+                          status["reason"], status["message"])
+            return True
+        return False
+
+    def _status(self, current: Mapping[str, Any], change: Transition) -> dict[str, Any]:
+        now = self.clock()
+        if change.kind in ("admit", "replace"):
+            assert change.placement is not None
+            status = statuses.admitted(current, change.placement, now, change.reason)
+            if change.kind == "replace":
+                status["restarts"] = int(current.get("restarts") or 0) + 1
+            return status
+        if change.kind == "pending":
+            return statuses.pending(current, change.reason, change.message, change.position, now)
+        if change.kind == "fail":
+            return statuses.failed(current, change.reason, change.message, now)
+        return statuses.preempted(current, change.reason, change.message, now,
+                                  restart=change.kind == "restart")
+
+    async def _finalizer(self, key: JobKey, present: bool) -> None:
+        body = self.bodies.get(key) if present else self.removing.get(key)
+        if body is None:
+            return
+        meta = body["metadata"]
+        try:
+            new = await self._call(self.kube.set_finalizer, meta["namespace"], meta["name"],
+                                   list(meta.get("finalizers") or []), present,
+                                   meta.get("resourceVersion", ""))
+        except Gone:
+            self.removing.pop(key, None)
+            return
+        except Exception as exc:  # a conflict: the next event for the object retries it
+            log.debug("finalizer update for %s deferred: %s", key, exc)
+            self.wake.set()
+            self.finalizers.setdefault(key, present)
+            if not present:
+                try:
+                    fresh = await self._call(self.kube.get_job, meta["namespace"], meta["name"])
+                    self.removing[key] = fresh
+                except Gone:
+                    self.removing.pop(key, None)
+            return
+        if present:
+            self.remember(key, new)
+        else:
+            self.removing.pop(key, None)
+
+    async def flush_ultraservers(self) -> None:
+        """Write allocated/free for every UltraServer whose figures changed."""
+        report = self.allocator.capacity()
+        jobs_by_us: dict[str, list[str]] = {}
+        servers_by_us: dict[str, set[str]] = {}
+        for key, placement in self.allocator.allocations().items():
+            for us in placement.ultraservers:
+                jobs_by_us.setdefault(us, []).append(key)
+            for server in placement.servers:
+                servers_by_us.setdefault(server.split("/")[0], set()).add(server)
+        now = self.clock()
+        writes = []
+        for cap in report.ultraservers:
+            entry = self.inventory.get(cap.name)
+            if entry is None:
+                continue
+            status = statuses.ultraserver(cap, jobs_by_us.get(cap.name, []), now)
+            status["allocated"]["servers"] = len(servers_by_us.get(cap.name, ()))
+            status["capacity"]["servers"] = entry.ultraserver.server_count
+            compare = {k: v for k, v in status.items() if k != "heartbeatTime"}
+            if self.written_us.get(cap.name) != compare:
+                self.written_us[cap.name] = compare
+                writes.append(self._write_us(cap.name, status))
+        await asyncio.gather(*writes)
+
+    async def _write_us(self, name: str, status: dict[str, Any]) -> None:
+        status.pop("heartbeatTime", None)
+        try:
+            await self._call(self.kube.patch_ultraserver_status, name, status)
+        except Exception as exc:
+            log.debug("UltraServer %s status write failed: %s", name, exc)
+            self.written_us.pop(name, None)
+
+    def _collect_ghosts(self) -> None:
+        for name in list(self.ghosts):
+            if not self.allocator.jobs_in([name]):
+                self.allocator.remove_ultraserver(name)
+                self.ghosts.discard(name)

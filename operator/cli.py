@@ -1,0 +1,47 @@
+"""`ultraplane operator`: run the kopf operator with Ultraplane's options."""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import click
+
+
+@click.command("operator")
+@click.option("--namespace", "-n", "namespaces", multiple=True,
+              help="Watch only this namespace (repeatable). Default: all namespaces.")
+@click.option("--all-namespaces", "-A", is_flag=True, help="Watch every namespace (default).")
+@click.option("--peering", "lease", metavar="NAME", default=None,
+              help="Elect one active replica with the coordination.k8s.io Lease NAME.")
+@click.option("--standalone", is_flag=True, help="No leader election (a single replica).")
+@click.option("--lease-namespace", default="default", show_default=True,
+              help="Namespace of the Lease used by --peering.")
+@click.option("--liveness", metavar="URL", default=None,
+              help="Serve kopf's liveness probe, e.g. http://0.0.0.0:8080/healthz.")
+@click.option("--concurrency", type=click.IntRange(1, 256), default=16, show_default=True,
+              help="Status writes in flight at once.")
+@click.option("--no-events", is_flag=True, help="Do not post Kubernetes Events.")
+@click.option("--verbose", "-v", is_flag=True, help="Debug logging.")
+def operator(namespaces: tuple[str, ...], all_namespaces: bool, lease: str | None,
+             standalone: bool, lease_namespace: str, liveness: str | None, concurrency: int,
+             no_events: bool, verbose: bool) -> None:
+    """Run the Kubernetes operator (kopf): admission queue, gang placement, preemption."""
+    if namespaces and all_namespaces:
+        raise click.UsageError("--namespace and --all-namespaces cannot be used together.")
+    if lease and standalone:
+        raise click.UsageError("--peering and --standalone cannot be used together.")
+    import kopf
+    from ultraplane.operator import handlers
+
+    handlers.CONFIG.namespaces = list(namespaces)
+    handlers.CONFIG.lease = lease
+    handlers.CONFIG.lease_namespace = lease_namespace
+    handlers.CONFIG.concurrency = concurrency
+    handlers.CONFIG.events = not no_events
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    logging.getLogger("kopf").setLevel(logging.DEBUG if verbose else logging.WARNING)
+    kopf.configure(verbose=verbose)
+    kopf.run(standalone=True, clusterwide=not namespaces, namespaces=list(namespaces),
+             liveness_endpoint=liveness)

@@ -1,0 +1,115 @@
+"""kopf handlers: thin adapters from watch events to the `Controller`.
+
+Why so little here: each handler converts the event and hands it to the controller's cache; the
+admission loop (started on startup) does the scheduling. Handlers are `async` so they run on
+kopf's event loop, next to the loop they wake, with no locking. `kopf run -m
+ultraplane.operator.handlers` works too; `ultraplane operator` sets `CONFIG` first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import kopf
+from ultraplane.operator.admission import Controller
+from ultraplane.operator.kube import KubeClient
+from ultraplane.operator.leases import LeaseElector
+from ultraplane.operator.requests import GROUP, TRAINING, ULTRASERVERS, VERSION
+
+log = logging.getLogger("ultraplane.operator")
+
+
+def _env_namespaces() -> list[str]:
+    return [n for n in os.environ.get("ULTRAPLANE_NAMESPACES", "").split(",") if n]
+
+
+@dataclass
+class Config:
+    """Run options (set by `ultraplane operator`; from the environment under `kopf run`)."""
+
+    namespaces: list[str] = field(default_factory=_env_namespaces)
+    lease: str | None = os.environ.get("ULTRAPLANE_LEASE") or None
+    lease_namespace: str = os.environ.get("POD_NAMESPACE", "default")
+    concurrency: int = int(os.environ.get("ULTRAPLANE_WRITE_CONCURRENCY", "16"))
+    events: bool = os.environ.get("ULTRAPLANE_EVENTS", "1") != "0"
+
+
+CONFIG = Config()
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def post_event(body: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
+    """A Kubernetes Event on the job (kopf batches and posts them in the background)."""
+    if not CONFIG.events:
+        return
+    try:
+        kopf.event(dict(body), type=type_, reason=reason, message=message[:1000])  # type: ignore[arg-type]
+    except Exception as exc:  # events are best effort; never block an admission on them
+        log.debug("event not posted: %s", exc)
+
+
+@kopf.on.startup()
+async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+    settings.posting.level = logging.WARNING  # our own Events are posted explicitly
+    settings.watching.server_timeout = 300
+    settings.persistence.finalizer = "ultraplane.dev/kopf"
+    kube = KubeClient(pool_size=CONFIG.concurrency)
+    controller = Controller(kube, clock=utcnow, emit=post_event,
+                            namespaces=CONFIG.namespaces or None,
+                            concurrency=CONFIG.concurrency)
+    memo["controller"] = controller
+    tasks = [asyncio.create_task(controller.run(), name="ultraplane-admission")]
+    if CONFIG.lease:
+        controller.leader = False
+
+        async def gain() -> None:
+            fresh = Controller(kube, clock=utcnow, emit=post_event,
+                               namespaces=CONFIG.namespaces or None,
+                               concurrency=CONFIG.concurrency)
+            controller.__dict__.update({k: v for k, v in fresh.__dict__.items()
+                                        if k not in ("wake", "_limit", "_pool")})
+            controller.leader = True
+            await controller.sync()
+
+        def loss() -> None:
+            controller.leader = False
+            controller.ready = False
+
+        elector = LeaseElector(kube.coordination, name=CONFIG.lease,
+                               namespace=CONFIG.lease_namespace,
+                               identity=f"{socket.gethostname()}-{os.getpid()}",
+                               on_gain=gain, on_loss=loss)
+        tasks.append(asyncio.create_task(elector.run(), name="ultraplane-lease"))
+    else:
+        await controller.sync()
+    memo["tasks"] = tasks
+
+
+@kopf.on.cleanup()
+async def cleanup(memo: kopf.Memo, **_: Any) -> None:
+    for task in memo.get("tasks", []):
+        task.cancel()
+
+
+@kopf.on.event(GROUP, VERSION, ULTRASERVERS)
+async def ultraserver_event(event: Mapping[str, Any], body: Mapping[str, Any],
+                            memo: kopf.Memo, **_: Any) -> None:
+    controller: Controller = memo["controller"]
+    controller.observe_ultraserver(body, deleted=event.get("type") == "DELETED")
+
+
+@kopf.on.event(GROUP, VERSION, TRAINING)
+async def job_event(event: Mapping[str, Any], body: Mapping[str, Any],
+                    memo: kopf.Memo, **_: Any) -> None:
+    controller: Controller = memo["controller"]
+    controller.observe_job(body, deleted=event.get("type") == "DELETED")

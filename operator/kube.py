@@ -1,0 +1,102 @@
+"""The operator's writes and listings through the Kubernetes API (the only module that calls it).
+
+Why the synchronous client in a thread pool: kopf owns the watch streams; the operator's own
+writes are few per job, need optimistic concurrency (a `resourceVersion` precondition in a merge
+patch, 409 on conflict) and must run many at once without blocking kopf's event loop, so a
+bounded pool of workers with one pooled HTTP connection each does the work.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ultraplane.operator.requests import FINALIZER, GROUP, TRAINING, ULTRASERVERS, VERSION
+
+MERGE = "application/merge-patch+json"
+
+
+class Conflict(Exception):
+    """The object changed since we read it (HTTP 409)."""
+
+
+class Gone(Exception):
+    """The object no longer exists (HTTP 404)."""
+
+
+def _translate(exc: Exception) -> Exception:
+    status = getattr(exc, "status", None)
+    if status == 409:
+        return Conflict(str(exc))
+    if status == 404:
+        return Gone(str(exc))
+    return exc
+
+
+class KubeClient:
+    """Thin wrapper over `CustomObjectsApi` for the three kinds the operator touches."""
+
+    def __init__(self, *, pool_size: int = 16) -> None:
+        import kubernetes
+
+        try:
+            kubernetes.config.load_incluster_config()
+        except kubernetes.config.ConfigException:
+            kubernetes.config.load_kube_config()
+        config = kubernetes.client.Configuration.get_default_copy()
+        config.connection_pool_maxsize = pool_size
+        self._api_client = kubernetes.client.ApiClient(config)
+        self.custom = kubernetes.client.CustomObjectsApi(self._api_client)
+        self.coordination = kubernetes.client.CoordinationV1Api(self._api_client)
+
+    # -- listings ----------------------------------------------------------------------
+    def list_ultraservers(self) -> list[dict[str, Any]]:
+        result = self.custom.list_cluster_custom_object(GROUP, VERSION, ULTRASERVERS)
+        return list(result.get("items", []))
+
+    def list_jobs(self, namespaces: list[str] | None) -> list[dict[str, Any]]:
+        if not namespaces:
+            result = self.custom.list_cluster_custom_object(GROUP, VERSION, TRAINING)
+            return list(result.get("items", []))
+        items: list[dict[str, Any]] = []
+        for ns in namespaces:
+            result = self.custom.list_namespaced_custom_object(GROUP, VERSION, ns, TRAINING)
+            items.extend(result.get("items", []))
+        return items
+
+    def get_job(self, namespace: str, name: str) -> dict[str, Any]:
+        try:
+            return dict(self.custom.get_namespaced_custom_object(
+                GROUP, VERSION, namespace, TRAINING, name))
+        except Exception as exc:
+            raise _translate(exc) from exc
+
+    # -- writes ------------------------------------------------------------------------
+    def patch_job_status(self, namespace: str, name: str, status: Mapping[str, Any],
+                         resource_version: str) -> dict[str, Any]:
+        """Merge-patch `status`, failing with `Conflict` if the object moved past the version."""
+        body: dict[str, Any] = {"status": dict(status)}
+        if resource_version:
+            body["metadata"] = {"resourceVersion": resource_version}
+        try:
+            return dict(self.custom.patch_namespaced_custom_object_status(
+                GROUP, VERSION, namespace, TRAINING, name, body, _content_type=MERGE))
+        except Exception as exc:
+            raise _translate(exc) from exc
+
+    def set_finalizer(self, namespace: str, name: str, finalizers: list[str],
+                      present: bool, resource_version: str) -> dict[str, Any]:
+        kept = [f for f in finalizers if f != FINALIZER] + ([FINALIZER] if present else [])
+        body = {"metadata": {"finalizers": kept, "resourceVersion": resource_version}}
+        try:
+            return dict(self.custom.patch_namespaced_custom_object(
+                GROUP, VERSION, namespace, TRAINING, name, body, _content_type=MERGE))
+        except Exception as exc:
+            raise _translate(exc) from exc
+
+    def patch_ultraserver_status(self, name: str, status: Mapping[str, Any]) -> None:
+        try:
+            self.custom.patch_cluster_custom_object_status(
+                GROUP, VERSION, ULTRASERVERS, name, {"status": dict(status)}, _content_type=MERGE)
+        except Exception as exc:
+            raise _translate(exc) from exc

@@ -1,0 +1,213 @@
+"""What the operator does with each watch event: update the cache, never run a cycle.
+
+Why the rules below: the scheduler's memory is authoritative for jobs it already knows (our own
+status writes echo back as events and must not resubmit anything), while the API server is
+authoritative for what other writers decide (the simulator's Succeeded/Failed, a deletion) and
+for jobs we have never seen (after a restart, `status.allocation` is how chips are re-adopted).
+Health changes on an UltraServer apply at once: failed chips trigger the job's failure policy,
+cordons stop new placements, and the drain policy decides whether running jobs stay.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from ultraplane.operator.inventory import Inventory, InventoryChange, ultraserver_from_body
+from ultraplane.operator.requests import HOLDING_PHASES, TERMINAL_PHASES, view_job
+
+from ultraplane.allocator import AllocationConflict, Allocator, Placement
+from ultraplane.ids import ChipId, JobKey
+from ultraplane.scheduling import Scheduler
+
+if TYPE_CHECKING:
+    from ultraplane.operator.admission import Transition
+
+log = logging.getLogger("ultraplane.operator")
+
+
+def newer(a: str, b: str) -> bool:
+    """True when resourceVersion `a` is strictly newer than `b` (etcd revisions are integers)."""
+    if a.isdigit() and b.isdigit():
+        return int(a) > int(b)
+    return False
+
+
+class Observations:
+    """Event intake, mixed into `Controller`."""
+
+    inventory: Inventory
+    allocator: Allocator
+    scheduler: Scheduler
+    bodies: dict[JobKey, dict[str, Any]]
+    outbox: dict[JobKey, Transition]
+    finalizers: dict[JobKey, bool]
+    ghosts: set[str]
+    written_positions: dict[JobKey, tuple[str, int | None]]
+    buffered: dict[JobKey, tuple[dict[str, Any], bool]]
+    ready: bool
+    wake: asyncio.Event
+
+    removing: dict[JobKey, dict[str, Any]]
+
+    # -- jobs --------------------------------------------------------------------------
+    def remember(self, key: JobKey, body: Mapping[str, Any]) -> None:
+        """Keep the newest body we have seen (watch events may arrive after our own writes)."""
+        old = self.bodies.get(key)
+        rv = str((body.get("metadata") or {}).get("resourceVersion", ""))
+        if old is not None and newer(str(old["metadata"].get("resourceVersion", "")), rv):
+            return
+        self.bodies[key] = dict(body)
+
+    def forget(self, key: JobKey) -> None:
+        self.scheduler.cancel(key)
+        self.bodies.pop(key, None)
+        self.outbox.pop(key, None)
+        self.written_positions.pop(key, None)
+
+    def observe_job(self, body: Mapping[str, Any], *, deleted: bool = False) -> None:
+        view = view_job(body)
+        key = view.key
+        if not self.ready:
+            self.buffered[key] = (dict(body), deleted)
+            return
+        self.wake.set()
+        old = self.bodies.get(key)
+        if old is not None and old["metadata"].get("uid") != view.uid:
+            self.forget(key)
+            old = None
+        if deleted:
+            self.forget(key)
+            self.removing.pop(key, None)
+            return
+        if old is not None and newer(str(old["metadata"].get("resourceVersion", "")),
+                                     view.resource_version):
+            return  # stale echo of something we already know
+        self.bodies[key] = dict(body)
+        if view.deleting:
+            self.forget(key)
+            if view.has_finalizer:
+                self.removing[key] = dict(body)
+                self.finalizers[key] = False
+            return
+        if not view.has_finalizer:
+            self.finalizers[key] = True
+        if view.phase in TERMINAL_PHASES:
+            self.scheduler.cancel(key)
+            self.outbox.pop(key, None)
+            return
+        if self.scheduler.is_running(key) or self.scheduler.is_queued(key):
+            return
+        from ultraplane.operator.admission import Transition
+
+        if view.queued is None:
+            self.outbox[key] = Transition("fail", "InvalidSpec", view.error or "invalid spec")
+            return
+        if view.phase in HOLDING_PHASES and view.chips:
+            q = view.queued
+            try:
+                self.scheduler.restore(key, view.chips, q.priority, request=q.request, seq=q.seq,
+                                       preemptible=q.preemptible)
+                return
+            except (AllocationConflict, ValueError, KeyError) as exc:
+                log.warning("cannot re-adopt %s's chips (%s); requeueing it", key, exc)
+                self.outbox[key] = Transition("restart", "AllocationLost", str(exc))
+        self.scheduler.submit(view.queued)
+
+    # -- UltraServers ------------------------------------------------------------------
+    def observe_ultraserver(self, body: Mapping[str, Any], *, deleted: bool = False,
+                            settle: bool = True) -> None:
+        name = str((body.get("metadata") or {}).get("name", ""))
+        self.wake.set()
+        if deleted:
+            self._remove_ultraserver(name)
+            return
+        try:
+            entry = ultraserver_from_body(body)
+            change = self.inventory.upsert(entry)
+            self.allocator.upsert_ultraserver(entry.ultraserver)
+        except (ValueError, AllocationConflict) as exc:
+            log.warning("ignoring UltraServer %s: %s", name, exc)
+            return
+        self.ghosts.discard(name)
+        if settle and self.ready:
+            self.enforce(change)
+
+    def _remove_ultraserver(self, name: str) -> None:
+        entry = self.inventory.remove(name)
+        if name not in self.allocator.topology:
+            return
+        holders = self.allocator.jobs_in([name])
+        if holders and (entry is None or entry.drain_policy == "Wait"):
+            self.allocator.set_schedulable(name, False)
+            self.ghosts.add(name)  # removed once its last job finishes
+            return
+        for job in holders:
+            self._evict(job, "restart", "Drained", f"UltraServer {name} was deleted.")
+        self.allocator.remove_ultraserver(name)
+
+    def enforce_health(self, name: str, *, full: bool = False) -> None:
+        """After a restart every failed chip or cordon counts as new for the jobs on it."""
+        entry = self.inventory.get(name)
+        if entry is None:
+            return
+        us = entry.ultraserver
+        self.enforce(InventoryChange(
+            name=name,
+            newly_failed=frozenset(ChipId(f"{name}/{ref}") for ref in us.failed_chips),
+            newly_cordoned=us.cordoned_servers,
+            became_unschedulable=not us.schedulable,
+        ))
+
+    def enforce(self, change: InventoryChange) -> None:
+        lost: dict[JobKey, list[ChipId]] = {}
+        for chip in sorted(change.newly_failed):
+            try:
+                holder = self.allocator.job_of(chip)
+            except (KeyError, ValueError):
+                continue
+            if holder is not None:
+                lost.setdefault(holder, []).append(chip)
+        for job, chips in lost.items():
+            self._chip_failed(job, chips)
+        entry = self.inventory.get(change.name)
+        if entry is None or entry.drain_policy != "Requeue":
+            return
+        drained: set[JobKey] = set()
+        if change.became_unschedulable:
+            drained.update(self.allocator.jobs_in([change.name]))
+        prefixes = tuple(f"{change.name}/s{s:02d}" for s in change.newly_cordoned)
+        if prefixes:
+            for job, placement in self.allocator.allocations().items():
+                if any(srv in prefixes for srv in placement.servers):
+                    drained.add(job)
+        for job in sorted(drained - set(lost)):
+            self._evict(job, "preempt", "Drained", f"UltraServer {change.name} was cordoned.")
+
+    def _chip_failed(self, job: JobKey, chips: list[ChipId]) -> None:
+        body = self.bodies.get(job)
+        policy = view_job(body).failure_policy if body else "RestartAll"
+        message = f"Chip(s) {', '.join(chips)} failed under the job ({policy})."
+        if policy == "Fail":
+            self._evict(job, "fail", "ChipFailed", message)
+            return
+        if policy == "ReplaceAffected":
+            placed = self.allocator.replace(job, chips)
+            if isinstance(placed, Placement):
+                from ultraplane.operator.admission import Transition
+
+                self.outbox[job] = Transition("replace", "ChipReplaced", message, placed)
+                return
+            message += f" No replacement: {placed.message}"
+        self._evict(job, "restart", "ChipFailed", message)
+
+    def _evict(self, job: JobKey, kind: str, reason: str, message: str) -> None:
+        from ultraplane.operator.admission import Transition
+
+        if kind == "fail":
+            self.scheduler.cancel(job)
+        else:
+            self.scheduler.requeue(job)
+        self.outbox[job] = Transition(kind, reason, message)
