@@ -61,7 +61,7 @@ class Slot:
         self.alloc = [0] * self.n
         self.jobs: dict[JobKey, int] = {}
         self.indexed: tuple[int, int, int, bool, tuple[str, ...]] | None = None
-        self.rank = 0
+        self.rank = -1  # position in the pool's buckets; -1 = not filed
         self.us = us
         self.set_health(us)
 
@@ -219,9 +219,10 @@ class Pool:
             if keys[3]:
                 self._set_idle(block, slot, True)
             slot.indexed = keys
+        if len(self.block_idle[block]) != before and self.band:
+            self._refile_block(block)  # files `slot` too, in block order (id order on ties)
+        elif keys is not None:
             self._put(slot)
-        if len(self.block_idle[block]) != before:
-            self._refile_block(block)
 
     def _rank(self, slot: Slot, total: int) -> int:
         return len(self.block_idle[slot.block]) * self.band + total
@@ -241,6 +242,7 @@ class Pool:
         assert slot.indexed is not None
         ms, mr, _, _, _ = slot.indexed
         rank = slot.rank
+        slot.rank = -1
         if _drop(self.server_buckets, (ms, rank), slot):
             self.server_masks[ms] &= ~(1 << rank)
         if _drop(self.rack_buckets, (mr, rank), slot):
@@ -254,7 +256,8 @@ class Pool:
     def _unfile(self, slot: Slot) -> None:
         if slot.indexed is None:
             return
-        self._pull(slot)
+        if slot.rank >= 0:
+            self._pull(slot)
         if slot.indexed[3]:
             self._set_idle(slot.block, slot, False)
         slot.indexed = None
@@ -265,7 +268,8 @@ class Pool:
             return
         for other in self.block_slots.get(block, {}):
             if other.indexed is not None and other.rank != self._rank(other, other.indexed[2]):
-                self._pull(other)
+                if other.rank >= 0:
+                    self._pull(other)
                 self._put(other)
 
     def _set_idle(self, block: tuple[str, ...], slot: Slot, idle: bool) -> None:

@@ -1,0 +1,139 @@
+"""Allocator invariants under random operation sequences (hypothesis).
+
+Small fleets so that every sequence reaches full and fragmented states:
+    block-000: gen2-0000 gen2-0001     block-001: gen2-0002      (Trn3 Gen2, 144 chips each)
+and a two-UltraServer Trn2 fleet (4 servers x 16 chips, one rack)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ultraplane.allocator import Allocator, NoFit, Placement, PlacementRequest
+from ultraplane.ids import JobKey, chip_id, parse_chip_id
+from ultraplane.topology import Level, Topology, build_fleet, parse_level
+
+SIZES = [1, 2, 3, 4, 5, 8, 16, 36, 64, 72, 100, 144, 200, 288, 432]
+LEVELS = [None, "server", "rack", "ultraserver", "block", "cluster"]
+
+op = st.one_of(
+    st.tuples(st.just("alloc"), st.sampled_from(SIZES), st.sampled_from(LEVELS), st.booleans()),
+    st.tuples(st.just("release"), st.integers(0, 40)),
+    st.tuples(st.just("fail"), st.integers(0, 2), st.integers(0, 35), st.integers(0, 15),
+              st.booleans()),
+    st.tuples(st.just("cordon"), st.integers(0, 2), st.integers(0, 35), st.booleans()),
+)
+fleets = st.sampled_from([("trn3-gen2", 3, 2), ("trn2", 2, 16)])
+
+
+def _run(fleet: tuple[str, int, int], ops: list[tuple[Any, ...]],
+         check: bool = True) -> list[tuple[str, ...]]:
+    topo: Topology = build_fleet(fleet[0], fleet[1], per_block=fleet[2])
+    alloc = Allocator(topo)
+    held: dict[JobKey, frozenset[str]] = {}
+    failed: set[str] = set()
+    cordoned: set[tuple[str, int]] = set()
+    trace: list[tuple[str, ...]] = []
+    n = 0
+    for o in ops:
+        if o[0] == "alloc":
+            _, size, level, whole = o
+            request = PlacementRequest(chips=size, required_level=level, whole_servers=whole)
+            before = dict(alloc.allocations())
+            got = alloc.allocate(JobKey(f"j{n}"), request)
+            bad = _bad(topo, failed, cordoned)
+            if isinstance(got, Placement):
+                chips = frozenset(got.chip_ids)
+                trace.append(got.chip_ids)
+                if check:
+                    assert len(chips) == size == len(got.chip_ids)  # the whole gang, once
+                    for other in held.values():
+                        assert not chips & other  # no chip in two placements
+                    assert not chips & bad  # never failed or cordoned
+                    if level is not None:
+                        assert parse_level(got.level) <= parse_level(level)
+                    if whole:
+                        cps = topo.ultraservers[0].spec.chips_per_server
+                        assert all(sum(1 for c in chips if c.startswith(s + "/")) == cps
+                                   for s in got.servers)
+                held[JobKey(f"j{n}")] = chips
+            else:
+                trace.append((got.kind,))
+                assert dict(alloc.allocations()) == before  # all or nothing
+            n += 1
+        elif o[0] == "release":
+            key = JobKey(f"j{o[1]}")
+            freed = alloc.release(key)
+            assert freed == held.pop(key, frozenset())  # exactly the chips it held
+        elif o[0] == "fail":
+            _, u, s, c, is_failed = o
+            us = topo.ultraservers[u % len(topo)]
+            s %= us.server_count
+            c %= us.spec.chips_per_server
+            alloc.set_chip_failed(chip_id(us.name, s, c), is_failed)
+            (failed.add if is_failed else failed.discard)(chip_id(us.name, s, c))
+        else:
+            _, u, s, is_cordoned = o
+            us = topo.ultraservers[u % len(topo)]
+            s %= us.server_count
+            alloc.set_server_cordoned(us.name, s, is_cordoned)
+            (cordoned.add if is_cordoned else cordoned.discard)((us.name, s))
+        if check:
+            _consistent(alloc, held, _bad(topo, failed, cordoned))
+    return trace
+
+
+def _bad(topo: Topology, failed: set[str], cordoned: set[tuple[str, int]]) -> set[str]:
+    """Chips no new placement may use: failed ones and every chip of a cordoned server."""
+    cps = topo.ultraservers[0].spec.chips_per_server
+    return failed | {chip_id(us, s, c) for us, s in cordoned for c in range(cps)}
+
+
+def _consistent(alloc: Allocator, held: dict[JobKey, frozenset[str]], bad: set[str]) -> None:
+    cap = alloc.capacity()
+    c = cap.cluster
+    assert c.total == c.allocated + c.free + c.unusable
+    assert c.allocated == sum(len(v) for v in held.values())
+    assert {k: frozenset(p.chip_ids) for k, p in alloc.allocations().items()} == held
+    for key, chips in held.items():
+        for cid in list(chips)[:3]:
+            assert alloc.job_of(cid) == key
+    # Free chips are exactly the healthy, uncordoned chips nobody holds.
+    used = set().union(*held.values()) if held else set()
+    total_chips = c.total
+    assert c.free == total_chips - len(used | bad)
+
+
+@settings(max_examples=60, deadline=None)
+@given(fleets, st.lists(op, max_size=40))
+def test_invariants_hold_for_any_sequence(fleet: tuple[str, int, int],
+                                          ops: list[tuple[Any, ...]]) -> None:
+    _run(fleet, ops)
+
+
+@settings(max_examples=25, deadline=None)
+@given(fleets, st.lists(op, max_size=30))
+def test_same_operations_give_the_same_placements(fleet: tuple[str, int, int],
+                                                  ops: list[tuple[Any, ...]]) -> None:
+    assert _run(fleet, ops, check=False) == _run(fleet, ops, check=False)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.sampled_from([1, 4, 16, 36, 72, 144]), min_size=1, max_size=12),
+       st.sampled_from(["server", "rack", "ultraserver"]))
+def test_required_level_never_crossed(sizes: list[int], level: str) -> None:
+    alloc = Allocator(build_fleet("trn3-gen2", 2))
+    for i, size in enumerate(sizes):
+        got = alloc.allocate(JobKey(f"j{i}"), PlacementRequest(chips=size, required_level=level))
+        if isinstance(got, NoFit):
+            continue
+        domains = {parse_chip_id(c)[0] for c in got.chip_ids}
+        assert len(domains) == 1
+        servers = {parse_chip_id(c)[1] for c in got.chip_ids}
+        if level == "server":
+            assert len(servers) == 1
+        if level == "rack":
+            assert len({s // 18 for s in servers}) == 1
+        assert parse_level(got.level) <= parse_level(level) < Level(3)
