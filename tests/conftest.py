@@ -1,0 +1,46 @@
+"""Shared test policy: real-service tiers skip on a laptop, fail in CI; e2e runs last.
+
+A tier that needs a real service (the kube-apiserver + etcd tier, PostgreSQL) skips with a
+reason on a machine that lacks it. CI sets ``ULTRAPLANE_REQUIRE_ENVTEST=1`` /
+``ULTRAPLANE_REQUIRE_POSTGRES=1`` so the same condition is a failure there: a green CI run
+then proves those tiers really ran.
+
+Use from a fixture, either through the ``require_or_skip`` fixture or by import::
+
+    from tests.conftest import require_or_skip
+    require_or_skip("ULTRAPLANE_REQUIRE_POSTGRES", "needs PostgreSQL's initdb on PATH")
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import NoReturn
+
+import pytest
+
+TRUTHY = {"1", "true", "yes", "on"}
+
+
+def required(env_var: str) -> bool:
+    """Whether CI demands the tier named by ``env_var`` (e.g. ULTRAPLANE_REQUIRE_ENVTEST)."""
+    return os.environ.get(env_var, "").strip().lower() in TRUTHY
+
+
+def require_or_skip(env_var: str, reason: str) -> NoReturn:
+    """Skips with ``reason``, or fails with it when ``env_var`` says the tier is required."""
+    if required(env_var):
+        pytest.fail(f"{reason} ({env_var} is set, so this tier may not be skipped)",
+                    pytrace=False)
+    pytest.skip(reason)
+
+
+@pytest.fixture(name="require_or_skip", scope="session")
+def require_or_skip_fixture() -> Callable[[str, str], NoReturn]:
+    """The same helper for fixtures that prefer injection to imports."""
+    return require_or_skip
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Moves e2e tests to the end: they are the slowest and need the most machinery."""
+    items.sort(key=lambda item: item.get_closest_marker("e2e") is not None)
