@@ -74,6 +74,7 @@ class EmbeddedBackend:
         self._persist_lock = threading.Lock()
         self._removed: set[str] = set()
         self._final: list[Any] = []
+        self._saved_seq: str | None = None
         self.demo: Any = None
         if settings.demo:
             from ultraplane.api.demos import DemoStream
@@ -143,7 +144,11 @@ class EmbeddedBackend:
             self.runner.step(now)
             if self.demo is not None:
                 self.demo.step(now)
-            self.fleet.refresh(self.jobs, self.runtime)
+            # Phase changes mark jobs dirty; only then did chips or per-chip power change.
+            if self._ticks == 0 or any(j.dirty for j in self.jobs.values()):
+                self.fleet.refresh(self.jobs, self.runtime)
+            else:
+                self.fleet.energy_kwh = float(self.runtime.fleet().energy_kwh)
             self._ticks += 1
         self.persist()
 
@@ -173,11 +178,15 @@ class EmbeddedBackend:
                     job.dirty = False
                 removed, self._final = sorted(self._removed), []
                 self._removed.clear()
-                values = {"next_seq": str(self.next_seq)}
+                values: dict[str, str] = {}
+                if str(self.next_seq) != self._saved_seq:
+                    values["next_seq"] = self._saved_seq = str(self.next_seq)
                 if periodic:
                     self._last_persist = wall
                     values["sim_epoch_s"] = repr(self.sim_epoch)
                     values["sim_elapsed_s"] = repr(self.sim_now() - self.sim_epoch)
+            if not (rows or records or removed or values):
+                return
             with self.engine.begin() as conn:
                 store.write_jobs(conn, rows=rows, removed=removed)
                 store.write_accounting(conn, records=records)

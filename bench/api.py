@@ -1,8 +1,11 @@
 """Load benchmark of `ultraplane serve` on loopback: reads and dry runs per second, p99 latency.
 
-Starts the real server in a subprocess (embedded backend, demo fleet of 8 Gen2
-UltraServers with its job stream running, a temp SQLite store), then drives it
-with a bounded asyncio load generator over keep-alive connections. `/healthz`
+Starts the real server in a subprocess (embedded backend, 8 Gen2 UltraServers,
+a temp SQLite store), loads a fixed half-fleet workload through the API so every
+run measures the same state, then drives it with a bounded asyncio load
+generator over keep-alive connections. Dry runs are measured twice: a request
+that fits (placement + 2 alternatives), and one that cannot fit and goes
+through the preemption planner. `/healthz`
 is measured first in the same run as the baseline (the cost of the HTTP stack
 alone), so the ratios show what the API itself adds.
 
@@ -35,6 +38,11 @@ CAPACITY = ("GET", "/v1/capacity", None)
 BASELINE = ("GET", "/healthz", None)
 DRYRUN = ("POST", "/v1/placements:dryRun",
           json.dumps({"chips": 72, "requiredLevel": "ultraserver", "priority": 10, "alternatives": 2}))
+# Does not fit anywhere on the loaded fleet: exercises the preemption planner.
+DRYRUN_PREEMPT = ("POST", "/v1/placements:dryRun",
+                  json.dumps({"chips": 576, "requiredLevel": "network-1", "priority": 10}))
+# A fixed load (half the fleet, mixed gang sizes), so every run measures the same state.
+WORKLOAD = [(36, "rack")] * 8 + [(16, "rack")] * 8 + [(4, "server")] * 16 + [(144, "ultraserver")] * 1
 TARGETS = {"read_rps": 1000.0, "dryrun_rps": 300.0, "p99_ms": 50.0}
 
 
@@ -112,25 +120,52 @@ def wait_ready(port: int, proc: subprocess.Popen[bytes], timeout: float = 60) ->
     sys.exit("ultraplane serve did not become ready")
 
 
+def load_fleet(port: int) -> None:
+    """Submit WORKLOAD (long jobs) and wait until the fleet has admitted it."""
+    import urllib.request
+
+    def call(method: str, path: str, body: dict[str, object] | None = None) -> object:
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=data, method=method,
+                                     headers={"content-type": "application/json"})
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return json.loads(r.read())
+
+    for i, (chips, level) in enumerate(WORKLOAD):
+        call("POST", "/v1/namespaces/bench/trainingjobs", {
+            "metadata": {"name": f"load-{i:02d}"},
+            "spec": {"chips": chips, "topology": {"requiredLevel": level},
+                     "model": {"name": "llama-3-70b", "parametersBillions": 70},
+                     "work": {"durationSeconds": 10 * 86_400}}})
+    want = sum(chips for chips, _ in WORKLOAD)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        servers = call("GET", "/v1/ultraservers")["items"]  # type: ignore[index]
+        if sum(u["allocatedChips"] for u in servers) >= want:
+            return
+        time.sleep(0.2)
+    sys.exit("the benchmark workload was not admitted in 30 s")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=5.0, help="Duration of each phase.")
-    parser.add_argument("--concurrency", type=int, default=16, help="Keep-alive connections.")
+    parser.add_argument("--concurrency", type=int, default=8, help="Keep-alive connections.")
     parser.add_argument("--limit", type=int, default=50_000, help="Max requests per phase.")
     args = parser.parse_args()
 
     port = free_port()
     tmp = Path(tempfile.mkdtemp(prefix="ultraplane-bench-"))
     cmd = [sys.executable, "-m", "ultraplane.cli", "serve", "--port", str(port),
-           "--db", f"sqlite:///{tmp / 'bench.db'}", "--demo", "--time-scale", "60"]
+           "--db", f"sqlite:///{tmp / 'bench.db'}", "--no-demo", "--time-scale", "60"]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             env={**os.environ, "PYTHONUNBUFFERED": "1"})
     try:
         wait_ready(port, proc)
-        time.sleep(2)  # let the demo stream fill the fleet so reads and dry runs meet real state
+        load_fleet(port)
         results = {}
         for name, call in (("baseline", BASELINE), ("read", READ), ("capacity", CAPACITY),
-                           ("dryrun", DRYRUN)):
+                           ("dryrun", DRYRUN), ("preempt", DRYRUN_PREEMPT)):
             results[name] = asyncio.run(phase(port, call, args.seconds, args.concurrency, args.limit))
             r = results[name]
             print(f"{name:9s} {call[0]:4s} {call[1]:24s} {r['requests']:7d} req  "
@@ -159,6 +194,8 @@ def main() -> None:
         "dryrun_rps": round(results["dryrun"]["rps"], 1),
         "dryrun_p99_ms": round(results["dryrun"]["p99_ms"], 2),
         "capacity_rps": round(results["capacity"]["rps"], 1),
+        "preempt_dryrun_rps": round(results["preempt"]["rps"], 1),
+        "preempt_dryrun_p99_ms": round(results["preempt"]["p99_ms"], 2),
         "baseline_healthz_rps": round(base, 1),
         "concurrency": args.concurrency,
         "errors": sum(int(r["errors"]) for r in results.values()),
