@@ -24,7 +24,12 @@ pytestmark = pytest.mark.kube
 
 ROOT = Path(__file__).resolve().parents[2]
 CORPUS = Path(__file__).resolve().parent / "invalid_manifests"
-EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
+# examples/ also holds non-Kubernetes files (e.g. cluster.yaml for `ultraplane place`).
+EXAMPLES = [
+    p
+    for p in sorted((ROOT / "examples").glob("*.yaml"))
+    if all("apiVersion" in d for d in yaml.safe_load_all(p.read_text()) if d)
+]
 
 
 def _corpus() -> list[tuple[Path, str]]:

@@ -244,7 +244,12 @@ def rules_rank(level: str) -> int:
 # --- examples are valid --------------------------------------------------------------------
 
 
-EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
+# examples/ also holds non-Kubernetes files (e.g. cluster.yaml for `ultraplane place`).
+EXAMPLES = [
+    p
+    for p in sorted((ROOT / "examples").glob("*.yaml"))
+    if all("apiVersion" in d for d in yaml.safe_load_all(p.read_text()) if d)
+]
 
 
 def test_the_four_required_examples_exist() -> None:
