@@ -41,7 +41,7 @@ NON_DEFAULT: dict[str, Any] = {
     "fullnameOverride": "up",
     "image": {"repository": "registry.example/ultraplane", "tag": "1.2.3"},
     "commonLabels": {"team": "ml-infra"},
-    "operator": {"replicas": 3, "allNamespaces": False, "extraArgs": ["--verbose"]},
+    "operator": {"replicas": 3, "watchNamespaces": ["team-a", "team-b"], "extraArgs": ["--verbose"]},
     "simulator": {"enabled": False},
     "api": {
         "replicas": 2,
@@ -168,16 +168,24 @@ PERMISSIONS = [
     ("operator", "ultraplane.dev", "trainingjobs/status", "patch", True),
     ("operator", "ultraplane.dev", "inferencejobs/status", "patch", True),
     ("operator", "ultraplane.dev", "ultraservers/status", "patch", True),
+    ("operator", "ultraplane.dev", "trainingjobs", "patch", True),
     ("operator", "", "events", "create", True),
-    ("operator", "kopf.dev", "clusterkopfpeerings", "patch", True),
-    ("operator", "", "namespaces", "list", True),
+    ("operator", "apiextensions.k8s.io", "customresourcedefinitions", "watch", True),
+    ("operator", "", "namespaces", "list", False),
     ("operator", "ultraplane.dev", "trainingjobs", "delete", False),
+    ("operator", "ultraplane.dev", "trainingjobs", "create", False),
+    ("operator", "coordination.k8s.io", "leases", "create", True),
+    ("operator", "coordination.k8s.io", "leases", "patch", True),
+    ("operator", "coordination.k8s.io", "leases", "delete", False),
+    ("simulator", "coordination.k8s.io", "leases", "get", False),
     ("operator", "", "secrets", "get", False),
-    ("simulator", "ultraplane.dev", "trainingjobs", "watch", True),
+    ("simulator", "ultraplane.dev", "trainingjobs", "list", True),
+    ("simulator", "ultraplane.dev", "ultraservers", "list", True),
     ("simulator", "ultraplane.dev", "trainingjobs/status", "patch", True),
     ("simulator", "ultraplane.dev", "ultraservers/status", "patch", True),
     ("simulator", "ultraplane.dev", "trainingjobs", "patch", False),
     ("simulator", "ultraplane.dev", "ultraservers", "delete", False),
+    ("simulator", "", "events", "create", False),
     ("api", "ultraplane.dev", "trainingjobs", "create", True),
     ("api", "ultraplane.dev", "inferencejobs", "delete", True),
     ("api", "ultraplane.dev", "ultraservers", "list", True),
@@ -233,19 +241,41 @@ def test_operator_runs_two_replicas_with_one_active_and_a_budget() -> None:
     operator = component(docs, "Deployment", "operator")
     assert operator["spec"]["replicas"] == 2
     args = operator["spec"]["template"]["spec"]["containers"][0]["args"]
-    assert args[0] == "operator" and "--standalone" not in args
-    assert args[args.index("--peering") + 1] == "ultraplane"
+    assert args[:2] == ["operator", "--all-namespaces"] and "--standalone" not in args
+    assert args[args.index("--peering") + 1] == "ultraplane-operator"
+    assert args[args.index("--lease-namespace") + 1] == "ultraplane-system"
+    assert args[args.index("--liveness") + 1] == "http://0.0.0.0:8080/healthz"
     pdb = component(docs, "PodDisruptionBudget", "operator")
     assert pdb["spec"]["minAvailable"] == 1
     pod_labels = operator["spec"]["template"]["metadata"]["labels"]
     assert pdb["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
+    # The election Lease: create any (its name is not known before it exists), then get and
+    # patch only that one, only in the release namespace.
+    lease_role = component(docs, "Role", "operator")
+    assert lease_role["metadata"]["namespace"] == "ultraplane-system"
+    assert lease_role["rules"] == [
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+         "resourceNames": ["ultraplane-operator"], "verbs": ["get", "patch"]},
+    ]
+    assert component(docs, "RoleBinding", "operator")["roleRef"]["name"] == lease_role["metadata"]["name"]
 
 
-def test_one_operator_replica_may_run_standalone_without_a_budget() -> None:
+def test_one_operator_replica_may_run_standalone_without_lease_or_budget() -> None:
     docs = render({"operator": {"replicas": 1, "leaderElection": {"enabled": False}}})
     args = component(docs, "Deployment", "operator")["spec"]["template"]["spec"]["containers"][0]["args"]
     assert "--standalone" in args and "--peering" not in args
     assert not of_kind(docs, "PodDisruptionBudget")
+    assert not of_kind(docs, "Role") and not of_kind(docs, "RoleBinding")
+
+
+def test_watching_listed_namespaces_adds_namespace_access_only_then() -> None:
+    docs = render(NON_DEFAULT)
+    args = component(docs, "Deployment", "operator")["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[:5] == ["operator", "--namespace", "team-a", "--namespace", "team-b"]
+    assert "--all-namespaces" not in args
+    assert allowed(docs, "operator", "", "namespaces", "watch")
+    assert not allowed(render(), "operator", "", "namespaces", "watch")
 
 
 def test_two_operator_replicas_without_leader_election_is_refused() -> None:
@@ -459,8 +489,12 @@ def test_helm_install_into_the_tier_creates_every_object(
                 "apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
                 "spec": {
                     "user": f"system:serviceaccount:{kube_namespace}:{release}-ultraplane-{who}",
-                    "resourceAttributes": {"group": group, "resource": plural, "verb": verb,
-                                           "subresource": subresource, "namespace": "default"},
+                    "resourceAttributes": {
+                        "group": group, "resource": plural, "verb": verb, "subresource": subresource,
+                        "namespace": kube_namespace,
+                        # The lease Role names its one Lease (default leaderElection.name).
+                        "name": "ultraplane-operator" if plural == "leases" else "",
+                    },
                 },
             }
             answer = kubectl(kube_env, "create", "-o", "json", "-f", "-", input=json.dumps(review))
