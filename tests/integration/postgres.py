@@ -30,7 +30,8 @@ REQUIRE = "ULTRAPLANE_REQUIRE_POSTGRES"
 
 
 def _unavailable(reason: str) -> None:
-    if os.environ.get(REQUIRE) == "1":
+    # Same truthiness as tests/conftest.py's require_or_skip.
+    if os.environ.get(REQUIRE, "").strip().lower() in {"1", "true", "yes", "on"}:
         pytest.fail(f"{reason} ({REQUIRE}=1, so this is a failure, not a skip)")
     pytest.skip(reason)
 
