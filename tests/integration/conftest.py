@@ -22,6 +22,7 @@ from tests.integration.kube_tier import KubeEnv, TierUnavailable, find_binaries
 REQUIRE_ENV = "ULTRAPLANE_REQUIRE_ENVTEST"
 KUBE_FIXTURES = {"kube_env", "kube_namespace"}
 _failed: list[str] = []
+_kept_logs: list[Path] = []
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -38,8 +39,16 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  
     return report
 
 
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Says where the logs are: a fixture's own prints are hidden by output capture."""
+    for logs in _kept_logs:
+        terminalreporter.write_line(
+            f"kube tier: tests failed, etcd and kube-apiserver logs kept in {logs}", yellow=True
+        )
+
+
 @pytest.fixture(scope="session")
-def kube_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeEnv]:
+def kube_env() -> Iterator[KubeEnv]:
     """A real kube-apiserver + etcd with the project's CRDs installed."""
     try:
         bin_dir = find_binaries()
@@ -55,7 +64,7 @@ def kube_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeEnv]:
         require_or_skip(REQUIRE_ENV, str(exc))
     except BaseException:
         env.stop()
-        print(f"\nkube tier failed to start; logs kept in {env.logs_dir}")
+        _kept_logs.append(env.logs_dir)
         raise
     try:
         env.apply_crds()
@@ -66,7 +75,7 @@ def kube_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeEnv]:
     finally:
         env.stop()
         if _failed:
-            print(f"\nkube tier: tests failed, server logs kept in {env.logs_dir}")
+            _kept_logs.append(env.logs_dir)
         else:
             shutil.rmtree(workdir, ignore_errors=True)
 

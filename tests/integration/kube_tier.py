@@ -10,9 +10,11 @@ service-account keys, the kubeconfig and the two server logs.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import secrets
 import shutil
+import signal
 import socket
 import ssl
 import subprocess
@@ -64,6 +66,20 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def _die_with_parent() -> None:
+    """Runs in the child before exec: a killed pytest must not leave servers behind.
+
+    SIGKILL, not SIGTERM: a kube-apiserver still starting up ignores SIGTERM while it
+    waits for etcd, and with pytest gone nobody needs a graceful shutdown.
+    """
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        pr_set_pdeathsig = 1
+        libc.prctl(pr_set_pdeathsig, signal.SIGKILL)
+    except (OSError, AttributeError):  # not Linux: teardown still stops them
+        pass
 
 
 def _openssl(*args: str, cwd: Path) -> None:
@@ -194,7 +210,9 @@ class KubeEnv:
         log = (self.logs_dir / f"{name}.log").open("wb")
         proc = subprocess.Popen(
             list(argv), stdout=log, stderr=subprocess.STDOUT, cwd=self.workdir,
+            # Own session: a Ctrl-C reaches pytest, whose teardown stops the servers in order.
             start_new_session=True,
+            preexec_fn=_die_with_parent,
         )
         self._procs.append((name, proc))
 
@@ -263,6 +281,7 @@ class KubeEnv:
         files = sorted(crds_dir.glob("*.yaml")) if crds_dir.is_dir() else []
         names: list[str] = []
         for path in files:
+            # Server-side: a large CRD overflows client-side apply's 256 KiB annotation.
             out = self.kubectl("apply", "--server-side", "-f", str(path), "-o", "name").stdout
             names += [n for n in out.split() if n.startswith("customresourcedefinition")]
         if names:
