@@ -257,3 +257,19 @@ def test_chip_failure_follows_the_failure_policy(fleet: Fleet, policy: str, phas
         assert after["progress"]["completedSteps"] >= before["progress"]["checkpointedSteps"]
     else:
         assert after["reason"] == "Failed" and broken in after["message"]
+
+
+def test_demo_stream_keeps_the_fleet_busy_and_bounded(tmp_path: Path) -> None:
+    for fleet in make_fleet(tmp_path, demo=True):
+        for _ in range(240):  # 4 simulated hours in 1-minute ticks
+            fleet.advance(1)
+        jobs = (fleet.client.get("/v1/trainingjobs").json()["items"]
+                + fleet.client.get("/v1/inferencejobs").json()["items"])
+        phases = [j["status"]["phase"] for j in jobs]
+        assert phases.count("Running") >= 3
+        assert "Succeeded" in phases  # demo jobs last 30 min to 4 h
+        busy = sum(u["allocatedChips"] for u in fleet.client.get("/v1/ultraservers").json()["items"])
+        assert busy >= 1152 // 4
+        [usage] = fleet.client.get("/v1/accounting/namespaces").json()
+        assert usage["namespace"] == "demo" and usage["chip_hours"] > 0
+        assert usage["finished_jobs"] >= 1 and usage["mean_completion_time_s"] > 0
