@@ -62,6 +62,24 @@ def ultraserver_of(body: Mapping[str, Any]) -> UltraServer:
     )
 
 
+def _conditions(current: list[Mapping[str, Any]], s: JobRuntimeStatus, now: float) -> list[dict[str, Any]]:
+    """The operator's conditions as they are, plus the simulator's Running and Finished."""
+    done = s.phase != "Running"
+    want = {
+        "Running": ("False" if done else "True", s.phase if done else "Running",
+                    s.message or ("running on virtual chips" if not done else "work finished")),
+        "Finished": ("True" if done else "False", s.phase if done else "Running",
+                     s.message or ("all work done" if s.phase == "Succeeded" else "not finished")),
+    }
+    out = [dict(c) for c in current if c.get("type") not in want]
+    for type_, (status, reason, message) in want.items():
+        prev = next((c for c in current if c.get("type") == type_), None)
+        since = prev.get("lastTransitionTime") if prev and prev.get("status") == status else _iso(now)
+        out.append({"type": type_, "status": status, "reason": reason, "message": message,
+                    "lastTransitionTime": since})
+    return out
+
+
 @dataclass
 class Tracked:
     kind: str
@@ -70,6 +88,7 @@ class Tracked:
     ident: tuple[Any, tuple[str, ...]]  # (status.attempt, chips) of the running attempt
     start_wall: float
     final_sent: bool = False
+    body: Mapping[str, Any] | None = None  # as last listed: its conditions and resourceVersion
 
 
 @dataclass(frozen=True)
@@ -122,6 +141,8 @@ class VirtualKubelet:
                     self._forget(key)
                 continue
             ident = (_get(body, "status", "attempt"), chips)
+            if tracked is not None:
+                tracked.body = body
             if tracked is not None and tracked.ident == ident:
                 tracked.final_sent = False  # the object still looks active: (re)send our status
                 continue
@@ -138,7 +159,8 @@ class VirtualKubelet:
                     "phase": "Failed", "message": f"simulator cannot run it: {exc}",
                     "completionTime": _iso(self.clock())}}))
                 continue
-            self.jobs[key] = Tracked(kind, meta["namespace"], meta["name"], ident, self.clock())
+            self.jobs[key] = Tracked(kind, meta["namespace"], meta["name"], ident, self.clock(),
+                                     body=body)
         for key in [k for k in self.jobs if k not in seen]:
             self._forget(key)
         return out
@@ -177,7 +199,15 @@ class VirtualKubelet:
             status["completionTime"] = _iso(now)
         if s.message:
             status["message"] = s.message
-        return Patch(t.kind, t.namespace, t.name, {"status": status})
+        body: dict[str, Any] = {"status": status}
+        if t.body is not None:
+            # conditions is a list: a merge patch replaces it whole, so write it back with the
+            # operator's entries kept, guarded by resourceVersion (409 -> next heartbeat)
+            status["conditions"] = _conditions(_get(t.body, "status", "conditions") or [], s, now)
+            rv = _get(t.body, "metadata", "resourceVersion")
+            if rv:
+                body["metadata"] = {"resourceVersion": rv}
+        return Patch(t.kind, t.namespace, t.name, body)
 
     def _ultraserver_patches(self, now: float) -> list[Patch]:
         fleet = self.runtime.fleet()

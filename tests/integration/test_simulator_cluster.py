@@ -111,6 +111,8 @@ def test_simulator_runs_an_admitted_job_and_writes_status(kube_env: Any, kube_na
         assert done["energyKWh"] > 0 and done["progress"]["percent"] == 100 and done["completionTime"]
         # operator-owned fields are untouched
         assert done["allocation"]["chips"] == chips and done["attempt"] == 1 and done["queuePosition"] == 0
+        conditions = {c["type"]: c["status"] for c in done["conditions"]}
+        assert conditions == {"Running": "False", "Finished": "True"}
         us = _wait("UltraServer heartbeat", lambda: _get(kube_env, "us", ultraserver)
                    .get("status", {}).get("heartbeatTime") and _get(kube_env, "us", ultraserver)["status"],
                    [sim])

@@ -74,6 +74,26 @@ def test_admitted_job_runs_then_succeeds_with_energy() -> None:
     assert "train" not in by_name(k.tick())  # the final status is sent once
 
 
+def test_conditions_keep_the_operators_and_guard_with_resource_version() -> None:
+    k, clock = kubelet()
+    admitted = {"type": "Admitted", "status": "True", "reason": "Admitted", "message": "placed",
+                "lastTransitionTime": "2026-01-01T00:00:00Z"}
+    body = train(conditions=[admitted])
+    body["metadata"]["resourceVersion"] = "42"
+    k.sync_jobs([body])
+    clock.t += 1
+    [p] = [p for p in k.tick() if p.name == "train"]
+    assert p.body["metadata"] == {"resourceVersion": "42"}
+    conds = {c["type"]: c for c in p.body["status"]["conditions"]}
+    assert conds["Admitted"] == admitted
+    assert (conds["Running"]["status"], conds["Finished"]["status"]) == ("True", "False")
+    clock.t += 20
+    [p] = [p for p in k.tick() if p.name == "train"]
+    conds = {c["type"]: c for c in p.body["status"]["conditions"]}
+    assert (conds["Running"]["status"], conds["Finished"]["status"]) == ("False", "True")
+    assert conds["Finished"]["reason"] == "Succeeded"
+
+
 def test_preempted_job_stops_and_resumes_from_checkpoint_on_new_attempt() -> None:
     k, clock = kubelet()
     k.sync_jobs([train()])
