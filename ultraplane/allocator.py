@@ -62,6 +62,8 @@ class Allocator:
         self._placements: dict[JobKey, Placement] = {}
         self._next_order = 0
         self._domain_counts: dict[tuple[int, int], int] = {}
+        self._plans: dict[
+            PlacementRequest, tuple[Level, Level | None, list[Pool], list[str | None]]] = {}
         for us in topology.ultraservers:
             self.upsert_ultraserver(us)
 
@@ -88,7 +90,8 @@ class Allocator:
         found = self._search(request)
         if isinstance(found, NoFit):
             return found
-        return self._placement(_group(found[1]), found[0], score_of(found[1]))
+        held = _group(found[1])
+        return self._placement(held, found[0], score_of(held))
 
     def allocate(self, job: JobKey, request: PlacementRequest) -> Placement | NoFit:
         """Place `request` and hold its chips for `job` (all or nothing)."""
@@ -99,7 +102,7 @@ class Allocator:
             return found
         level, parts = found
         held = _group(parts)
-        placement = self._placement(held, level, score_of(parts))
+        placement = self._placement(held, level, score_of(held))
         self._hold(job, held, placement, request)
         return placement
 
@@ -183,7 +186,8 @@ class Allocator:
         try:
             found = self._search(request, [self._get(n) for n in within])
             if not isinstance(found, NoFit):
-                found_placement = self._placement(_group(found[1]), found[0], score_of(found[1]))
+                held = _group(found[1])
+                found_placement = self._placement(held, found[0], score_of(held))
         finally:
             for job, rec in reversed(saved):
                 self._hold(job, rec.held, rec.placement, rec.request)
@@ -224,14 +228,22 @@ class Allocator:
 
     def _search(self, request: PlacementRequest,
                 within: Iterable[Slot] | None = None) -> tuple[Level, Parts] | NoFit:
-        required = parse_level(request.required_level) if request.required_level else CLUSTER
-        preferred = parse_level(request.preferred_level) if request.preferred_level else None
-        pools = [p for p in self._pools.values()
-                 if p.slots and request.profile in (None, p.profile)]
+        plan = self._plans.get(request)
+        if plan is None:
+            # Levels, candidate pools and "can never fit" depend only on the request and the
+            # inventory: cached until the inventory changes.
+            if len(self._plans) > 4096:
+                self._plans.clear()
+            required = parse_level(request.required_level) if request.required_level else CLUSTER
+            preferred = parse_level(request.preferred_level) if request.preferred_level else None
+            pools = [p for p in self._pools.values()
+                     if p.slots and request.profile in (None, p.profile)]
+            plan = self._plans[request] = (
+                required, preferred, pools, [self._never(p, request, required) for p in pools])
+        required, preferred, pools, reasons = plan
         if not pools:
             what = f"{request.profile} " if request.profile else ""
             return NoFit("Unsatisfiable", f"this cluster has no {what}UltraServers")
-        reasons = [self._never(p, request, required) for p in pools]
         if all(reasons):
             return NoFit("Unsatisfiable", str(reasons[0]))
         members = list(within) if within is not None else None
@@ -281,21 +293,22 @@ class Allocator:
 
     def _no_capacity(self, pool: Pool, request: PlacementRequest, required: Level) -> NoFit:
         c = request.chips
-        live = [s for s in pool.slots if s.us.schedulable]
         if c > pool.cpu:
             k = -(-c // pool.cpu)
-            block = max(pool.block_idle, key=lambda b: len(pool.block_idle[b]), default=None)
-            most = len(pool.block_idle[block]) if block else 0
-            busy = [s for s in live if s.block == block and not s.idle]
+            most = max(pool.blocks_by_idle, default=0)
+            block = next(iter(pool.blocks_by_idle[most])) if most else None
+            busy = [s for s in (pool.block_slots[block] if block else ()) if s.indexed and not s.idle]
+            where = "network block" if required.rank <= 3 else required.name
             return NoFit("NoCapacity", (
-                f"{c} chips need {k} idle {pool.profile} UltraServers inside one "
-                f"{'network block' if required.rank <= 3 else required.name}; the most idle in one "
-                f"block now is {most}; releasing the jobs on its busy UltraServers would free space"
-            ), _jobs_on(busy))
-        best = max(live, key=lambda s: (s.total, -s.order), default=None)
-        inside = "" if required == CLUSTER else f" inside one {required.name}"
-        if best is None:
+                f"{c} chips need {k} idle {pool.profile} UltraServers inside one {where}; the "
+                f"most idle in one block now is {most}; releasing the jobs on the busy "
+                "UltraServers of that block would free space"), _jobs_on(busy))
+        if not pool.us_buckets:
             return NoFit("NoCapacity", f"no {pool.profile} UltraServer is schedulable now")
+        width = pool.band or (pool.cpu + 1)
+        rank = max(pool.us_buckets, key=lambda r: (r % width, -r))
+        best = next(iter(pool.us_buckets[rank]))
+        inside = "" if required == CLUSTER else f" inside one {required.name}"
         return NoFit("NoCapacity", (
             f"no room for {c} chips{inside} on {pool.profile} UltraServers now; the freest, "
             f"{best.us.name}, has {best.total} free chips; releasing its jobs would free space"
@@ -336,7 +349,7 @@ class Allocator:
             if key not in self._pools:
                 self._pools[key] = Pool(us.profile, spec.chips_per_server, slot.cpr, slot.cpu)
             self._pools[key].add(slot)
-            self._domain_counts.clear()
+            self._inventory_changed()
         else:
             self._update(us)
 
@@ -350,8 +363,12 @@ class Allocator:
             self.release(job)
         self._pool(slot).remove(slot)
         del self._slots[name]
-        self._domain_counts.clear()
+        self._inventory_changed()
         return victims
+
+    def _inventory_changed(self) -> None:
+        self._domain_counts.clear()
+        self._plans.clear()
 
     def _get(self, name: str) -> Slot:
         slot = self._slots.get(name)
@@ -365,7 +382,7 @@ class Allocator:
         pool.remove(slot)
         slot.set_health(us)
         pool.add(slot)
-        self._domain_counts.clear()
+        self._inventory_changed()
 
     # -- repair ------------------------------------------------------------------------
     def replace(self, job: JobKey, lost: Iterable[ChipId | str]) -> Placement | NoFit:
@@ -405,7 +422,7 @@ class Allocator:
             merged[(id(sl), s)] = (sl, s, m | (old[2] if old else 0))
         parts = list(merged.values())
         held = _group(parts)
-        placement = self._placement(held, level_of(parts), score_of(new))
+        placement = self._placement(held, level_of(parts), score_of(_group(new)))
         del self._jobs[job]
         self._give(job, rec.held)
         self._hold(job, held, placement, request)

@@ -71,18 +71,22 @@ def _take_from(slot: Slot, servers: Iterable[int], c: int, whole: bool) -> Parts
             parts.append((slot, s, mask))
             c -= slot.cps
         return parts
+    free, nfree = slot.free, slot.nfree
     if whole:
-        order = sorted((s for s in servers if slot.free[s] == full),
-                       key=lambda s: (slot.rack_free[s // spr], s))
+        order = [s for s in servers if free[s] == full]
     else:
-        order = sorted((s for s in servers if slot.nfree[s]),
-                       key=lambda s: (slot.free[s] == full, slot.rack_free[s // spr],
-                                      slot.nfree[s], s))
+        # Fewest free chips first, so partly used servers fill up and whole servers (the most
+        # free) come last; the sort is stable, so ties stay in server order.
+        order = sorted([s for s in servers if nfree[s]], key=nfree.__getitem__)
+    if slot.nracks > 1 and len(order) > 1 and order[-1] // spr != order[0] // spr:
+        # Whole servers from the fuller rack first, to keep the emptier rack whole.
+        rack_free = slot.rack_free
+        order.sort(key=lambda s: (nfree[s], rack_free[s // spr]))
     parts = []
     for s in order:
         if c <= 0:
             break
-        mask = low_bits(slot.free[s], c)
+        mask = low_bits(free[s], c)
         parts.append((slot, s, mask))
         c -= mask.bit_count()
     return parts
@@ -91,10 +95,11 @@ def _take_from(slot: Slot, servers: Iterable[int], c: int, whole: bool) -> Parts
 def fill(slot: Slot, rank: int, c: int, whole: bool) -> Parts:
     """Place `c` chips inside `slot` within one domain of level `rank` (0/1/2)."""
     if rank == 0:
-        need = slot.full if whole else None
-        s = min((s for s in range(slot.n)
-                 if (slot.free[s] == need if need is not None else slot.nfree[s] >= c)),
-                key=lambda s: (slot.nfree[s], slot.rack_free[s // slot.spr], s))
+        # The server with the fewest free chips that still fits (lowest index on ties); the
+        # histogram says which count exists, list.index finds it at C speed.
+        hist = slot.hist
+        k = next(k for k in range(slot.cps if whole else c, slot.cps + 1) if hist[k])
+        s = slot.nfree.index(k)
         return [(slot, s, low_bits(slot.free[s], c))]
     if rank == 1:
         cap = [w * slot.cps for w in slot.rack_whole] if whole else slot.rack_free
@@ -251,23 +256,24 @@ def level_of(parts: Parts) -> Level:
     return CLUSTER
 
 
-def score_of(parts: Parts) -> float:
+def score_of(held: dict[Slot, list[tuple[int, int]]]) -> float:
     """Chips of the whole free servers, racks and UltraServers this placement would break."""
-    per_slot: dict[int, tuple[Slot, dict[int, int]]] = {}
-    for slot, s, mask in parts:
-        per_slot.setdefault(id(slot), (slot, {}))[1][s] = mask
     score = 0
-    for slot, taken in per_slot.values():
-        if slot.idle and len(taken) == slot.n and all(m == slot.full for m in taken.values()):
-            continue
-        broken = {s for s, m in taken.items() if slot.free[s] == slot.full and m != slot.full}
-        score += len(broken) * slot.cps
-        for r in {s // slot.spr for s in taken}:
-            servers = range(r * slot.spr, min(slot.n, (r + 1) * slot.spr))
-            if slot.rack_whole[r] == len(servers) and not all(
-                    taken.get(s) == slot.full for s in servers):
-                score += len(servers) * slot.cps
-        if slot.idle and sum(m.bit_count() for m in taken.values()) < slot.cpu:
+    for slot, pairs in held.items():
+        full, free = slot.full, slot.free
+        taken = sum(m.bit_count() for _, m in pairs)
+        if slot.idle and taken == slot.cpu:
+            continue  # the whole UltraServer is used, nothing is left broken
+        score += slot.cps * sum(1 for s, m in pairs if free[s] == full and m != full)
+        spr = slot.spr
+        per_rack: dict[int, int] = {}
+        for s, m in pairs:
+            per_rack[s // spr] = per_rack.get(s // spr, 0) + m.bit_count()
+        for r, used in per_rack.items():
+            size = min(slot.n, (r + 1) * spr) - r * spr
+            if slot.rack_whole[r] == size and used < size * slot.cps:
+                score += size * slot.cps
+        if slot.idle:
             score += slot.cpu
     return float(score)
 

@@ -16,7 +16,12 @@ from __future__ import annotations
 from ultraplane.ids import JobKey, parse_local_ref
 from ultraplane.topology import Level, UltraServer
 
-__all__ = ["Pool", "Slot"]
+__all__ = ["IDLE_CAP", "Pool", "Slot"]
+
+# Idle UltraServers in a block beyond this count do not change a small gang's preference: a
+# block with 8 idle already holds the largest standard gang (1,152 chips = 8 UltraServers).
+IDLE_CAP = 8
+_KEY = 1 << 20  # bucket key stride: ranks stay far below it
 
 
 class Slot:
@@ -184,14 +189,15 @@ class Pool:
         self.slots: dict[Slot, None] = {}
         self.server_masks = [0] * (cps + 1)
         self.rack_masks = [0] * (cpr + 1)
-        self.server_buckets: dict[tuple[int, int], dict[Slot, None]] = {}
-        self.rack_buckets: dict[tuple[int, int], dict[Slot, None]] = {}
+        # key = (most free in one server | rack) * _KEY + rank
+        self.server_buckets: dict[int, dict[Slot, None]] = {}
+        self.rack_buckets: dict[int, dict[Slot, None]] = {}
         self.us_mask = 0
         self.us_buckets: dict[int, dict[Slot, None]] = {}
         self.block_slots: dict[tuple[str, ...], dict[Slot, None]] = {}
         self.block_idle: dict[tuple[str, ...], dict[Slot, None]] = {}
         self.blocks_by_idle: dict[int, dict[tuple[str, ...], None]] = {}
-        self._patterns: dict[tuple[int, int], int] = {}
+        self._patterns: dict[int, int] = {}
 
     def add(self, slot: Slot) -> None:
         self.slots[slot] = None
@@ -204,7 +210,7 @@ class Pool:
         self._unfile(slot)
         del self.slots[slot]
         del self.block_slots[slot.block][slot]
-        if len(self.block_idle[slot.block]) != before:
+        if min(len(self.block_idle[slot.block]), IDLE_CAP) != min(before, IDLE_CAP):
             self._refile_block(slot.block)
 
     def reindex(self, slot: Slot) -> None:
@@ -219,39 +225,62 @@ class Pool:
             if keys[3]:
                 self._set_idle(block, slot, True)
             slot.indexed = keys
-        if len(self.block_idle[block]) != before and self.band:
+        after = len(self.block_idle[block])
+        if self.band and min(after, IDLE_CAP) != min(before, IDLE_CAP):
             self._refile_block(block)  # files `slot` too, in block order (id order on ties)
         elif keys is not None:
             self._put(slot)
 
     def _rank(self, slot: Slot, total: int) -> int:
-        return len(self.block_idle[slot.block]) * self.band + total
+        return min(len(self.block_idle[slot.block]), IDLE_CAP) * self.band + total
 
     def _put(self, slot: Slot) -> None:
-        assert slot.indexed is not None
-        ms, mr, total, _, _ = slot.indexed
-        rank = slot.rank = self._rank(slot, total)
-        _put(self.server_buckets, (ms, rank), slot)
-        self.server_masks[ms] |= 1 << rank
-        _put(self.rack_buckets, (mr, rank), slot)
-        self.rack_masks[mr] |= 1 << rank
-        self.us_buckets.setdefault(rank, {})[slot] = None
-        self.us_mask |= 1 << rank
+        ms, mr, total, _, _ = slot.indexed  # type: ignore[misc]
+        rank = slot.rank = min(len(self.block_idle[slot.block]), IDLE_CAP) * self.band + total
+        bit = 1 << rank
+        key = ms * _KEY + rank
+        bucket = self.server_buckets.get(key)
+        if bucket is None:
+            self.server_buckets[key] = {slot: None}
+            self.server_masks[ms] |= bit
+        else:
+            bucket[slot] = None
+        key = mr * _KEY + rank
+        bucket = self.rack_buckets.get(key)
+        if bucket is None:
+            self.rack_buckets[key] = {slot: None}
+            self.rack_masks[mr] |= bit
+        else:
+            bucket[slot] = None
+        bucket = self.us_buckets.get(rank)
+        if bucket is None:
+            self.us_buckets[rank] = {slot: None}
+            self.us_mask |= bit
+        else:
+            bucket[slot] = None
 
     def _pull(self, slot: Slot) -> None:
-        assert slot.indexed is not None
-        ms, mr, _, _, _ = slot.indexed
+        ms, mr, _, _, _ = slot.indexed  # type: ignore[misc]
         rank = slot.rank
         slot.rank = -1
-        if _drop(self.server_buckets, (ms, rank), slot):
-            self.server_masks[ms] &= ~(1 << rank)
-        if _drop(self.rack_buckets, (mr, rank), slot):
-            self.rack_masks[mr] &= ~(1 << rank)
+        bit = 1 << rank
+        key = ms * _KEY + rank
+        bucket = self.server_buckets[key]
+        del bucket[slot]
+        if not bucket:
+            del self.server_buckets[key]
+            self.server_masks[ms] ^= bit
+        key = mr * _KEY + rank
+        bucket = self.rack_buckets[key]
+        del bucket[slot]
+        if not bucket:
+            del self.rack_buckets[key]
+            self.rack_masks[mr] ^= bit
         bucket = self.us_buckets[rank]
         del bucket[slot]
         if not bucket:
             del self.us_buckets[rank]
-            self.us_mask &= ~(1 << rank)
+            self.us_mask ^= bit
 
     def _unfile(self, slot: Slot) -> None:
         if slot.indexed is None:
@@ -290,16 +319,14 @@ class Pool:
 
     def _pattern(self, c: int) -> int:
         """Bits of every rank whose free-chip part is >= c, across all idle-count bands."""
-        bands = 1 + (max((len(b) for b in self.block_slots.values()), default=0) if self.band else 0)
-        key = (c, bands)
-        found = self._patterns.get(key)
+        found = self._patterns.get(c)
         if found is None:
-            width = self.band or (self.cpu + 1)
+            bands, width = (IDLE_CAP + 1, self.band) if self.band else (1, self.cpu + 1)
             one = ((1 << (self.cpu + 1)) - 1) >> c << c
             found = 0
             for b in range(bands):
                 found |= one << (b * width)
-            self._patterns[key] = found
+            self._patterns[c] = found
         return found
 
     # -- queries -----------------------------------------------------------------------
@@ -322,7 +349,7 @@ class Pool:
         rank = (m & -m).bit_length() - 1
         for k in range(c, len(masks)):
             if masks[k] >> rank & 1:
-                return next(iter(buckets[(k, rank)]))
+                return next(iter(buckets[k * _KEY + rank]))
         return None  # pragma: no cover - the mask said some k has it
 
     def block_with_idle(self, need: int) -> tuple[str, ...] | None:
@@ -334,16 +361,3 @@ class Pool:
                 return next(iter(bucket))
         return None
 
-
-def _put(buckets: dict[tuple[int, int], dict[Slot, None]], key: tuple[int, int], slot: Slot) -> None:
-    buckets.setdefault(key, {})[slot] = None
-
-
-def _drop(buckets: dict[tuple[int, int], dict[Slot, None]], key: tuple[int, int], slot: Slot) -> bool:
-    """Remove `slot`; True when the bucket became empty (its mask bit must be cleared)."""
-    bucket = buckets[key]
-    del bucket[slot]
-    if bucket:
-        return False
-    del buckets[key]
-    return True

@@ -263,3 +263,20 @@ def test_request_validation() -> None:
     with pytest.raises(ValueError, match="unknown profile"):
         req(1, profile="trn9")
     assert req(1, required_level="block").required_level == "network-1"
+
+
+def test_benchmark_quick_run_ends_with_one_json_line() -> None:
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[2] / "bench" / "allocator.py"
+    done = subprocess.run([sys.executable, str(script), "--quick"], capture_output=True,
+                          text=True, timeout=600, check=True)
+    last = json.loads(done.stdout.strip().splitlines()[-1])
+    assert set(last) == {"chips", "ops", "placements_per_s", "p50_ms", "p99_ms", "peak_rss_mb",
+                         "large_rejected", "first_fit_placements_per_s",
+                         "first_fit_large_rejected"}
+    assert last["chips"] == 160 * 144 and last["ops"] > 6_000
+    assert last["placements_per_s"] > 0 and last["p50_ms"] <= last["p99_ms"]
