@@ -41,6 +41,11 @@ def require_or_skip_fixture() -> Callable[[str, str], NoReturn]:
     return require_or_skip
 
 
+@pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Moves e2e tests to the end: they are the slowest and need the most machinery."""
+    """Moves e2e tests to the end: they are the slowest and need the most machinery.
+
+    trylast, so markers added by other conftests' hooks are already there; the sort is
+    stable, so the order within each group is kept.
+    """
     items.sort(key=lambda item: item.get_closest_marker("e2e") is not None)
