@@ -37,7 +37,7 @@ Emit = Callable[[Mapping[str, Any], str, str, str], None]
 
 
 class Kube(Protocol):
-    def list_ultraservers(self) -> list[dict[str, Any]]: ...
+    def list_ultraservers(self, fleet: str | None) -> list[dict[str, Any]]: ...
     def list_jobs(self, namespaces: list[str] | None) -> list[dict[str, Any]]: ...
     def get_job(self, namespace: str, name: str) -> dict[str, Any]: ...
     def patch_job_status(self, namespace: str, name: str, status: Mapping[str, Any],
@@ -65,12 +65,14 @@ class Controller(Observations):
     """Owns the allocator and scheduler of one operator replica (the leader)."""
 
     def __init__(self, kube: Kube, *, clock: Callable[[], datetime], emit: Emit,
-                 namespaces: list[str] | None = None, concurrency: int = 16,
+                 namespaces: list[str] | None = None, fleet: str | None = None,
+                 concurrency: int = 16,
                  batch_seconds: float = 0.05, position_seconds: float = 2.0) -> None:
         self.kube = kube
         self.clock = clock
         self.emit = emit
         self.namespaces = namespaces
+        self.fleet = fleet
         self.concurrency = concurrency
         self.batch_seconds = batch_seconds
         self.position_seconds = position_seconds
@@ -96,7 +98,7 @@ class Controller(Observations):
     # -- startup / recovery ------------------------------------------------------------
     async def sync(self) -> None:
         """Rebuild state from the API server: allocations live in job status, not in memory."""
-        servers = await self._call(self.kube.list_ultraservers)
+        servers = await self._call(self.kube.list_ultraservers, self.fleet)
         jobs = await self._call(self.kube.list_jobs, self.namespaces)
         for body in servers:
             self.observe_ultraserver(body, settle=False)
@@ -139,8 +141,11 @@ class Controller(Observations):
         refresh = now - self._last_positions >= self.position_seconds
         if refresh:
             self._last_positions = now
+        stale = False
         for key, nofit, position in result.pending:
-            self._pending(key, nofit, position, refresh)
+            stale |= self._pending(key, nofit, position, refresh)
+        if stale:  # positions moved; write them once the refresh interval has passed
+            asyncio.get_running_loop().call_later(self.position_seconds, self.wake.set)
         admissions = {key: Transition("admit", "Admitted", placement=placement)
                       for key, placement in result.admitted}
         self._collect_ghosts()
@@ -152,14 +157,17 @@ class Controller(Observations):
                 self.wake.set()
         await self.flush_ultraservers()
 
-    def _pending(self, key: JobKey, nofit: NoFit, position: int, refresh: bool) -> None:
+    def _pending(self, key: JobKey, nofit: NoFit, position: int, refresh: bool) -> bool:
+        """Queue a Pending write if needed; True when a position is left stale for now."""
         if nofit.kind == "Unsatisfiable" and len(self.inventory) > 0:
             self.scheduler.cancel(key)
             self.outbox[key] = Transition("fail", "Unsatisfiable", nofit.message)
-            return
+            return False
         last = self.written_positions.get(key)
         if last is None or last[0] != nofit.kind or (refresh and last[1] != position):
             self.outbox[key] = Transition("pending", nofit.kind, nofit.message, position=position)
+            return False
+        return last[1] != position
 
     async def flush(self) -> None:
         """Write evictions and finalizer changes (everything that must precede admissions)."""

@@ -17,6 +17,8 @@ import click
 @click.option("--standalone", is_flag=True, help="No leader election (a single replica).")
 @click.option("--lease-namespace", default="default", show_default=True,
               help="Namespace of the Lease used by --peering.")
+@click.option("--fleet", default=None, metavar="NAME",
+              help="Use only UltraServers labelled ultraplane.dev/fleet=NAME.")
 @click.option("--liveness", metavar="URL", default=None,
               help="Serve kopf's liveness probe, e.g. http://0.0.0.0:8080/healthz.")
 @click.option("--concurrency", type=click.IntRange(1, 256), default=16, show_default=True,
@@ -24,7 +26,7 @@ import click
 @click.option("--no-events", is_flag=True, help="Do not post Kubernetes Events.")
 @click.option("--verbose", "-v", is_flag=True, help="Debug logging.")
 def operator(namespaces: tuple[str, ...], all_namespaces: bool, lease: str | None,
-             standalone: bool, lease_namespace: str, liveness: str | None, concurrency: int,
+             standalone: bool, lease_namespace: str, fleet: str | None, liveness: str | None, concurrency: int,
              no_events: bool, verbose: bool) -> None:
     """Run the Kubernetes operator (kopf): admission queue, gang placement, preemption."""
     if namespaces and all_namespaces:
@@ -37,6 +39,7 @@ def operator(namespaces: tuple[str, ...], all_namespaces: bool, lease: str | Non
     handlers.CONFIG.namespaces = list(namespaces)
     handlers.CONFIG.lease = lease
     handlers.CONFIG.lease_namespace = lease_namespace
+    handlers.CONFIG.fleet = fleet
     handlers.CONFIG.concurrency = concurrency
     handlers.CONFIG.events = not no_events
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,

@@ -9,6 +9,7 @@ ultraplane.operator.handlers` works too; `ultraplane operator` sets `CONFIG` fir
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import os
 import socket
@@ -36,6 +37,7 @@ class Config:
 
     namespaces: list[str] = field(default_factory=_env_namespaces)
     lease: str | None = os.environ.get("ULTRAPLANE_LEASE") or None
+    fleet: str | None = os.environ.get("ULTRAPLANE_FLEET") or None
     lease_namespace: str = os.environ.get("POD_NAMESPACE", "default")
     concurrency: int = int(os.environ.get("ULTRAPLANE_WRITE_CONCURRENCY", "16"))
     events: bool = os.environ.get("ULTRAPLANE_EVENTS", "1") != "0"
@@ -48,14 +50,33 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
+# kopf's event poster lives in context variables that are set for handlers only; the first
+# handler call captures that context so the admission loop can post through the same queue.
+_POSTING: list[contextvars.Context] = []
+_EARLY: list[tuple[dict[str, Any], str, str, str]] = []
+
+
 def post_event(body: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
     """A Kubernetes Event on the job (kopf batches and posts them in the background)."""
     if not CONFIG.events:
         return
+    if not _POSTING:  # before the first watch event: keep it until the poster is reachable
+        if len(_EARLY) < 10_000:
+            _EARLY.append((dict(body), type_, reason, message))
+        return
     try:
-        kopf.event(dict(body), type=type_, reason=reason, message=message[:1000])  # type: ignore[arg-type]
+        _POSTING[0].run(kopf.event, dict(body), type=type_, reason=reason,  # type: ignore[arg-type]
+                        message=message[:1000])
     except Exception as exc:  # events are best effort; never block an admission on them
         log.debug("event not posted: %s", exc)
+
+
+def _capture_posting() -> None:
+    if not _POSTING:
+        _POSTING.append(contextvars.copy_context())
+        early, _EARLY[:] = list(_EARLY), []
+        for args in early:
+            post_event(*args)
 
 
 @kopf.on.startup()
@@ -65,7 +86,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     settings.persistence.finalizer = "ultraplane.dev/kopf"
     kube = KubeClient(pool_size=CONFIG.concurrency)
     controller = Controller(kube, clock=utcnow, emit=post_event,
-                            namespaces=CONFIG.namespaces or None,
+                            namespaces=CONFIG.namespaces or None, fleet=CONFIG.fleet,
                             concurrency=CONFIG.concurrency)
     memo["controller"] = controller
     tasks = [asyncio.create_task(controller.run(), name="ultraplane-admission")]
@@ -74,7 +95,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
 
         async def gain() -> None:
             fresh = Controller(kube, clock=utcnow, emit=post_event,
-                               namespaces=CONFIG.namespaces or None,
+                               namespaces=CONFIG.namespaces or None, fleet=CONFIG.fleet,
                                concurrency=CONFIG.concurrency)
             controller.__dict__.update({k: v for k, v in fresh.__dict__.items()
                                         if k not in ("wake", "_limit", "_pool")})
@@ -104,6 +125,7 @@ async def cleanup(memo: kopf.Memo, **_: Any) -> None:
 @kopf.on.event(GROUP, VERSION, ULTRASERVERS)
 async def ultraserver_event(event: Mapping[str, Any], body: Mapping[str, Any],
                             memo: kopf.Memo, **_: Any) -> None:
+    _capture_posting()
     controller: Controller = memo["controller"]
     controller.observe_ultraserver(body, deleted=event.get("type") == "DELETED")
 
@@ -111,5 +133,6 @@ async def ultraserver_event(event: Mapping[str, Any], body: Mapping[str, Any],
 @kopf.on.event(GROUP, VERSION, TRAINING)
 async def job_event(event: Mapping[str, Any], body: Mapping[str, Any],
                     memo: kopf.Memo, **_: Any) -> None:
+    _capture_posting()
     controller: Controller = memo["controller"]
     controller.observe_job(body, deleted=event.get("type") == "DELETED")

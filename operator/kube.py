@@ -11,7 +11,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ultraplane.operator.requests import FINALIZER, GROUP, TRAINING, ULTRASERVERS, VERSION
+from ultraplane.operator.requests import (
+    FINALIZER,
+    FLEET_LABEL,
+    GROUP,
+    TRAINING,
+    ULTRASERVERS,
+    VERSION,
+)
 
 MERGE = "application/merge-patch+json"
 
@@ -50,8 +57,10 @@ class KubeClient:
         self.coordination = kubernetes.client.CoordinationV1Api(self._api_client)
 
     # -- listings ----------------------------------------------------------------------
-    def list_ultraservers(self) -> list[dict[str, Any]]:
-        result = self.custom.list_cluster_custom_object(GROUP, VERSION, ULTRASERVERS)
+    def list_ultraservers(self, fleet: str | None = None) -> list[dict[str, Any]]:
+        selector = f"{FLEET_LABEL}={fleet}" if fleet else None
+        result = self.custom.list_cluster_custom_object(
+            GROUP, VERSION, ULTRASERVERS, label_selector=selector)
         return list(result.get("items", []))
 
     def list_jobs(self, namespaces: list[str] | None) -> list[dict[str, Any]]:

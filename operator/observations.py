@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from ultraplane.operator.inventory import Inventory, InventoryChange, ultraserver_from_body
-from ultraplane.operator.requests import HOLDING_PHASES, TERMINAL_PHASES, view_job
+from ultraplane.operator.requests import FLEET_LABEL, HOLDING_PHASES, TERMINAL_PHASES, view_job
 
 from ultraplane.allocator import AllocationConflict, Allocator, Placement
 from ultraplane.ids import ChipId, JobKey
@@ -51,6 +51,7 @@ class Observations:
     wake: asyncio.Event
 
     removing: dict[JobKey, dict[str, Any]]
+    fleet: str | None
 
     # -- jobs --------------------------------------------------------------------------
     def remember(self, key: JobKey, body: Mapping[str, Any]) -> None:
@@ -119,8 +120,11 @@ class Observations:
     # -- UltraServers ------------------------------------------------------------------
     def observe_ultraserver(self, body: Mapping[str, Any], *, deleted: bool = False,
                             settle: bool = True) -> None:
-        name = str((body.get("metadata") or {}).get("name", ""))
+        meta = body.get("metadata") or {}
+        name = str(meta.get("name", ""))
         self.wake.set()
+        if self.fleet is not None and (meta.get("labels") or {}).get(FLEET_LABEL) != self.fleet:
+            deleted = True  # not ours (any more)
         if deleted:
             self._remove_ultraserver(name)
             return

@@ -21,6 +21,7 @@ VERSION = "v1alpha1"
 TRAINING = "trainingjobs"
 ULTRASERVERS = "ultraservers"
 FINALIZER = "ultraplane.dev/release-chips"
+FLEET_LABEL = "ultraplane.dev/fleet"
 FAILURE_POLICIES = ("RestartAll", "ReplaceAffected", "Fail")
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
 HOLDING_PHASES = frozenset({"Admitted", "Running"})

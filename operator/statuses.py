@@ -87,7 +87,7 @@ def preempted(current: Mapping[str, Any], reason: str, message: str, now: dateti
         "message": message,
         "allocation": None,
         "conditions": condition(
-            condition(current, "Admitted", False, reason, message, now),
+            {"conditions": condition(current, "Admitted", False, reason, message, now)},
             "Preempted", not restart, reason, message, now),
     }
     if restart:
@@ -105,7 +105,7 @@ def failed(current: Mapping[str, Any], reason: str, message: str, now: datetime)
         "queuePosition": None,
         "allocation": None,
         "conditions": condition(
-            condition(current, "Admitted", False, reason, message, now),
+            {"conditions": condition(current, "Admitted", False, reason, message, now)},
             "Finished", True, reason, message, now),
     }
 

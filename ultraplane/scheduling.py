@@ -97,8 +97,8 @@ class Scheduler:
         """
         chips = tuple(chip_ids)
         self._queued.pop(key, None)
-        self.allocator.assign(key, chips)
         req = request if request is not None else PlacementRequest(chips=len(chips))
+        self.allocator.assign(key, chips, req)
         self._running[key] = QueuedJob(key, req, priority, seq, preemptible)
 
     # -- queries -----------------------------------------------------------------------

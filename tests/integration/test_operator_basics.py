@@ -1,0 +1,91 @@
+"""The operator on a real API server: apply, delete, statuses, events, bad input."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.integration.operator_harness import Harness
+
+
+@pytest.fixture
+def op(kube_env, kube_namespace: str, tmp_path: Path) -> Iterator[Harness]:  # type: ignore[no-untyped-def]
+    h = Harness(kube_env, kube_namespace, tmp_path)
+    try:
+        yield h
+    finally:
+        h.stop()
+        h.delete_fleet()
+
+
+def test_apply_places_a_gang_and_delete_frees_it(op: Harness) -> None:
+    # gen2-a [144]  gen2-b [144]; one 144-chip job must take one whole UltraServer.
+    op.ultraserver(f"{op.ns}-a")
+    op.ultraserver(f"{op.ns}-b")
+    op.start()
+    manifest = f"""
+apiVersion: ultraplane.dev/v1alpha1
+kind: TrainingJob
+metadata: {{name: big, namespace: {op.ns}}}
+spec:
+  chips: 144
+  topology: {{requiredLevel: ultraserver}}
+  model: {{name: llama}}
+  work: {{durationSeconds: 600}}
+"""
+    op.env.kubectl("apply", "-f", "-", input=manifest)
+    body = op.phase("big", "Admitted")
+    alloc = body["status"]["allocation"]
+    assert len(set(alloc["chips"])) == 144 and len(alloc["ultraServers"]) == 1
+    assert len(alloc["servers"]) == 36 and body["status"]["attempt"] == 1
+    assert "ultraplane.dev/release-chips" in body["metadata"]["finalizers"]
+    assert any(c["type"] == "Admitted" and c["status"] == "True"
+               for c in body["status"]["conditions"])
+    us = alloc["ultraServers"][0]
+    op.wait("UltraServer status", lambda: (op.get_ultraserver(us).get("status") or {})
+            .get("allocated", {}).get("chips") == 144)
+    assert op.get_ultraserver(us)["status"]["jobs"] == [f"{op.ns}/big"]
+    events = op.env.kubectl("get", "events", "-n", op.ns, "-o", "name").stdout
+    op.wait("an Admitted event", lambda: "big" in op.env.kubectl(
+        "get", "events", "-n", op.ns, "--field-selector", "reason=Admitted").stdout) or events
+
+    op.env.kubectl("delete", "trainingjob", "big", "-n", op.ns, "--wait=false")
+    op.gone("big")
+    op.wait("chips released", lambda: op.get_ultraserver(us)["status"]["allocated"]["chips"] == 0)
+
+
+def test_queue_positions_and_release_on_succeeded(op: Harness) -> None:
+    # gen2-a [144]; three 100-chip jobs: one runs, two wait in priority-then-FIFO order.
+    op.ultraserver(f"{op.ns}-a")
+    op.start()
+    op.job("first", 100, priority=9)
+    op.phase("first", "Admitted")
+    op.job("a", 100, priority=0)
+    op.job("b", 100, priority=5)
+    op.job("c", 100, priority=0)
+    a = op.phase("a", "Pending")
+    assert a["status"]["reason"] == "NoCapacity" and a["status"]["message"]
+    op.wait("queue positions", lambda: [
+        (op.get(n).get("status") or {}).get("queuePosition") for n in ("b", "a", "c")
+    ] == [1, 2, 3])
+    op.set_status("first", {"phase": "Succeeded"})
+    op.phase("b", "Admitted")
+    assert op.get("a")["status"]["phase"] == "Pending"
+    op.wait("positions move up", lambda: [
+        op.get(n)["status"].get("queuePosition") for n in ("a", "c")] == [1, 2])
+
+
+def test_jobs_that_can_never_fit_fail_with_a_reason(op: Harness) -> None:
+    op.ultraserver(f"{op.ns}-a")
+    op.start()
+    op.job("huge", 1000)
+    op.job("nolevel", 4, profile="trn2")  # no Trn2 UltraServer in this fleet
+    huge = op.phase("huge", "Failed")
+    assert huge["status"]["reason"] == "Unsatisfiable" and huge["status"]["message"]
+    bad = op.wait("nolevel decided", lambda: (op.get("nolevel").get("status") or {}).get("phase"))
+    assert bad in ("Failed", "Pending")
+    assert op.get("nolevel")["status"]["message"]
+    op.job("ok", 4)
+    op.phase("ok", "Admitted")  # the operator keeps working
