@@ -32,7 +32,9 @@ RELEASE="${RELEASE:-ultraplane}"
 TIME_SCALE="${TIME_SCALE:-20000}"
 WAIT_SECONDS="${WAIT_SECONDS:-300}"
 API_LOCAL_PORT="${API_LOCAL_PORT:-18080}"
-CONTEXT="kind-${CLUSTER}"
+# KUBE_CONTEXT / API_URL point the apply, lifecycle, rest and cleanup steps at another
+# cluster and API (e.g. a local API server with the components run as processes).
+CONTEXT="${KUBE_CONTEXT:-kind-${CLUSTER}}"
 EXAMPLES="${EXAMPLES:-$ROOT/examples}"
 JOB_NAMESPACE="${JOB_NAMESPACE:-default}"
 # Example jobs short enough to finish at TIME_SCALE ("kind/name", space-separated).
@@ -102,7 +104,10 @@ step_install() {
 # baseline that `cleanup` compares against after every job is deleted.
 step_apply() {
     local fleet=() jobs=() f us free
+    # examples/ also holds files that are not Kubernetes manifests (cluster.yaml is for
+    # `ultraplane place`): only files of the ultraplane.dev API are applied.
     for f in "$EXAMPLES"/*.yaml; do
+        grep -q '^apiVersion: ultraplane.dev/' "$f" || { log "not a manifest, skipped: ${f##*/}"; continue; }
         if grep -q '^kind: UltraServer' "$f"; then fleet+=("$f"); else jobs+=("$f"); fi
     done
     (( ${#fleet[@]} > 0 )) || die "no UltraServer manifest in $EXAMPLES."
@@ -150,7 +155,7 @@ step_lifecycle() {
         for job in $(kc -n "$JOB_NAMESPACE" get "${kind}s" -o jsonpath='{.items[*].metadata.name}'); do
             found=1
             wait_for "Admitted" "$kind/$job" "$JOB_NAMESPACE" "$(condition Admitted)" is_one_of True
-            wait_for "allocated chips" "$kind/$job" "$JOB_NAMESPACE" '{.status.allocation}' is_nonempty
+            wait_for "allocated" "$kind/$job" "$JOB_NAMESPACE" '{.status.allocation.ultraServers}' is_nonempty
             # startTime stays set after Running, even if the job finished between two polls.
             wait_for "Running (startTime)" "$kind/$job" "$JOB_NAMESPACE" '{.status.startTime}' is_nonempty
             wait_for "energy accruing" "$kind/$job" "$JOB_NAMESPACE" '{.status.energyKWh}' is_positive
@@ -201,6 +206,11 @@ rest_checks() {
 
 step_rest() {
     local svc port pf_pid rc=0
+    if [[ -n "${API_URL:-}" ]]; then
+        ( rest_checks "$API_URL" ) || exit $?
+        log "REST API ok at $API_URL"
+        return
+    fi
     svc="$(kc -n "$NAMESPACE" get svc -l app.kubernetes.io/component=api -o name | head -1)"
     [[ -n "$svc" ]] || die "no API Service in $NAMESPACE."
     port="$(kc -n "$NAMESPACE" get "$svc" -o jsonpath='{.spec.ports[0].port}')"
