@@ -101,8 +101,9 @@ def simulate(fleet: str | None, cluster_file: Path | None, traces: tuple[Path, .
     else:
         from ultraplane.topology import load_cluster_file
 
+        assert cluster_file is not None
         try:
-            topology = load_cluster_file(cluster_file).topology
+            topology = load_cluster_file(str(cluster_file)).topology
         except (ValueError, OSError) as exc:
             raise click.BadParameter(str(exc), param_hint="'--cluster'") from None
         fleet_name = str(cluster_file)

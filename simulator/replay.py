@@ -26,6 +26,7 @@ from ultraplane.simulator.fleets import FleetShape, Ledger, chips_per_ultraserve
 from ultraplane.simulator.models import (
     DEFAULT_ASSUMPTIONS,
     Assumptions,
+    TrainingStep,
     spread_slowdown,
     training_step,
 )
@@ -89,7 +90,7 @@ class Replay:
                  *, progress: Callable[[int], None] | None = None) -> None:
         self.cfg, self.a = config, config.assumptions
         self.shape = FleetShape.of(topology)
-        self.allocator = Allocator(topology, policy=config.policy)
+        self.allocator = Allocator(topology, policy=config.policy)  # type: ignore[arg-type]
         self.scheduler = Scheduler(self.allocator, preemption=True)
         self.engine = Engine(seed=config.seed, start=min((j.submit_s for j in jobs), default=0.0))
         self.ledger = Ledger(self.shape, start=self.engine.now)
@@ -217,12 +218,14 @@ class Replay:
         hw = self.shape.hardware_of[placement.ultraservers[0]]
         level = placement.level
         if job.model_b and job.kind == "training":
-            ideal = hw.ideal_level(run.chips)
-            step = lambda lvl: training_step(  # noqa: E731
-                hw, params_b=job.model_b or 1.0, tokens_per_step=self.cfg.tokens_per_step,
-                precision=job.precision, chips=run.chips, level=lvl, a=a)
+            def step(lvl: str) -> TrainingStep:
+                return training_step(hw, params_b=job.model_b or 1.0,
+                                     tokens_per_step=self.cfg.tokens_per_step,
+                                     precision=job.precision, chips=run.chips, level=lvl, a=a)
+
             here = step(level)
-            run.rate, run.util = min(1.0, step(ideal).seconds / here.seconds), here.utilization
+            ideal = step(hw.ideal_level(run.chips))
+            run.rate, run.util = min(1.0, ideal.seconds / here.seconds), here.utilization
         else:
             slow = spread_slowdown(hw, level, run.chips, a)
             run.rate = 1.0 / slow

@@ -85,7 +85,9 @@ def _level(raw: str) -> str | None:
 
 def parse_row(row: dict[str, str], line: int) -> TraceJob:
     """One CSV row -> TraceJob; raises ValueError naming the field."""
-    get = lambda k: (row.get(k) or "").strip()  # noqa: E731
+    def get(key: str) -> str:
+        return (row.get(key) or "").strip()
+
     job_id = get("job_id")
     if not job_id:
         raise ValueError("job_id is empty")
