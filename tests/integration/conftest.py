@@ -23,12 +23,33 @@ REQUIRE_ENV = "ULTRAPLANE_REQUIRE_ENVTEST"
 KUBE_FIXTURES = {"kube_env", "kube_namespace"}
 _failed: list[str] = []
 _kept_logs: list[Path] = []
+_binaries: list[Path | Exception] = []
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if KUBE_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.kube)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Builds or finds the binaries before any test starts, when a selected test needs them.
+
+    Here and not in the fixture: a first run builds kube-apiserver for about 20 minutes,
+    which would otherwise count against the per-test timeout of whichever test came first.
+    """
+    if _binaries or not any(KUBE_FIXTURES & set(getattr(i, "fixturenames", ())) for i in session.items):
+        return
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_line(
+            "kube tier: hack/envtest.sh (builds kube-apiserver and etcd on a machine's first "
+            "run, about 20 minutes; cached after)"
+        )
+    try:
+        _binaries.append(find_binaries())
+    except Exception as exc:  # reported by the kube_env fixture, as an error of its tests
+        _binaries.append(exc)
 
 
 @pytest.hookimpl(wrapper=True)
@@ -50,8 +71,11 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
 @pytest.fixture(scope="session")
 def kube_env() -> Iterator[KubeEnv]:
     """A real kube-apiserver + etcd with the project's CRDs installed."""
+    found = _binaries[0] if _binaries else None
     try:
-        bin_dir = find_binaries()
+        if isinstance(found, Exception):
+            raise found
+        bin_dir = found if found is not None else find_binaries()
     except TierUnavailable as exc:
         require_or_skip(REQUIRE_ENV, str(exc))
     # Outside pytest's tmp dirs: those are pruned after three runs, and a kept log must stay.
