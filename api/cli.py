@@ -60,6 +60,7 @@ def serve(**opts: Any) -> None:
         field = str(err["loc"][0]) if err["loc"] else "settings"
         message = str(err["msg"]).removeprefix("Value error, ").rstrip(".")
         _fail(f"{FLAG_OF_FIELD.get(field, field)}: {message}.")
+    _check_port(opts["host"], opts["port"])
     app = _build(settings)
     import uvicorn
 
@@ -68,6 +69,19 @@ def serve(**opts: Any) -> None:
                             access_log=False, lifespan="on")
     _print_banner(settings, shown_host, opts["port"])
     uvicorn.Server(config).run()
+
+
+def _check_port(host: str, port: int) -> None:
+    """Fail early, naming the flag, rather than after startup with a bind traceback."""
+    import socket
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            _fail(f"--port: cannot listen on {host}:{port} ({exc.strerror}).")
 
 
 def _build(settings: Any) -> Any:

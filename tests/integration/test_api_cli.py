@@ -30,3 +30,16 @@ def test_bad_flags_exit_2_naming_the_flag(args: list[str], flag: str, tmp_path: 
     assert result.exit_code == 2, result.output
     assert flag in result.output
     assert "Traceback" not in result.output
+
+
+def test_port_in_use_exits_2(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        result = CliRunner().invoke(main, ["serve", "--db", f"sqlite:///{tmp_path / 'c.db'}",
+                                           "--port", str(port)])
+    assert result.exit_code == 2, result.output
+    assert "--port" in result.output and str(port) in result.output
