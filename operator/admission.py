@@ -163,6 +163,8 @@ class Controller(Observations):
             self.scheduler.cancel(key)
             self.outbox[key] = Transition("fail", "Unsatisfiable", nofit.message)
             return False
+        if key in self.outbox:  # an eviction to write first; its Pending write comes next cycle
+            return True
         last = self.written_positions.get(key)
         if last is None or last[0] != nofit.kind or (refresh and last[1] != position):
             self.outbox[key] = Transition("pending", nofit.kind, nofit.message, position=position)
