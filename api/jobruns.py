@@ -28,14 +28,17 @@ log = logging.getLogger("ultraplane.api.embedded")
 class JobRunner:
     def __init__(self, backend: EmbeddedBackend) -> None:
         self.b = backend
+        self._index: dict[str, JobState] = {}
 
     # -- lookups ---------------------------------------------------------------------------
     def _by_sched_key(self, key: str) -> JobState | None:
+        """The job owning a scheduler key (`tj/ns/name`, or `ij/ns/name#replica`)."""
         base = key.split("#", 1)[0]
-        for job in self.b.jobs.values():
-            if job.key == base:
-                return job
-        return None
+        job = self._index.get(base)
+        if job is not None and self.b.jobs.get(job.uid) is job:
+            return job
+        self._index = {j.key: j for j in self.b.jobs.values()}  # jobs came or went: rebuild
+        return self._index.get(base)
 
     def _set(self, job: JobState, **fields: Any) -> None:
         for name, value in fields.items():
