@@ -25,6 +25,8 @@ from ultraplane.topology import CLUSTER, RACK, SERVER, ULTRASERVER, Level
 
 __all__ = ["Parts", "best_fit", "first_fit", "level_of", "low_bits", "score_of", "tight_level"]
 
+PRESERVE_IDLE = True
+
 # A placement in progress: (slot, server index, chip bitmask).
 Parts = list[tuple[Slot, int, int]]
 
@@ -108,12 +110,13 @@ def fill(slot: Slot, rank: int, c: int, whole: bool) -> Parts:
     return _take_from(slot, range(slot.n), c, whole)
 
 
-def _pick(pool: Pool, rank: int, c: int, whole: bool, within: Iterable[Slot] | None) -> Slot | None:
+def _pick(pool: Pool, rank: int, c: int, whole: bool, within: Iterable[Slot] | None,
+          idle_ok: bool) -> Slot | None:
     if whole or within is not None:
         found = [s for s in (pool.slots if within is None else within)
-                 if s.us.schedulable and _fits(s, rank, c, whole)]
+                 if s.us.schedulable and (idle_ok or not s.idle) and _fits(s, rank, c, whole)]
         return min(found, key=lambda s: (s.rank, s.order), default=None)
-    return pool.fullest(rank, c)
+    return pool.fullest(rank, c, idle_ok)
 
 
 def best_fit(
@@ -126,10 +129,15 @@ def best_fit(
         return _whole_ultraservers(pool, chips, required, within)
     last = min(required, ULTRASERVER)
     start = min(max(tight_level(pool, chips), preferred or SERVER), last)
-    for rank in range(start.rank, last.rank + 1):
-        slot = _pick(pool, rank, chips, whole, within)
-        if slot is not None:
-            return Level(rank), fill(slot, rank, chips, whole)
+    # Without a preferred level, an idle UltraServer is broken only when no partly used one
+    # can hold the gang at any level the request allows: idle UltraServers are what large
+    # gangs need. With a preferred level, locality comes first.
+    passes = (True,) if preferred is not None or not PRESERVE_IDLE else (False, True)
+    for idle_ok in passes:
+        for rank in range(start.rank, last.rank + 1):
+            slot = _pick(pool, rank, chips, whole, within, idle_ok)
+            if slot is not None:
+                return Level(rank), fill(slot, rank, chips, whole)
     if required > ULTRASERVER:
         return _spread(pool, chips, required, whole, within)
     return None

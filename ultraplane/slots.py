@@ -317,6 +317,10 @@ class Pool:
         if new > 0:
             self.blocks_by_idle.setdefault(new, {})[block] = None
 
+    def _not_idle(self) -> int:
+        """Bits of every rank whose free-chip part is below a whole UltraServer."""
+        return self._pattern(0) ^ self._pattern(self.cpu)
+
     def _pattern(self, c: int) -> int:
         """Bits of every rank whose free-chip part is >= c, across all idle-count bands."""
         found = self._patterns.get(c)
@@ -330,10 +334,12 @@ class Pool:
         return found
 
     # -- queries -----------------------------------------------------------------------
-    def fullest(self, level: int, c: int) -> Slot | None:
-        """The schedulable slot with the fewest free chips that has a level-domain with >= c."""
+    def fullest(self, level: int, c: int, idle_ok: bool = True) -> Slot | None:
+        """The lowest-ranked schedulable slot that has a level-domain with >= c free chips
+        (and is not idle, unless `idle_ok`)."""
+        pattern = self._pattern(c) if idle_ok else self._pattern(c) & self._not_idle()
         if level == 2:
-            m = self.us_mask & self._pattern(c)
+            m = self.us_mask & pattern
             if not m:
                 return None
             return next(iter(self.us_buckets[(m & -m).bit_length() - 1]))
@@ -344,6 +350,7 @@ class Pool:
         m = 0
         for k in range(c, len(masks)):
             m |= masks[k]
+        m &= pattern
         if not m:
             return None
         rank = (m & -m).bit_length() - 1
