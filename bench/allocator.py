@@ -35,11 +35,11 @@ WEIGHTS = (0.30, 0.25, 0.15, 0.10, 0.08, 0.06, 0.03, 0.02, 0.01)
 LOAD = 0.90
 
 
-def workload(chips: int, jobs: int, seed: int) -> list[tuple[int, int]]:
+def workload(chips: int, jobs: int, seed: int, load: float = LOAD) -> list[tuple[int, int]]:
     """(size, lifetime in steps) per arriving gang."""
     rng = random.Random(seed)
     mean_size = sum(s * w for s, w in zip(SIZES, WEIGHTS, strict=True))
-    mean_life = LOAD * chips / mean_size
+    mean_life = load * chips / mean_size
     sizes = rng.choices(SIZES, WEIGHTS, k=jobs)
     return [(s, max(1, round(rng.expovariate(1 / mean_life)))) for s in sizes]
 
@@ -83,10 +83,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small smoke run (seconds)")
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--load", type=float, default=LOAD, help="offered load (default 0.9)")
+    parser.add_argument("--ultraservers", type=int, help="fleet size (default 6945 = 1M chips)")
+    parser.add_argument("--jobs", type=int, help="arriving gangs (default 120,000)")
     args = parser.parse_args()
     ultraservers, jobs = (160, 6_000) if args.quick else (6_945, 120_000)
+    ultraservers = args.ultraservers or ultraservers
+    jobs = args.jobs or jobs
     chips = ultraservers * 144
-    trace = workload(chips, jobs, args.seed)
+    trace = workload(chips, jobs, args.seed, args.load)
     large = sum(s >= 144 for s, _ in trace)
 
     alloc = Allocator(build_fleet("trn3-gen2", ultraservers, per_block=16))
@@ -106,7 +111,7 @@ def main() -> None:
     base = run(trace, lambda j, s: ff.allocate(str(j), s), lambda j: ff.release(str(j)))
 
     print(f"cluster: {ultraservers} Trn3 Gen2 UltraServers = {chips:,} chips; "
-          f"{jobs:,} gangs ({large:,} of >= 144 chips) at ~{LOAD:.0%} offered load")
+          f"{jobs:,} gangs ({large:,} of >= 144 chips) at ~{args.load:.0%} offered load")
     for name, r in (("ultraplane", ours), ("first-fit (bench)", base)):
         print(f"{name:>18}: {r['placements_per_s']:>9,.0f} placements/s  p50 {r['p50_ms']:.3f} ms"
               f"  p99 {r['p99_ms']:.3f} ms  rejected {r['rejected']:,}"

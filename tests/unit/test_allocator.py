@@ -114,6 +114,13 @@ CASES = [
     # ... but never when one UltraServer is required.
     Case("spread-not-across-required", Cluster(count=2).used(0, range(21)).used(1, range(21)),
          req(100, required_level="ultraserver"), nofit="NoCapacity"),
+    # gen2-0000 [rack0 ########.......... rack1 ##########........]  72 free, no whole rack
+    # gen2-0001 idle.  72 chips: span both racks of gen2-0000 and keep gen2-0001 whole ...
+    Case("keeps-idle-ultraserver", Cluster(count=2).used(0, range(8)).used(0, range(18, 28)),
+         req(72), ("gen2-0000",), "ultraserver"),
+    # ... unless the request prefers rack locality.
+    Case("preferred-rack-breaks-idle", Cluster(count=2).used(0, range(8)).used(0, range(18, 28)),
+         req(72, preferred_level="rack"), ("gen2-0001",), "rack"),
     # Unsatisfiable: more than a server, more than the fleet, not a whole-server multiple.
     Case("more-than-a-server", Cluster(), req(5, required_level="server"), nofit="Unsatisfiable"),
     Case("more-than-the-fleet", Cluster(count=2), req(289), nofit="Unsatisfiable"),
