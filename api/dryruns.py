@@ -51,22 +51,16 @@ def dry_run(
     alternatives: list[Placement] = []
     taken: list[JobKey] = []
     try:
-        probe = JobKey(PROBE.format(0))
-        held = allocator.allocate(probe, request)
-        if isinstance(held, Placement):
+        current = first
+        for i in range(body.alternatives):
+            probe = JobKey(PROBE.format(i))
+            allocator.assign(probe, current.chip_ids)  # no second search for what we know
             taken.append(probe)
-        for i in range(1, body.alternatives + 1):
-            if not taken:
-                break
             nxt = allocator.place(request)
             if isinstance(nxt, NoFit):
                 break
             alternatives.append(nxt)
-            if i == body.alternatives:
-                break
-            probe = JobKey(PROBE.format(i))
-            allocator.assign(probe, nxt.chip_ids)
-            taken.append(probe)
+            current = nxt
     finally:
         for key in taken:
             allocator.release(key)
