@@ -192,3 +192,34 @@ def test_status_subresource_separates_spec_and_status(
         crs.patch_namespaced_custom_object(*args, "w1", {"spec": {"size": 0}})
     assert err.value.status == 422
     assert "spec.size" in err.value.body
+
+
+def test_service_account_tokens_are_authenticated_and_rbac_enforced(
+    kube_env: KubeEnv, kube_namespace: str
+) -> None:
+    # The operator runs as a service account in the chart: its Role must be what grants it.
+    ns = kube_namespace
+    kube_env.kubectl("create", "serviceaccount", "bot", "-n", ns)
+    token = kube_env.kubectl("create", "token", "bot", "-n", ns).stdout.strip()
+
+    def as_bot(*args: str) -> Any:
+        return kube_env.kubectl("--token", token, "-n", ns, *args, check=False)
+
+    who = as_bot("auth", "whoami", "-o", "jsonpath={.status.userInfo.username}")
+    assert who.stdout == f"system:serviceaccount:{ns}:bot"
+    denied = as_bot("get", "configmaps")
+    assert denied.returncode != 0 and "Forbidden" in denied.stderr
+
+    kube_env.kubectl("create", "role", "read-cm", "-n", ns, "--verb=list", "--resource=configmaps")
+    kube_env.kubectl(
+        "create", "rolebinding", "bot-reads", "-n", ns, "--role=read-cm",
+        f"--serviceaccount={ns}:bot",
+    )
+    deadline = time.monotonic() + 10
+    while (allowed := as_bot("get", "configmaps")).returncode != 0:
+        assert time.monotonic() < deadline, allowed.stderr
+        time.sleep(0.2)
+    kube_env.kubectl("create", "configmap", "keep", "-n", ns)
+    assert "keep" in as_bot("get", "configmaps").stdout
+    refused = as_bot("delete", "configmap", "keep")
+    assert refused.returncode != 0 and "Forbidden" in refused.stderr
