@@ -128,7 +128,7 @@ def test_trace_row_with_a_model_uses_the_step_model() -> None:
         "m,0,1000,16,training,,,70,BF16\nplain,0,1000,16,training,,,,BF16\n"))
     assert bad == []
     # small steps: the gradient exchange is exposed, so the chips compute less of each step
-    res = Replay(build_fleet("trn3-gen2", 2), jobs, ReplayConfig(tokens_per_step=20_000)).run()
+    res = Replay(build_fleet("trn3-gen2", 2), jobs, ReplayConfig(tokens_per_step=5_000)).run()
     m, plain = by_id(res)["m"], by_id(res)["plain"]
     assert m.end_s == plain.end_s == 1030  # both at their ideal spread
     assert m.energy_kwh < plain.energy_kwh  # utilisation from the 70B step model, not the default
