@@ -18,9 +18,10 @@ from ultraplane.topology import Level, UltraServer
 
 __all__ = ["IDLE_CAP", "Pool", "Slot"]
 
-# Idle UltraServers in a block beyond this count do not change a small gang's preference: a
-# block with 8 idle already holds the largest standard gang (1,152 chips = 8 UltraServers).
-IDLE_CAP = 8
+# Blocks are told apart by idle UltraServers 0, 1 and "2 or more": a single idle UltraServer
+# cannot host a multi-UltraServer gang, two can. Measured: finer bands (up to 8) changed the
+# large-gang rejections by less than the noise, while every band change re-files a block.
+IDLE_CAP = 2
 _KEY = 1 << 20  # bucket key stride: ranks stay far below it
 
 
