@@ -14,6 +14,7 @@ Ends with ONE JSON line of figures.
 from __future__ import annotations
 
 import argparse
+import gc
 import heapq
 import json
 import random
@@ -95,6 +96,9 @@ def main() -> None:
     large = sum(s >= 144 for s, _ in trace)
 
     alloc = Allocator(build_fleet("trn3-gen2", ultraservers, per_block=16))
+    # The fleet's state is built once and lives as long as the process: keep the cyclic GC
+    # from re-scanning it on every full collection (what a long-running operator would do).
+    gc.freeze()
     small = {s: PlacementRequest(chips=s, required_level="ultraserver") for s in SIZES if s <= 144}
     big = {s: PlacementRequest(chips=s, required_level="block") for s in SIZES if s > 144}
     requests = {**small, **big}

@@ -213,15 +213,22 @@ class Allocator:
               request: PlacementRequest | None) -> None:
         for slot, pairs in held.items():
             slot.take(pairs, job)
-            self._pool(slot).reindex(slot)
+        self._reindex(held)
         self._jobs[job] = _Job(held, placement, request)
         self._placements[job] = placement
 
     def _give(self, job: JobKey, held: Held) -> None:
         for slot, pairs in held.items():
             slot.give(pairs, job)
-            if self._slots.get(slot.us.name) is slot:
-                self._pool(slot).reindex(slot)
+        self._reindex([s for s in held if self._slots.get(s.us.name) is s])
+
+    def _reindex(self, slots: Iterable[Slot]) -> None:
+        by_pool: dict[int, tuple[Pool, list[Slot]]] = {}
+        for slot in slots:
+            pool = self._pool(slot)
+            by_pool.setdefault(id(pool), (pool, []))[1].append(slot)
+        for pool, members in by_pool.values():
+            pool.reindex_many(members)
 
     def _pool(self, slot: Slot) -> Pool:
         return self._pools[(slot.us.profile, slot.n)]

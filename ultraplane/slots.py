@@ -13,6 +13,8 @@ multi-UltraServer gangs. Counters are updated only for the servers an operation 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from ultraplane.ids import JobKey, parse_local_ref
 from ultraplane.topology import Level, UltraServer
 
@@ -216,21 +218,32 @@ class Pool:
 
     def reindex(self, slot: Slot) -> None:
         """Re-file `slot` after its counters or health changed (no-op if keys are equal)."""
-        keys = slot.keys()
-        if keys == slot.indexed:
-            return
-        block = slot.block
-        before = len(self.block_idle[block])
-        self._unfile(slot)
-        if keys is not None:
-            if keys[3]:
-                self._set_idle(block, slot, True)
-            slot.indexed = keys
-        after = len(self.block_idle[block])
-        if self.band and min(after, IDLE_CAP) != min(before, IDLE_CAP):
-            self._refile_block(block)  # files `slot` too, in block order (id order on ties)
-        elif keys is not None:
-            self._put(slot)
+        self.reindex_many((slot,))
+
+    def reindex_many(self, slots: Iterable[Slot]) -> None:
+        """Re-file several slots; each block whose idle band changed is re-filed once."""
+        bands: dict[tuple[str, ...], int] = {}
+        pending: list[Slot] = []
+        for slot in slots:
+            keys = slot.keys()
+            if keys == slot.indexed:
+                continue
+            block = slot.block
+            if block not in bands:
+                bands[block] = min(len(self.block_idle[block]), IDLE_CAP)
+            self._unfile(slot)
+            if keys is not None:
+                if keys[3]:
+                    self._set_idle(block, slot, True)
+                slot.indexed = keys
+                pending.append(slot)
+        changed = {b for b, before in bands.items()
+                   if self.band and min(len(self.block_idle[b]), IDLE_CAP) != before}
+        for block in changed:
+            self._refile_block(block)  # files its pending slots too, in block (id) order
+        for slot in pending:
+            if slot.block not in changed:
+                self._put(slot)
 
     def _rank(self, slot: Slot, total: int) -> int:
         return min(len(self.block_idle[slot.block]), IDLE_CAP) * self.band + total
@@ -318,16 +331,15 @@ class Pool:
         if new > 0:
             self.blocks_by_idle.setdefault(new, {})[block] = None
 
-    def _not_idle(self) -> int:
-        """Bits of every rank whose free-chip part is below a whole UltraServer."""
-        return self._pattern(0) ^ self._pattern(self.cpu)
-
     def _pattern(self, c: int) -> int:
-        """Bits of every rank whose free-chip part is >= c, across all idle-count bands."""
+        """Bits of every rank whose free-chip part is >= c, across all idle-count bands;
+        `c < 0` means >= -1 - c and not a whole idle UltraServer (cached: a handful of c)."""
         found = self._patterns.get(c)
         if found is None:
+            low = c if c >= 0 else -1 - c
             bands, width = (IDLE_CAP + 1, self.band) if self.band else (1, self.cpu + 1)
-            one = ((1 << (self.cpu + 1)) - 1) >> c << c
+            top = self.cpu + 1 if c >= 0 else self.cpu
+            one = ((1 << top) - 1) >> low << low
             found = 0
             for b in range(bands):
                 found |= one << (b * width)
@@ -338,7 +350,7 @@ class Pool:
     def fullest(self, level: int, c: int, idle_ok: bool = True) -> Slot | None:
         """The lowest-ranked schedulable slot that has a level-domain with >= c free chips
         (and is not idle, unless `idle_ok`)."""
-        pattern = self._pattern(c) if idle_ok else self._pattern(c) & self._not_idle()
+        pattern = self._pattern(c) if idle_ok else self._pattern(-1 - c)
         if level == 2:
             m = self.us_mask & pattern
             if not m:
