@@ -15,11 +15,11 @@ preemption loses everything since the last checkpoint.
 from __future__ import annotations
 
 import math
-from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ultraplane.simulator.backlogs import Backlog
 from ultraplane.simulator.events import END, SUBMIT, TICK, Engine, Event
 from ultraplane.simulator.faults import FaultPlan, FaultSource
 from ultraplane.simulator.fleets import FleetShape, Ledger, chips_per_ultraserver
@@ -33,7 +33,7 @@ from ultraplane.simulator.models import (
 from ultraplane.simulator.records import JobRecord, ReplayResult, Series
 from ultraplane.simulator.traces import TraceJob
 
-from ultraplane.allocator import Allocator, Placement, PlacementRequest
+from ultraplane.allocator import Allocator, NoFit, Placement, PlacementRequest
 from ultraplane.ids import JobKey
 from ultraplane.scheduling import QueuedJob, Scheduler
 
@@ -100,12 +100,14 @@ class Replay:
         self.runs: dict[str, _Run] = {}
         self.series = Series()
         self.result = ReplayResult(config.policy, self.shape.total_chips, list(self.shape.names))
-        self._queued_sizes: Counter[int] = Counter()
+        self.backlog = Backlog()
+        self._waiting: dict[str, int] = {}  # chips of jobs queued inside the Scheduler
+        self._probe = Allocator(topology, policy=config.policy)  # type: ignore[arg-type]
+        self._verdicts: dict[tuple[int, str | None], str | None] = {}
         self._one_priority = len({j.priority for j in jobs}) <= 1
         self._remaining = len(jobs)
         self._running_n = 0
         self._submitted = 0
-        self._arrived = False
         self._hw0 = self.shape.hardware_of[self.shape.names[0]] if self.shape.names else None
 
     # -- the loop ----------------------------------------------------------------------
@@ -124,14 +126,13 @@ class Replay:
                 break
             t = eng.now
             self.ledger.advance(t)
-            self._arrived = False
             dirty = False
             for _, ev in batch:
                 dirty |= self._handle(ev, t)
-            if dirty and (self._arrived or self._worth_a_cycle()):
+            if dirty and self._worth_a_cycle():
                 self._cycle(t)
             self.series.add(t, self.ledger.busy, self.ledger.power_w,
-                            sum(self._queued_sizes.values()))
+                            len(self.backlog) + len(self._waiting))
             if self._remaining == 0 or self._stuck():
                 break
         self._finish(eng.now)
@@ -144,7 +145,6 @@ class Replay:
             return True
         if kind == "submit":
             self._submit(*ev.payload)
-            self._arrived = True  # a new job always gets a verdict (it may never fit)
             return True
         if kind == "tick":
             self.result.heat_t.append(t)
@@ -164,14 +164,17 @@ class Replay:
         return (self._running_n == 0 and self._submitted == len(self.jobs)
                 and self.faults.pending_repairs == 0)
 
+    def _free(self) -> int:
+        return self.shape.total_chips - self.ledger.busy - self.faults.failed_count()
+
     def _worth_a_cycle(self) -> bool:
         """Skip cycles that cannot admit anything (a saturated fleet, one priority class)."""
-        if not self._queued_sizes:
+        if not self._waiting and not len(self.backlog):
             return False
         if not self._one_priority:
             return True
-        free = self.shape.total_chips - self.ledger.busy - self.faults.failed_count()
-        return free >= min(self._queued_sizes)
+        smallest = min([*self._waiting.values(), *self.backlog.sizes()])
+        return self._free() >= smallest
 
     # -- job lifecycle -----------------------------------------------------------------
     def _submit(self, seq: int, job: TraceJob) -> None:
@@ -179,35 +182,52 @@ class Replay:
         self._submitted += 1
         rec = JobRecord(job.job_id, job.submit_s, chips)
         self.result.records.append(rec)
-        run = self.runs[job.job_id] = _Run(job, chips, rec)
+        self.runs[job.job_id] = _Run(job, chips, rec)
         level = job.topology if job.topology not in (None, "cluster") else None
         request = PlacementRequest(chips=chips, required_level=level)
-        self.scheduler.submit(QueuedJob(JobKey(job.job_id), request, job.priority, seq))
-        self._queued_sizes[run.chips] += 1
+        never = self._never(request)
+        if never is not None:  # larger than the fleet could ever hold: a verdict now
+            rec.status, rec.reason = "rejected", never
+            self._done()
+            return
+        queued = QueuedJob(JobKey(job.job_id), request, job.priority, seq)
+        if self._one_priority:
+            self.backlog.add(queued)
+        else:  # preemption needs every waiting job in front of the Scheduler
+            self._wait(queued)
+
+    def _never(self, request: PlacementRequest) -> str | None:
+        """The allocator's reason a request can never fit the empty fleet (cached by shape)."""
+        shape = (request.chips, request.required_level)
+        if shape not in self._verdicts:
+            got = self._probe.place(request)
+            unsat = isinstance(got, NoFit) and got.kind == "Unsatisfiable"
+            self._verdicts[shape] = got.message if unsat and isinstance(got, NoFit) else None
+        return self._verdicts[shape]
+
+    def _wait(self, job: QueuedJob) -> None:
+        self.scheduler.submit(job)
+        self._waiting[job.key] = job.request.chips
 
     def _cycle(self, t: float) -> None:
+        for job in self.backlog.take(self._free() - sum(self._waiting.values())):
+            self._wait(job)
         result = self.scheduler.cycle()
         for victim, _by in result.preempted:
             run = self.runs[victim]
             self._stop(run, t, released=True)
-            self._queued_sizes[run.chips] += 1
+            self._waiting[victim] = run.chips
         for key, placement in result.admitted:
-            run = self.runs[key]
-            self._dequeued(run)
-            self._start(run, placement, t)
+            self._waiting.pop(key, None)
+            self._start(self.runs[key], placement, t)
         for key, nofit, _pos in result.pending:
             if nofit.kind == "Unsatisfiable":
                 run = self.runs[key]
                 self.scheduler.cancel(key)
-                self._dequeued(run)
+                self._waiting.pop(key, None)
                 run.record.status = "rejected"
                 run.record.reason = nofit.message
                 self._done()
-
-    def _dequeued(self, run: _Run) -> None:
-        self._queued_sizes[run.chips] -= 1
-        if not self._queued_sizes[run.chips]:
-            del self._queued_sizes[run.chips]
 
     def _start(self, run: _Run, placement: Placement, t: float) -> None:
         job, a = run.job, self.a
@@ -297,8 +317,8 @@ class Replay:
             if isinstance(placed, Placement):
                 self._start(run, placed, t)
                 return
-        self.scheduler.requeue(key)
-        self._queued_sizes[run.chips] += 1
+        self.scheduler.requeue(key)  # keeps its FIFO rank inside the Scheduler
+        self._waiting[key] = run.chips
 
     def _done(self) -> None:
         self._remaining -= 1

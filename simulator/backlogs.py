@@ -1,0 +1,53 @@
+"""The replay's backlog: jobs waiting *outside* the Scheduler until their size could fit.
+
+Why: `Scheduler.cycle()` tries every queued job against the allocator, which is
+right for the operator (tens of waiting jobs) but quadratic for a replay of a
+saturated fleet with thousands waiting (each release would retry them all). The
+replay therefore hands the Scheduler only the jobs whose size fits in the chips
+free right now, oldest first within a priority, the way Slurm's backfill bounds
+the jobs it tests. A job fed but not placed (fragmentation, a required level)
+stays in the Scheduler's queue and is retried there; admission decisions stay the
+Scheduler's and the allocator's.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterator
+
+from ultraplane.scheduling import QueuedJob
+
+
+class Backlog:
+    """Waiting jobs bucketed by (priority, chips), FIFO by `seq` inside a bucket."""
+
+    def __init__(self) -> None:
+        self._buckets: dict[tuple[int, int], list[tuple[int, str, QueuedJob]]] = {}
+        self._n = 0
+
+    def __len__(self) -> int:
+        return self._n
+
+    def add(self, job: QueuedJob) -> None:
+        bucket = self._buckets.setdefault((job.priority, job.request.chips), [])
+        heapq.heappush(bucket, (job.seq, job.key, job))
+        self._n += 1
+
+    def sizes(self) -> Iterator[int]:
+        return (size for (_, size), b in self._buckets.items() if b)
+
+    def take(self, free: int) -> list[QueuedJob]:
+        """Pop, in (priority desc, seq) order, every job that fits in the `free` chips left."""
+        out: list[QueuedJob] = []
+        while self._n:
+            best: tuple[int, int, int] | None = None
+            for (prio, size), bucket in self._buckets.items():
+                if bucket and size <= free and (best is None or (-prio, bucket[0][0]) < best[:2]):
+                    best = (-prio, bucket[0][0], size)
+            if best is None:
+                break
+            _, _, job = heapq.heappop(self._buckets[(-best[0], best[2])])
+            self._n -= 1
+            free -= best[2]
+            out.append(job)
+        return out
