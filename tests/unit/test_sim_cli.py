@@ -101,3 +101,17 @@ def test_bad_options_exit_2_naming_the_field(tmp_path: Path, args: list[str], fi
     res = run(*args, "--trace", str(trace), "--out", str(tmp_path / "o"))
     assert res.exit_code == 2, res.output
     assert field in res.output and "Traceback" not in res.output
+
+
+def test_cluster_file_instead_of_fleet(tmp_path: Path) -> None:
+    from ultraplane.topology import load_cluster_file
+
+    cluster = Path(__file__).resolve().parents[2] / "examples" / "cluster.yaml"
+    trace = write(tmp_path, "a,0,100,8\n")
+    out = tmp_path / "o"
+    res = run("--cluster", str(cluster), "--trace", str(trace), "--out", str(out), "--no-progress",
+              "--policy", "ultraplane")
+    assert res.exit_code == 0, res.output
+    s = json.loads((out / "summary.json").read_text())["ultraplane"]
+    assert s["fleet_chips"] == load_cluster_file(str(cluster)).topology.chip_count
+    assert s["jobs_completed"] == 1
