@@ -98,12 +98,14 @@ def simulate(fleet: str | None, cluster_file: Path | None, traces: tuple[Path, .
     if fleet is not None:
         topology = parse_fleet(fleet)
         fleet_name = fleet
+        held: dict[str, list[str]] = {}
     else:
         from ultraplane.topology import load_cluster_file
 
         assert cluster_file is not None
         try:
-            topology = load_cluster_file(str(cluster_file)).topology
+            loaded = load_cluster_file(str(cluster_file))
+            topology, held = loaded.topology, dict(loaded.allocations)
         except (ValueError, OSError) as exc:
             raise click.BadParameter(str(exc), param_hint="'--cluster'") from None
         fleet_name = str(cluster_file)
@@ -120,7 +122,7 @@ def simulate(fleet: str | None, cluster_file: Path | None, traces: tuple[Path, .
     show = not no_progress and sys.stderr.isatty()
     started = time.perf_counter()
     summary = run_policies(topology, jobs, configs, out_dir, fleet_name=fleet_name,
-                           traces=[str(t) for t in traces], bad_rows=bad, progress=show)
+                           traces=[str(t) for t in traces], bad_rows=bad, progress=show, held=held)
     wall = time.perf_counter() - started
     for policy, s in summary.items():
         click.echo(f"{policy:>10}: {s['jobs_completed']}/{s['jobs_submitted']} completed, "

@@ -15,7 +15,7 @@ preemption loses everything since the last checkpoint.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -87,7 +87,8 @@ class Replay:
     """One policy's replay of one trace on one topology."""
 
     def __init__(self, topology: Any, jobs: Sequence[TraceJob], config: ReplayConfig,
-                 *, progress: Callable[[int], None] | None = None) -> None:
+                 *, progress: Callable[[int], None] | None = None,
+                 held: Mapping[str, Sequence[str]] | None = None) -> None:
         self.cfg, self.a = config, config.assumptions
         self.shape = FleetShape.of(topology)
         self.allocator = Allocator(topology, policy=config.policy)  # type: ignore[arg-type]
@@ -108,7 +109,15 @@ class Replay:
         self._remaining = len(jobs)
         self._running_n = 0
         self._submitted = 0
-        self._hw0 = self.shape.hardware_of[self.shape.names[0]] if self.shape.names else None
+        for key, chips in (held or {}).items():
+            self._hold(key, chips)
+
+    def _hold(self, key: str, chips: Sequence[str]) -> None:
+        """A cluster file's existing allocation: busy (and drawing power) for the whole run."""
+        self.allocator.assign(JobKey(key), chips)
+        per_us = chips_per_ultraserver(chips)
+        util = self.a.busy_utilization
+        self.ledger.occupy(per_us, self.ledger.job_watts(per_us, util, "BF16", self.a), +1)
 
     # -- the loop ----------------------------------------------------------------------
     def run(self) -> ReplayResult:

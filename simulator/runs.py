@@ -7,7 +7,7 @@ neither the replay loop nor the report writer.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,10 +19,11 @@ from ultraplane.simulator.traces import TraceJob
 
 
 def replay_all(topology: Any, jobs: Sequence[TraceJob], configs: Sequence[ReplayConfig],
-               *, progress: bool = False) -> list[ReplayResult]:
+               *, progress: bool = False,
+               held: Mapping[str, Sequence[str]] | None = None) -> list[ReplayResult]:
     """One `Replay` per config, sequentially (each owns its allocator)."""
     if not progress:
-        return [Replay(topology, jobs, c).run() for c in configs]
+        return [Replay(topology, jobs, c, held=held).run() for c in configs]
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     results = []
@@ -30,16 +31,18 @@ def replay_all(topology: Any, jobs: Sequence[TraceJob], configs: Sequence[Replay
     with Progress(*columns, transient=False) as bar:
         for c in configs:
             task = bar.add_task(f"replay {c.policy}", total=len(jobs))
-            results.append(Replay(topology, jobs, c, progress=lambda n, t=task: bar.advance(t, n)).run())
+            tick = lambda n, t=task: bar.advance(t, n)  # noqa: E731
+            results.append(Replay(topology, jobs, c, progress=tick, held=held).run())
             bar.update(task, completed=len(jobs))
     return results
 
 
 def run_policies(topology: Any, jobs: Sequence[TraceJob], configs: Sequence[ReplayConfig],
                  out: Path, *, fleet_name: str, traces: Sequence[str], bad_rows: Sequence[str],
-                 progress: bool = False) -> dict[str, Any]:
+                 progress: bool = False,
+                 held: Mapping[str, Sequence[str]] | None = None) -> dict[str, Any]:
     """Replay every policy and write summary.json, jobs.csv, placements.jsonl, plots, report."""
-    results = replay_all(topology, jobs, configs, progress=progress)
+    results = replay_all(topology, jobs, configs, progress=progress, held=held)
     shape = FleetShape.of(topology)
     peak = sum(shape.hardware_of[n].peak_watts * shape.chips_of[n] for n in shape.names)
     cfg = configs[0]
@@ -53,6 +56,7 @@ def run_policies(topology: Any, jobs: Sequence[TraceJob], configs: Sequence[Repl
         "checkpoint_interval_s": cfg.checkpoint_interval_s,
         "idle_power_kw": shape.idle_watts() / 1e3,
         "peak_power_kw_all_busy": peak / 1e3,
+        "held_allocations": len(held or {}),
         "bad_rows": list(bad_rows),
     }
     return write_report(out, results, meta=meta, large_job_chips=cfg.large_job_chips)

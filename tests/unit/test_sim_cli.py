@@ -113,5 +113,10 @@ def test_cluster_file_instead_of_fleet(tmp_path: Path) -> None:
               "--policy", "ultraplane")
     assert res.exit_code == 0, res.output
     s = json.loads((out / "summary.json").read_text())["ultraplane"]
-    assert s["fleet_chips"] == load_cluster_file(str(cluster)).topology.chip_count
-    assert s["jobs_completed"] == 1
+    loaded = load_cluster_file(str(cluster))
+    assert s["fleet_chips"] == loaded.topology.chip_count
+    assert s["jobs_completed"] == 1 and s["held_allocations"] == len(loaded.allocations) > 0
+    held = {c for chips in loaded.allocations.values() for c in chips}
+    starts = [json.loads(x) for x in (out / "placements.jsonl").read_text().splitlines()]
+    assert not held & set(starts[0]["chips"])  # the file's allocations stay busy
+    assert s["utilization"] > 0.9 * len(held) / loaded.topology.chip_count
