@@ -120,3 +120,16 @@ def test_cluster_file_instead_of_fleet(tmp_path: Path) -> None:
     starts = [json.loads(x) for x in (out / "placements.jsonl").read_text().splitlines()]
     assert not held & set(starts[0]["chips"])  # the file's allocations stay busy
     assert s["utilization"] > 0.9 * len(held) / loaded.topology.chip_count
+
+
+@pytest.mark.parametrize(("policy", "failed", "completed"), [("Fail", 1, 1), ("RestartAll", 0, 2)])
+def test_scripted_server_failure_from_the_command_line(tmp_path: Path, policy: str, failed: int,
+                                                       completed: int) -> None:
+    # one UltraServer: 'big' holds all 144 chips when server s00 fails at t=700
+    trace = write(tmp_path, "big,0,1000,144\nafter,10,100,4\n")
+    out = tmp_path / "o"
+    res = run("--fleet", "trn3-gen2:1", "--trace", str(trace), "--out", str(out), "--no-progress",
+              "--policy", "ultraplane", "--failure-policy", policy, "--fail", "700:gen2-0000/s00")
+    assert res.exit_code == 0, res.output
+    s = json.loads((out / "summary.json").read_text())["ultraplane"]
+    assert (s["jobs_failed"], s["jobs_completed"]) == (failed, completed)
