@@ -58,7 +58,16 @@ class Transition:
     position: int | None = None
 
 
-EVICTIONS = ("preempt", "restart", "fail", "pending")
+
+
+def moved(old: int | None, new: int) -> bool:
+    """Whether a written queue position is worth rewriting: exact near the head of the queue,
+    within 10% further back (a queue of thousands would otherwise rewrite every job per cycle)."""
+    if old is None:
+        return True
+    if new <= 50 or old <= 50:
+        return old != new
+    return abs(new - old) >= max(10, old // 10)
 
 
 class Controller(Observations):
@@ -155,6 +164,7 @@ class Controller(Observations):
             if not done and self.scheduler.is_running(key):
                 self.scheduler.requeue(key)
                 self.wake.set()
+        await self.flush_pending()
         await self.flush_ultraservers()
 
     def _pending(self, key: JobKey, nofit: NoFit, position: int, refresh: bool) -> bool:
@@ -166,22 +176,32 @@ class Controller(Observations):
         if key in self.outbox:  # an eviction to write first; its Pending write comes next cycle
             return True
         last = self.written_positions.get(key)
-        if last is None or last[0] != nofit.kind or (refresh and last[1] != position):
+        if last is None or last[0] != nofit.kind or (refresh and moved(last[1], position)):
             self.outbox[key] = Transition("pending", nofit.kind, nofit.message, position=position)
             return False
-        return last[1] != position
+        return moved(last[1], position)
 
     async def flush(self) -> None:
         """Write evictions and finalizer changes (everything that must precede admissions)."""
-        batch, self.outbox = self.outbox, {}
+        batch = {k: t for k, t in self.outbox.items() if t.kind != "pending"}
+        for key in batch:
+            del self.outbox[key]
         finalizers, self.finalizers = self.finalizers, {}
-        await asyncio.gather(*(self._finalizer(k, p) for k, p in finalizers.items()))
-        results = await self._gather(batch)
+        _, results = await asyncio.gather(
+            asyncio.gather(*(self._finalizer(k, p) for k, p in finalizers.items())),
+            self._gather(batch))
         for key, done in results.items():
             # Retry evictions that did not land; never retry onto a job that has gone.
-            if not done and key in self.bodies and batch[key].kind != "pending":
+            if not done and key in self.bodies:
                 self.outbox.setdefault(key, batch[key])
                 self.wake.set()
+
+    async def flush_pending(self) -> None:
+        """Reasons and queue positions: informative only, so written after the admissions."""
+        batch, self.outbox = self.outbox, {}
+        pending = {k: t for k, t in batch.items() if t.kind == "pending"}
+        self.outbox.update({k: t for k, t in batch.items() if t.kind != "pending"})
+        await self._gather(pending)
 
     async def _gather(self, batch: Mapping[JobKey, Transition]) -> dict[JobKey, bool]:
         keys = list(batch)
