@@ -76,7 +76,8 @@ class Controller(Observations):
     def __init__(self, kube: Kube, *, clock: Callable[[], datetime], emit: Emit,
                  namespaces: list[str] | None = None, fleet: str | None = None,
                  concurrency: int = 16,
-                 batch_seconds: float = 0.05, position_seconds: float = 2.0) -> None:
+                 batch_seconds: float = 0.05, position_seconds: float = 2.0,
+                 us_seconds: float = 1.0) -> None:
         self.kube = kube
         self.clock = clock
         self.emit = emit
@@ -101,6 +102,8 @@ class Controller(Observations):
         self.wake = asyncio.Event()
         self.cycles = 0
         self._last_positions = 0.0
+        self._last_us = 0.0
+        self.us_seconds = us_seconds
         self._pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="kube")
         self._limit = asyncio.Semaphore(concurrency)
 
@@ -142,6 +145,7 @@ class Controller(Observations):
 
     async def run_cycle(self) -> None:
         self.cycles += 1
+        started = asyncio.get_running_loop().time()
         result = self.scheduler.cycle()
         for victim, by in result.preempted:
             self.outbox[victim] = Transition(
@@ -165,7 +169,15 @@ class Controller(Observations):
                 self.scheduler.requeue(key)
                 self.wake.set()
         await self.flush_pending()
-        await self.flush_ultraservers()
+        loop = asyncio.get_running_loop()
+        if loop.time() - self._last_us >= self.us_seconds:
+            self._last_us = loop.time()
+            await self.flush_ultraservers()
+        else:  # coalesce UltraServer writes: at most one round per interval
+            loop.call_later(self.us_seconds, self.wake.set)
+        log.debug("cycle %d: %d admitted, %d preempted, %d pending in %.3fs", self.cycles,
+                  len(result.admitted), len(result.preempted), len(result.pending),
+                  loop.time() - started)
 
     def _pending(self, key: JobKey, nofit: NoFit, position: int, refresh: bool) -> bool:
         """Queue a Pending write if needed; True when a position is left stale for now."""

@@ -33,7 +33,7 @@ class Harness:
     # -- the operator process ----------------------------------------------------------
     def start(self, *extra: str) -> None:
         self.starts += 1
-        log = open(self.logdir / f"operator-{self.starts}.log", "wb")  # noqa: SIM115
+        log = open(self.logdir / f"operator-{self.ns}-{self.starts}.log", "wb")  # noqa: SIM115
         argv = [sys.executable, "-m", "ultraplane.cli", "operator", "--standalone",
                 "-n", self.ns, "--fleet", self.ns, *extra]
         self.proc = subprocess.Popen(argv, env=self.env.env(), stdout=log, stderr=log)
@@ -54,7 +54,7 @@ class Harness:
         self.proc = None
 
     def log_tail(self, lines: int = 40) -> str:
-        path = self.logdir / f"operator-{self.starts}.log"
+        path = self.logdir / f"operator-{self.ns}-{self.starts}.log"
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
 
     # -- objects -----------------------------------------------------------------------
