@@ -41,6 +41,7 @@ from ultraplane.topology import build_fleet  # noqa: E402
 
 SEED = 7
 VERBOSE = '--verbose' in sys.argv
+NO_EVENTS = '--no-events' in sys.argv
 SIZES = (1, 2, 4, 8, 16, 36, 72, 144)
 WEIGHTS = (0.30, 0.25, 0.20, 0.12, 0.08, 0.03, 0.015, 0.005)
 
@@ -118,7 +119,7 @@ def run_fleet(env: KubeEnv, ns: str, count: int, logdir: Path) -> Harness:
     h = Harness(env, ns, logdir)
     with ThreadPoolExecutor(16) as pool:
         list(pool.map(lambda i: h.ultraserver(f"{ns}-{i:04d}"), range(count)))
-    h.start(*(["--verbose"] if VERBOSE else []))
+    h.start(*(["--verbose"] if VERBOSE else []), *(["--no-events"] if NO_EVENTS else []))
     time.sleep(3)
     return h
 
@@ -198,6 +199,8 @@ def phase2(env: KubeEnv, logdir: Path, n_us: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--verbose", action="store_true", help="operator debug log")
+    parser.add_argument("--no-events", action="store_true",
+                        help="run the operator without Kubernetes Events (to see their cost)")
     parser.add_argument("--quick", action="store_true", help="32 UltraServers, 500 jobs")
     args = parser.parse_args()
     n_us, n_jobs = (32, 500) if args.quick else (256, 5000)
