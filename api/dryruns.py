@@ -34,10 +34,26 @@ def dry_run(
     `job_name` turns an allocator key into the name a user knows.
     """
     request = request_of(body)
+    taken: list[JobKey] = []
+    alternatives: list[Placement] = []
     try:
-        first = allocator.place(request)
-    except ValueError as exc:  # the core names the problem in a sentence
-        raise ApiError(422, "ValidationError", "body", str(exc)) from exc
+        # allocate == place + hold (same search): each probe takes what the allocator would
+        # pick, so the next probe shows the next-best choice. All released below.
+        try:
+            first = allocator.allocate(JobKey(PROBE.format(0)), request)
+        except ValueError as exc:  # the core names the problem in a sentence
+            raise ApiError(422, "ValidationError", "body", str(exc)) from exc
+        if isinstance(first, Placement):
+            taken.append(JobKey(PROBE.format(0)))
+            for i in range(1, body.alternatives + 1):
+                nxt = allocator.allocate(JobKey(PROBE.format(i)), request)
+                if isinstance(nxt, NoFit):
+                    break
+                taken.append(JobKey(PROBE.format(i)))
+                alternatives.append(nxt)
+    finally:
+        for key in taken:
+            allocator.release(key)
     if isinstance(first, NoFit):
         result = DryRunResult(fits=False, reason=nofit_view(first))
         if first.kind == "NoCapacity" and any(p < body.priority for p in running.values()):
@@ -48,22 +64,6 @@ def dry_run(
                     victims=victims, placement=placement_view(plan.placement)
                 )
         return result
-    alternatives: list[Placement] = []
-    taken: list[JobKey] = []
-    try:
-        current = first
-        for i in range(body.alternatives):
-            probe = JobKey(PROBE.format(i))
-            allocator.assign(probe, current.chip_ids)  # no second search for what we know
-            taken.append(probe)
-            nxt = allocator.place(request)
-            if isinstance(nxt, NoFit):
-                break
-            alternatives.append(nxt)
-            current = nxt
-    finally:
-        for key in taken:
-            allocator.release(key)
     return DryRunResult(
         fits=True,
         placement=placement_view(first),
