@@ -71,7 +71,10 @@ def _wait(what: str, check: Callable[[], Any], procs: list[subprocess.Popen[byte
 @pytest.fixture
 def ultraserver(kube_env: Any) -> Iterator[str]:
     name = f"sim-{uuid.uuid4().hex[:8]}"
-    doc = {"apiVersion": "ultraplane.dev/v1alpha1", "kind": "UltraServer", "metadata": {"name": name},
+    # labelled as a fleet of its own: the session's API server holds other tests' UltraServers,
+    # and the operator here (`--fleet`) must place only on this one
+    doc = {"apiVersion": "ultraplane.dev/v1alpha1", "kind": "UltraServer",
+           "metadata": {"name": name, "labels": {"ultraplane.dev/fleet": name}},
            "spec": {"profile": "trn3-gen2", "network": ["block-sim"]}}
     kube_env.kubectl("apply", "-f", "-", input=yaml.safe_dump(doc))
     yield name
@@ -125,8 +128,9 @@ def test_simulator_runs_an_admitted_job_and_writes_status(kube_env: Any, kube_na
 
 
 @pytest.fixture
-def operator_and_simulator(kube_env: Any, kube_namespace: str) -> Iterator[list[subprocess.Popen[bytes]]]:
-    procs = [_start(kube_env, "operator", "--standalone", "-n", kube_namespace),
+def operator_and_simulator(kube_env: Any, kube_namespace: str,
+                           ultraserver: str) -> Iterator[list[subprocess.Popen[bytes]]]:
+    procs = [_start(kube_env, "operator", "--standalone", "-n", kube_namespace, "--fleet", ultraserver),
              _start(kube_env, "simulator", "--time-scale", "1000", "--heartbeat-s", "0.5",
                     "--metrics-port", "0", "--namespace", kube_namespace)]
     yield procs
@@ -153,7 +157,8 @@ def test_with_operator_chip_failure_applies_the_policy(
     running = _wait("Running", lambda: (s := _get(kube_env, "tj", "long", ns).get("status", {}))
                     .get("phase") == "Running" and s, operator_and_simulator, timeout=120)
     victim = running["allocation"]["chips"][0]
-    local = victim.split("/", 1)[1]
+    owner, local = victim.split("/", 1)
+    assert owner == ultraserver, f"placed outside the test's fleet: {victim}"
     kube_env.kubectl("patch", "us", ultraserver, "--type=merge",
                      "-p", json.dumps({"spec": {"failedChips": [local]}}))
     if policy == "Fail":
