@@ -25,7 +25,13 @@ from ultraplane.operator import statuses
 from ultraplane.operator.inventory import Inventory
 from ultraplane.operator.kube import Conflict, Gone
 from ultraplane.operator.observations import Observations
-from ultraplane.operator.requests import TERMINAL_PHASES, view_job
+from ultraplane.operator.requests import (
+    INFERENCE,
+    TERMINAL_PHASES,
+    kind_of_key,
+    plural_of_key,
+    view_job,
+)
 
 from ultraplane.allocator import Allocator, NoFit, Placement
 from ultraplane.ids import JobKey
@@ -37,27 +43,31 @@ Emit = Callable[[Mapping[str, Any], str, str, str], None]
 
 
 class Kube(Protocol):
+    """The API calls of the operator; `plural` is `trainingjobs` or `inferencejobs`."""
+
     def list_ultraservers(self, fleet: str | None) -> list[dict[str, Any]]: ...
     def list_jobs(self, namespaces: list[str] | None) -> list[dict[str, Any]]: ...
-    def get_job(self, namespace: str, name: str) -> dict[str, Any]: ...
-    def patch_job_status(self, namespace: str, name: str, status: Mapping[str, Any],
-                         resource_version: str) -> dict[str, Any]: ...
-    def set_finalizer(self, namespace: str, name: str, finalizers: list[str], present: bool,
-                      resource_version: str) -> dict[str, Any]: ...
+    def get_job(self, plural: str, namespace: str, name: str) -> dict[str, Any]: ...
+    def patch_job_status(self, plural: str, namespace: str, name: str,
+                         status: Mapping[str, Any], resource_version: str) -> dict[str, Any]: ...
+    def set_finalizer(self, plural: str, namespace: str, name: str, finalizers: list[str],
+                      present: bool, resource_version: str) -> dict[str, Any]: ...
     def patch_ultraserver_status(self, name: str, status: Mapping[str, Any]) -> None: ...
 
 
 @dataclass(frozen=True)
 class Transition:
-    """A status change to persist: `kind` is admit | replace | pending | preempt | restart | fail."""
+    """A status change to persist: `kind` is admit | replace | pending | preempt | restart | fail.
+
+    `placements` (admit, replace) holds one placement for a TrainingJob, one per replica for an
+    InferenceJob.
+    """
 
     kind: str
     reason: str
     message: str = ""
-    placement: Placement | None = None
+    placements: tuple[Placement, ...] = ()
     position: int | None = None
-
-
 
 
 def moved(old: int | None, new: int) -> bool:
@@ -125,7 +135,7 @@ class Controller(Observations):
         for entry_name in self.inventory.names():
             self.enforce_health(entry_name, full=True)
         log.info("recovered %d UltraServers, %d jobs (%d holding chips)", len(servers),
-                 len(jobs), len(self.allocator.allocations()))
+                 len(jobs), len(self.scheduler.running()))
         self.wake.set()
 
     # -- the loop ----------------------------------------------------------------------
@@ -159,8 +169,10 @@ class Controller(Observations):
             stale |= self._pending(key, nofit, position, refresh)
         if stale:  # positions moved; write them once the refresh interval has passed
             asyncio.get_running_loop().call_later(self.position_seconds, self.wake.set)
-        admissions = {key: Transition("admit", "Admitted", placement=placement)
+        admissions = {key: Transition("admit", "Admitted", placements=(placement,))
                       for key, placement in result.admitted}
+        admissions.update({key: Transition("admit", "Admitted", placements=placements)
+                           for key, placements in result.admitted_replicas})
         self._collect_ghosts()
         await self.flush()
         ok = await self._gather(admissions)
@@ -176,7 +188,7 @@ class Controller(Observations):
         else:  # coalesce UltraServer writes: at most one round per interval
             loop.call_later(self.us_seconds, self.wake.set)
         log.debug("cycle %d: %d admitted, %d preempted, %d pending in %.3fs", self.cycles,
-                  len(result.admitted), len(result.preempted), len(result.pending),
+                  len(admissions), len(result.preempted), len(result.pending),
                   loop.time() - started)
 
     def _pending(self, key: JobKey, nofit: NoFit, position: int, refresh: bool) -> bool:
@@ -234,18 +246,20 @@ class Controller(Observations):
             if current.get("phase") in TERMINAL_PHASES and change.kind != "fail":
                 return False
             meta = body["metadata"]
-            status = self._status(current, change)
+            plural = plural_of_key(key)
+            status = self._status(current, change, replicated=plural == INFERENCE)
             try:
-                new = await self._call(self.kube.patch_job_status, meta["namespace"],
+                new = await self._call(self.kube.patch_job_status, plural, meta["namespace"],
                                        meta["name"], status, meta.get("resourceVersion", ""))
             except Conflict:
                 try:
-                    fresh = await self._call(self.kube.get_job, meta["namespace"], meta["name"])
+                    fresh = await self._call(self.kube.get_job, plural, meta["namespace"],
+                                             meta["name"])
                 except Gone:
                     self.forget(key)
                     return False
                 self.remember(key, fresh)
-                if view_job(fresh).deleting:
+                if view_job(fresh, kind_of_key(key)).deleting:
                     return False
                 continue
             except Gone:
@@ -265,11 +279,16 @@ class Controller(Observations):
             return True
         return False
 
-    def _status(self, current: Mapping[str, Any], change: Transition) -> dict[str, Any]:
+    def _status(self, current: Mapping[str, Any], change: Transition, *,
+                replicated: bool = False) -> dict[str, Any]:
         now = self.clock()
         if change.kind in ("admit", "replace"):
-            assert change.placement is not None
-            status = statuses.admitted(current, change.placement, now, change.reason)
+            assert change.placements
+            if replicated:
+                status = statuses.admitted_replicas(current, change.placements, now,
+                                                    change.reason)
+            else:
+                status = statuses.admitted(current, change.placements[0], now, change.reason)
             if change.kind == "replace":
                 status["restarts"] = int(current.get("restarts") or 0) + 1
             return status
@@ -285,9 +304,10 @@ class Controller(Observations):
         if body is None:
             return
         meta = body["metadata"]
+        plural = plural_of_key(key)
         try:
-            new = await self._call(self.kube.set_finalizer, meta["namespace"], meta["name"],
-                                   list(meta.get("finalizers") or []), present,
+            new = await self._call(self.kube.set_finalizer, plural, meta["namespace"],
+                                   meta["name"], list(meta.get("finalizers") or []), present,
                                    meta.get("resourceVersion", ""))
         except Gone:
             self.removing.pop(key, None)
@@ -298,7 +318,8 @@ class Controller(Observations):
             self.finalizers.setdefault(key, present)
             if not present:
                 try:
-                    fresh = await self._call(self.kube.get_job, meta["namespace"], meta["name"])
+                    fresh = await self._call(self.kube.get_job, plural, meta["namespace"],
+                                             meta["name"])
                     self.removing[key] = fresh
                 except Gone:
                     self.removing.pop(key, None)
@@ -309,13 +330,15 @@ class Controller(Observations):
             self.removing.pop(key, None)
 
     async def flush_ultraservers(self) -> None:
-        """Write allocated/free for every UltraServer whose figures changed."""
+        """Write allocated/free for every UltraServer whose figures changed (every replica of
+        an InferenceJob counts; `jobs` names jobs, not replicas)."""
         report = self.allocator.capacity()
-        jobs_by_us: dict[str, list[str]] = {}
+        jobs_by_us: dict[str, set[str]] = {}
         servers_by_us: dict[str, set[str]] = {}
-        for key, placement in self.allocator.allocations().items():
+        for part, placement in self.allocator.allocations().items():
+            key = self.scheduler.owner(part) or part
             for us in placement.ultraservers:
-                jobs_by_us.setdefault(us, []).append(key)
+                jobs_by_us.setdefault(us, set()).add(key)
             for server in placement.servers:
                 servers_by_us.setdefault(server.split("/")[0], set()).add(server)
         now = self.clock()
@@ -324,7 +347,7 @@ class Controller(Observations):
             entry = self.inventory.get(cap.name)
             if entry is None:
                 continue
-            status = statuses.ultraserver(cap, jobs_by_us.get(cap.name, []), now)
+            status = statuses.ultraserver(cap, list(jobs_by_us.get(cap.name, ())), now)
             status["allocated"]["servers"] = len(servers_by_us.get(cap.name, ()))
             status["capacity"]["servers"] = entry.ultraserver.server_count
             compare = {k: v for k, v in status.items() if k != "heartbeatTime"}

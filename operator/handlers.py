@@ -22,7 +22,7 @@ import kopf
 from ultraplane.operator.admission import Controller
 from ultraplane.operator.kube import KubeClient
 from ultraplane.operator.leases import LeaseElector
-from ultraplane.operator.requests import GROUP, TRAINING, ULTRASERVERS, VERSION
+from ultraplane.operator.requests import GROUP, INFERENCE, TRAINING, ULTRASERVERS, VERSION
 
 log = logging.getLogger("ultraplane.operator")
 
@@ -135,4 +135,12 @@ async def job_event(event: Mapping[str, Any], body: Mapping[str, Any],
                     memo: kopf.Memo, **_: Any) -> None:
     _capture_posting()
     controller: Controller = memo["controller"]
-    controller.observe_job(body, deleted=event.get("type") == "DELETED")
+    controller.observe_job(body, deleted=event.get("type") == "DELETED", kind="TrainingJob")
+
+
+@kopf.on.event(GROUP, VERSION, INFERENCE)
+async def inference_event(event: Mapping[str, Any], body: Mapping[str, Any],
+                          memo: kopf.Memo, **_: Any) -> None:
+    _capture_posting()
+    controller: Controller = memo["controller"]
+    controller.observe_job(body, deleted=event.get("type") == "DELETED", kind="InferenceJob")

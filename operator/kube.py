@@ -8,6 +8,7 @@ bounded pool of workers with one pooled HTTP connection each does the work.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import Any
 
@@ -15,12 +16,13 @@ from ultraplane.operator.requests import (
     FINALIZER,
     FLEET_LABEL,
     GROUP,
-    TRAINING,
+    PLURALS,
     ULTRASERVERS,
     VERSION,
 )
 
 MERGE = "application/merge-patch+json"
+log = logging.getLogger("ultraplane.operator")
 
 
 class Conflict(Exception):
@@ -41,7 +43,8 @@ def _translate(exc: Exception) -> Exception:
 
 
 class KubeClient:
-    """Thin wrapper over `CustomObjectsApi` for the three kinds the operator touches."""
+    """Thin wrapper over `CustomObjectsApi` for the kinds the operator touches; job calls name
+    the job's plural (`trainingjobs` or `inferencejobs`)."""
 
     def __init__(self, *, pool_size: int = 16) -> None:
         import kubernetes
@@ -64,42 +67,55 @@ class KubeClient:
         return list(result.get("items", []))
 
     def list_jobs(self, namespaces: list[str] | None) -> list[dict[str, Any]]:
-        if not namespaces:
-            result = self.custom.list_cluster_custom_object(GROUP, VERSION, TRAINING)
-            return list(result.get("items", []))
+        """Every TrainingJob and InferenceJob, each with its `kind` set."""
         items: list[dict[str, Any]] = []
-        for ns in namespaces:
-            result = self.custom.list_namespaced_custom_object(GROUP, VERSION, ns, TRAINING)
-            items.extend(result.get("items", []))
+        for kind, plural in PLURALS.items():
+            try:
+                items.extend({"kind": kind, **item} for item in self._list(plural, namespaces))
+            except Gone:  # that CRD is not installed: nothing of the kind to adopt
+                log.warning("no %s resource on the API server; not listing it", plural)
         return items
 
-    def get_job(self, namespace: str, name: str) -> dict[str, Any]:
+    def _list(self, plural: str, namespaces: list[str] | None) -> list[dict[str, Any]]:
+        try:
+            if not namespaces:
+                result = self.custom.list_cluster_custom_object(GROUP, VERSION, plural)
+                return list(result.get("items", []))
+            items: list[dict[str, Any]] = []
+            for ns in namespaces:
+                result = self.custom.list_namespaced_custom_object(GROUP, VERSION, ns, plural)
+                items.extend(result.get("items", []))
+            return items
+        except Exception as exc:
+            raise _translate(exc) from exc
+
+    def get_job(self, plural: str, namespace: str, name: str) -> dict[str, Any]:
         try:
             return dict(self.custom.get_namespaced_custom_object(
-                GROUP, VERSION, namespace, TRAINING, name))
+                GROUP, VERSION, namespace, plural, name))
         except Exception as exc:
             raise _translate(exc) from exc
 
     # -- writes ------------------------------------------------------------------------
-    def patch_job_status(self, namespace: str, name: str, status: Mapping[str, Any],
-                         resource_version: str) -> dict[str, Any]:
+    def patch_job_status(self, plural: str, namespace: str, name: str,
+                         status: Mapping[str, Any], resource_version: str) -> dict[str, Any]:
         """Merge-patch `status`, failing with `Conflict` if the object moved past the version."""
         body: dict[str, Any] = {"status": dict(status)}
         if resource_version:
             body["metadata"] = {"resourceVersion": resource_version}
         try:
             return dict(self.custom.patch_namespaced_custom_object_status(
-                GROUP, VERSION, namespace, TRAINING, name, body, _content_type=MERGE))
+                GROUP, VERSION, namespace, plural, name, body, _content_type=MERGE))
         except Exception as exc:
             raise _translate(exc) from exc
 
-    def set_finalizer(self, namespace: str, name: str, finalizers: list[str],
+    def set_finalizer(self, plural: str, namespace: str, name: str, finalizers: list[str],
                       present: bool, resource_version: str) -> dict[str, Any]:
         kept = [f for f in finalizers if f != FINALIZER] + ([FINALIZER] if present else [])
         body = {"metadata": {"finalizers": kept, "resourceVersion": resource_version}}
         try:
             return dict(self.custom.patch_namespaced_custom_object(
-                GROUP, VERSION, namespace, TRAINING, name, body, _content_type=MERGE))
+                GROUP, VERSION, namespace, plural, name, body, _content_type=MERGE))
         except Exception as exc:
             raise _translate(exc) from exc
 

@@ -6,6 +6,10 @@ authoritative for what other writers decide (the simulator's Succeeded/Failed, a
 for jobs we have never seen (after a restart, `status.allocation` is how chips are re-adopted).
 Health changes on an UltraServer apply at once: failed chips trigger the job's failure policy,
 cordons stop new placements, and the drain policy decides whether running jobs stay.
+
+The allocator holds an InferenceJob's replicas under replica keys (`ij/ns/name#i`); everything
+here that starts from a chip or an UltraServer maps those back to the job (`Scheduler.owner`),
+because a job is evicted, restarted or failed as a whole.
 """
 
 from __future__ import annotations
@@ -16,7 +20,13 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from ultraplane.operator.inventory import Inventory, InventoryChange, ultraserver_from_body
-from ultraplane.operator.requests import FLEET_LABEL, HOLDING_PHASES, TERMINAL_PHASES, view_job
+from ultraplane.operator.requests import (
+    FLEET_LABEL,
+    HOLDING_PHASES,
+    TERMINAL_PHASES,
+    JobView,
+    view_job,
+)
 
 from ultraplane.allocator import AllocationConflict, Allocator, Placement
 from ultraplane.ids import ChipId, JobKey
@@ -68,7 +78,11 @@ class Observations:
         self.outbox.pop(key, None)
         self.written_positions.pop(key, None)
 
-    def observe_job(self, body: Mapping[str, Any], *, deleted: bool = False) -> None:
+    def observe_job(self, body: Mapping[str, Any], *, deleted: bool = False,
+                    kind: str | None = None) -> None:
+        """A TrainingJob or InferenceJob body (`kind` when the body may not carry it)."""
+        if kind is not None and body.get("kind") != kind:
+            body = {**body, "kind": kind}
         view = view_job(body)
         key = view.key
         if not self.ready:
@@ -107,15 +121,29 @@ class Observations:
             self.outbox[key] = Transition("fail", "InvalidSpec", view.error or "invalid spec")
             return
         if view.phase in HOLDING_PHASES and view.chips:
-            q = view.queued
             try:
-                self.scheduler.restore(key, view.chips, q.priority, request=q.request, seq=q.seq,
-                                       preemptible=q.preemptible)
+                self._restore(view)
                 return
             except (AllocationConflict, ValueError, KeyError) as exc:
                 log.warning("cannot re-adopt %s's chips (%s); requeueing it", key, exc)
                 self.outbox[key] = Transition("restart", "AllocationLost", str(exc))
         self.scheduler.submit(view.queued)
+
+    def _restore(self, view: JobView) -> None:
+        """Re-adopt the chips in a job's status (all replicas of an InferenceJob, or none)."""
+        q = view.queued
+        assert q is not None
+        if q.replicas is None:
+            self.scheduler.restore(view.key, view.chips, q.priority, request=q.request,
+                                   seq=q.seq, preemptible=q.preemptible)
+            return
+        if len(view.replica_chips) != q.replicas or not all(view.replica_chips):
+            raise ValueError(f"status.allocation lists {len(view.replica_chips)} replica(s) "
+                             f"for {q.replicas} in the spec")
+        self.scheduler.restore_replicas(q, view.replica_chips)
+
+    def _owner(self, part: JobKey) -> JobKey:
+        return self.scheduler.owner(part) or part
 
     # -- UltraServers ------------------------------------------------------------------
     def observe_ultraserver(self, body: Mapping[str, Any], *, deleted: bool = False,
@@ -143,7 +171,7 @@ class Observations:
         entry = self.inventory.remove(name)
         if name not in self.allocator.topology:
             return
-        holders = self.allocator.jobs_in([name])
+        holders = dict.fromkeys(self._owner(p) for p in self.allocator.jobs_in([name]))
         if holders and (entry is None or entry.drain_policy == "Wait"):
             self.allocator.set_schedulable(name, False)
             self.ghosts.add(name)  # removed once its last job finishes
@@ -166,46 +194,64 @@ class Observations:
         ))
 
     def enforce(self, change: InventoryChange) -> None:
-        lost: dict[JobKey, list[ChipId]] = {}
+        lost: dict[JobKey, dict[JobKey, list[ChipId]]] = {}  # job -> part -> chips
         for chip in sorted(change.newly_failed):
             try:
                 holder = self.allocator.job_of(chip)
             except (KeyError, ValueError):
                 continue
             if holder is not None:
-                lost.setdefault(holder, []).append(chip)
-        for job, chips in lost.items():
-            self._chip_failed(job, chips)
+                lost.setdefault(self._owner(holder), {}).setdefault(holder, []).append(chip)
+        for job, parts in lost.items():
+            self._chip_failed(job, parts)
         entry = self.inventory.get(change.name)
         if entry is None or entry.drain_policy != "Requeue":
             return
         drained: set[JobKey] = set()
         if change.became_unschedulable:
-            drained.update(self.allocator.jobs_in([change.name]))
+            drained.update(self._owner(p) for p in self.allocator.jobs_in([change.name]))
         prefixes = tuple(f"{change.name}/s{s:02d}" for s in change.newly_cordoned)
         if prefixes:
-            for job, placement in self.allocator.allocations().items():
+            for part, placement in self.allocator.allocations().items():
                 if any(srv in prefixes for srv in placement.servers):
-                    drained.add(job)
+                    drained.add(self._owner(part))
         for job in sorted(drained - set(lost)):
             self._evict(job, "preempt", "Drained", f"UltraServer {change.name} was cordoned.")
 
-    def _chip_failed(self, job: JobKey, chips: list[ChipId]) -> None:
+    def _chip_failed(self, job: JobKey, parts: Mapping[JobKey, list[ChipId]]) -> None:
         body = self.bodies.get(job)
         policy = view_job(body).failure_policy if body else "RestartAll"
+        chips = [c for lost in parts.values() for c in lost]
         message = f"Chip(s) {', '.join(chips)} failed under the job ({policy})."
         if policy == "Fail":
             self._evict(job, "fail", "ChipFailed", message)
             return
         if policy == "ReplaceAffected":
-            placed = self.allocator.replace(job, chips)
-            if isinstance(placed, Placement):
+            problem = self._replace(job, parts)
+            if problem is None:
                 from ultraplane.operator.admission import Transition
 
-                self.outbox[job] = Transition("replace", "ChipReplaced", message, placed)
+                placements = self.scheduler.placements(job)
+                self.outbox[job] = Transition("replace", "ChipReplaced", message, placements)
                 return
-            message += f" No replacement: {placed.message}"
+            message += f" No replacement: {problem}"
         self._evict(job, "restart", "ChipFailed", message)
+
+    def _replace(self, job: JobKey, parts: Mapping[JobKey, list[ChipId]]) -> str | None:
+        """Swap the lost chips of each affected part; a replica whose chips cannot be swapped
+        in place is placed afresh. Returns why not, when some part cannot be placed."""
+        queued = self.scheduler.running().get(job)
+        for part, chips in parts.items():
+            placed = self.allocator.replace(part, chips)
+            if isinstance(placed, Placement):
+                continue
+            if queued is None or queued.replicas is None:
+                return placed.message
+            self.allocator.release(part)  # a replica is its own gang: place it anew
+            fresh = self.allocator.allocate(part, queued.request)
+            if not isinstance(fresh, Placement):
+                return f"{placed.message}; {fresh.message}"
+        return None
 
     def _evict(self, job: JobKey, kind: str, reason: str, message: str) -> None:
         from ultraplane.operator.admission import Transition

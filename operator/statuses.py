@@ -7,7 +7,7 @@ builders take the current status and return the new one; they keep fields other 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -60,6 +60,44 @@ def admitted(current: Mapping[str, Any], placement: Placement, now: datetime,
         "message": message,
         "queuePosition": None,
         "allocation": allocation(placement),
+        "admittedTime": stamp(now),
+        "attempt": int(current.get("attempt") or 0) + 1,
+        "conditions": condition(current, "Admitted", True, reason, message, now),
+    }
+
+
+def replica_allocation(placements: Sequence[Placement]) -> dict[str, Any]:
+    """An InferenceJob's allocation: each replica's chips, plus the union of them all (what
+    `kubectl`, the REST API and the simulator read without walking the replicas)."""
+
+    def union(lists: Sequence[Sequence[str]]) -> list[str]:
+        return list(dict.fromkeys(item for items in lists for item in items))
+
+    return {
+        "ultraServers": union([p.ultraservers for p in placements]),
+        "servers": union([p.servers for p in placements]),
+        "chips": union([p.chip_ids for p in placements]),
+        "replicas": [
+            {"index": i, "ultraServers": list(p.ultraservers), "servers": list(p.servers),
+             "chips": list(p.chip_ids)}
+            for i, p in enumerate(placements)
+        ],
+    }
+
+
+def admitted_replicas(current: Mapping[str, Any], placements: Sequence[Placement],
+                      now: datetime, reason: str = "Admitted") -> Status:
+    """Admitted with every replica placed (an InferenceJob is admitted whole or not at all)."""
+    alloc = replica_allocation(placements)
+    levels = ", ".join(sorted({str(p.level) for p in placements}))
+    message = (f"{len(placements)} replica(s) of {placements[0].chips} chips, each in one "
+               f"{levels}, on {', '.join(alloc['ultraServers'])}.")
+    return {
+        "phase": "Admitted",
+        "reason": reason,
+        "message": message,
+        "queuePosition": None,
+        "allocation": alloc,
         "admittedTime": stamp(now),
         "attempt": int(current.get("attempt") or 0) + 1,
         "conditions": condition(current, "Admitted", True, reason, message, now),

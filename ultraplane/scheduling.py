@@ -10,40 +10,70 @@ Order: priority descending, then `seq` ascending (FIFO by creation). The cycle i
 FIFO: a job that does not fit does not block smaller, later jobs that do (Kueue's
 BestEffortFIFO), because a strict head-of-line queue would leave most of a fleet idle behind one
 large gang. A high-priority job that does not fit evicts lower-priority work instead of waiting.
+
+Replicated jobs (an InferenceJob's replicas) are one queue entry with one gang per replica, each
+held in the allocator under `key#i`. They are admitted whole or not at all: if a later replica
+does not fit, the earlier ones are released and any job evicted for them is put back on its own
+chips, so a half-placed job never holds chips and never costs a victim anything.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from ultraplane.allocator import Allocator, NoFit, Placement, PlacementRequest
+from ultraplane.allocator import AllocationConflict, Allocator, NoFit, Placement, PlacementRequest
 from ultraplane.ids import ChipId, JobKey
 from ultraplane.preemption import plan_preemption
 
-__all__ = ["CycleResult", "QueuedJob", "Scheduler"]
+__all__ = ["CycleResult", "QueuedJob", "Scheduler", "replica_key"]
+
+
+def replica_key(job: JobKey, index: int) -> JobKey:
+    """The allocator key of replica `index` of a replicated job."""
+    return JobKey(f"{job}#{index}")
 
 
 @dataclass(frozen=True)
 class QueuedJob:
-    """A job waiting for chips; `seq` orders jobs of equal priority (smaller = older)."""
+    """A job waiting for chips; `seq` orders jobs of equal priority (smaller = older).
+
+    `replicas=None` is one gang held under `key`; `replicas=n` is n gangs of `request` each,
+    held under `key#0` .. `key#n-1` and admitted all together or not at all.
+    """
 
     key: JobKey
     request: PlacementRequest
     priority: int = 0
     seq: int = 0
     preemptible: bool = True
+    replicas: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.replicas is not None and self.replicas < 1:
+            raise ValueError(f"job {self.key}: replicas must be at least 1, got {self.replicas}")
 
     def order(self) -> tuple[int, int, str]:
         """Sort key: highest priority first, then oldest, then key for a total order."""
         return (-self.priority, self.seq, self.key)
 
+    def parts(self) -> tuple[JobKey, ...]:
+        """The allocator keys holding the job's chips, in replica order."""
+        if self.replicas is None:
+            return (self.key,)
+        return tuple(replica_key(self.key, i) for i in range(self.replicas))
+
 
 @dataclass
 class CycleResult:
-    """What one cycle decided. The caller must persist `preempted` before `admitted`."""
+    """What one cycle decided. The caller must persist `preempted` before `admitted`.
+
+    `admitted` holds single-gang jobs; `admitted_replicas` replicated jobs, one placement per
+    replica in index order. `preempted` names whole jobs (victim, preemptor), never replicas.
+    """
 
     admitted: list[tuple[JobKey, Placement]] = field(default_factory=list)
+    admitted_replicas: list[tuple[JobKey, tuple[Placement, ...]]] = field(default_factory=list)
     preempted: list[tuple[JobKey, JobKey]] = field(default_factory=list)
     pending: list[tuple[JobKey, NoFit, int]] = field(default_factory=list)
 
@@ -56,6 +86,7 @@ class Scheduler:
         self.preemption = preemption
         self._queued: dict[JobKey, QueuedJob] = {}
         self._running: dict[JobKey, QueuedJob] = {}
+        self._owners: dict[JobKey, JobKey] = {}  # allocator key of a running part -> its job
 
     # -- observations ------------------------------------------------------------------
     def submit(self, job: QueuedJob) -> None:
@@ -67,18 +98,32 @@ class Scheduler:
     def cancel(self, key: JobKey) -> frozenset[ChipId]:
         """Forget a job: dequeue it, or release its chips. Returns the chips released."""
         self._queued.pop(key, None)
-        if self._running.pop(key, None) is None:
+        job = self._running.pop(key, None)
+        if job is None:
             return frozenset()
-        return self.allocator.release(key)
+        return self._release(job)
 
     def requeue(self, key: JobKey) -> QueuedJob | None:
         """Release a running job's chips and queue it again with its original FIFO rank."""
         job = self._running.pop(key, None)
         if job is None:
             return self._queued.get(key)
-        self.allocator.release(key)
+        self._release(job)
         self._queued[key] = job
         return job
+
+    def _release(self, job: QueuedJob) -> frozenset[ChipId]:
+        freed: set[ChipId] = set()
+        for part in job.parts():
+            self._owners.pop(part, None)
+            freed |= self.allocator.release(part)
+        return frozenset(freed)
+
+    def _hold(self, job: QueuedJob) -> None:
+        self._queued.pop(job.key, None)
+        self._running[job.key] = job
+        for part in job.parts():
+            self._owners[part] = job.key
 
     def restore(
         self,
@@ -99,7 +144,26 @@ class Scheduler:
         self._queued.pop(key, None)
         req = request if request is not None else PlacementRequest(chips=len(chips))
         self.allocator.assign(key, chips, req)
-        self._running[key] = QueuedJob(key, req, priority, seq, preemptible)
+        self._hold(QueuedJob(key, req, priority, seq, preemptible))
+
+    def restore_replicas(self, job: QueuedJob, chips: Sequence[Iterable[ChipId]]) -> None:
+        """Re-adopt every replica of a replicated job, all or nothing (`chips[i]` for replica
+        i). Raises `AllocationConflict` or `ValueError` and holds nothing when any replica
+        cannot be re-adopted."""
+        parts = job.parts()
+        if len(chips) != len(parts):
+            raise ValueError(f"job {job.key}: {len(chips)} replica allocations for "
+                             f"{len(parts)} replicas")
+        done: list[JobKey] = []
+        try:
+            for part, ids in zip(parts, chips, strict=True):
+                self.allocator.assign(part, tuple(ids), job.request)
+                done.append(part)
+        except (AllocationConflict, ValueError, KeyError):
+            for part in done:
+                self.allocator.release(part)
+            raise
+        self._hold(job)
 
     # -- queries -----------------------------------------------------------------------
     def queued(self) -> list[QueuedJob]:
@@ -115,6 +179,18 @@ class Scheduler:
     def is_running(self, key: JobKey) -> bool:
         return key in self._running
 
+    def owner(self, part: JobKey) -> JobKey | None:
+        """The running job whose chips the allocator holds under `part` (a replica key)."""
+        return self._owners.get(part)
+
+    def placements(self, key: JobKey) -> tuple[Placement, ...]:
+        """Current placement of each part of a running job (replica order); empty if none."""
+        job = self._running.get(key)
+        if job is None:
+            return ()
+        held = self.allocator.allocations()
+        return tuple(held[p] for p in job.parts() if p in held)
+
     def positions(self) -> dict[JobKey, int]:
         """1-based queue position of every waiting job."""
         return {job.key: i for i, job in enumerate(self.queued(), start=1)}
@@ -125,33 +201,81 @@ class Scheduler:
         result = CycleResult()
         position = 0
         for job in self.queued():
-            outcome = self.allocator.allocate(job.key, job.request)
-            if isinstance(outcome, NoFit) and self.preemption and outcome.kind == "NoCapacity":
-                outcome = self._preempt_for(job, outcome, result)
-            if isinstance(outcome, Placement):
-                del self._queued[job.key]
-                self._running[job.key] = job
-                result.admitted.append((job.key, outcome))
-            else:
+            outcome = self._place(job, result)
+            if isinstance(outcome, NoFit):
                 position += 1
                 result.pending.append((job.key, outcome, position))
+                continue
+            self._hold(job)
+            if job.replicas is None:
+                result.admitted.append((job.key, outcome[0]))
+            else:
+                result.admitted_replicas.append((job.key, outcome))
         return result
 
-    def _preempt_for(self, job: QueuedJob, nofit: NoFit, result: CycleResult) -> Placement | NoFit:
-        victims_pool = {k: j.priority for k, j in self._running.items() if j.preemptible}
+    def _place(self, job: QueuedJob, result: CycleResult) -> tuple[Placement, ...] | NoFit:
+        """Every part of `job` placed, or nothing held and every victim of this job back."""
+        parts = job.parts()
+        placed: list[tuple[JobKey, Placement]] = []
+        evicted: list[tuple[QueuedJob, dict[JobKey, Placement]]] = []
+        for index, part in enumerate(parts):
+            outcome = self.allocator.allocate(part, job.request)
+            if isinstance(outcome, NoFit) and self.preemption and outcome.kind == "NoCapacity":
+                outcome = self._preempt_for(job, part, outcome, evicted)
+            if isinstance(outcome, Placement):
+                placed.append((part, outcome))
+                continue
+            for key, _ in placed:
+                self.allocator.release(key)
+            for victim in self._undo(evicted):
+                result.preempted.append((victim, job.key))
+            if len(parts) > 1:
+                outcome = NoFit(outcome.kind, f"replica {index + 1} of {len(parts)}: "
+                                f"{outcome.message}", outcome.blocking)
+            return outcome
+        result.preempted.extend((victim.key, job.key) for victim, _ in evicted)
+        return tuple(p for _, p in placed)
+
+    def _preempt_for(self, job: QueuedJob, part: JobKey, nofit: NoFit,
+                     evicted: list[tuple[QueuedJob, dict[JobKey, Placement]]]
+                     ) -> Placement | NoFit:
+        victims_pool = {p: j.priority for j in self._running.values() if j.preemptible
+                        for p in j.parts()}
         if not any(p < job.priority for p in victims_pool.values()):
             return nofit
         plan = plan_preemption(self.allocator, job.request, job.priority, victims_pool)
         if isinstance(plan, NoFit):
             return nofit
-        for victim in plan.victims:
-            self.requeue(victim)
-            result.preempted.append((victim, job.key))
-        placed = self.allocator.allocate(job.key, job.request)
+        held = self.allocator.allocations()
+        for victim_part in plan.victims:
+            owner = self._owners.get(victim_part, victim_part)
+            victim = self._running.get(owner)
+            if victim is None:  # another replica of a job already evicted by this plan
+                continue
+            evicted.append((victim, {p: held[p] for p in victim.parts() if p in held}))
+            self.requeue(owner)
+        placed = self.allocator.allocate(part, job.request)
         if isinstance(placed, NoFit):
             # The plan said the domain frees up; if the allocator disagrees, fall back to the
             # planned chips rather than leave the victims evicted for nothing.
-            self.allocator.assign(job.key, plan.placement.chip_ids)
+            self.allocator.assign(part, plan.placement.chip_ids, job.request)
             placed = plan.placement
         return placed
 
+    def _undo(self, evicted: list[tuple[QueuedJob, dict[JobKey, Placement]]]) -> list[JobKey]:
+        """Put jobs evicted for a job that was not admitted back on their chips; returns the
+        ones that could not be put back (they stay requeued and count as preempted)."""
+        lost: list[JobKey] = []
+        for victim, placements in reversed(evicted):
+            done: list[JobKey] = []
+            try:
+                for part, placement in placements.items():
+                    self.allocator.assign(part, placement.chip_ids, victim.request)
+                    done.append(part)
+            except (AllocationConflict, ValueError, KeyError):
+                for part in done:
+                    self.allocator.release(part)
+                lost.append(victim.key)
+                continue
+            self._hold(victim)
+        return lost
