@@ -30,7 +30,7 @@ def body(**spec: object) -> dict[str, object]:
 )
 def test_view_job_reports_bad_specs_by_field(spec: dict[str, object], error: str | None) -> None:
     view = view_job(body(**spec))
-    assert view.key == "ns/j"
+    assert view.key == "tj/ns/j"
     if error is None:
         assert view.error is None and view.queued is not None
         assert view.queued.request.chips == 16

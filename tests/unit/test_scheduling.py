@@ -139,6 +139,78 @@ def test_restore_adopts_chips_and_refuses_a_double_allocation() -> None:
         sched.submit(job("old", 4))
 
 
+def replicated(key: str, replicas: int, chips: int, priority: int = 0, seq: int = 0) -> QueuedJob:
+    return QueuedJob(JobKey(key), PlacementRequest(chips=chips, required_level="ultraserver"),
+                     priority, seq, replicas=replicas)
+
+
+def test_replicas_are_placed_each_in_its_domain_under_replica_keys() -> None:
+    # gen2-0000 [144]  gen2-0001 [144]; serve: 2 x 100, each inside one UltraServer.
+    sched = fleet(2)
+    sched.submit(replicated("serve", 2, 100))
+    result = sched.cycle()
+    assert result.admitted == []
+    ((key, placements),) = result.admitted_replicas
+    assert key == "serve" and len(placements) == 2
+    assert [len(p.ultraservers) for p in placements] == [1, 1]
+    assert set(placements[0].chip_ids).isdisjoint(placements[1].chip_ids)
+    assert set(sched.allocator.allocations()) == {"serve#0", "serve#1"}
+    assert sched.owner(JobKey("serve#1")) == "serve"
+    assert sched.placements(JobKey("serve")) == placements
+    assert len(sched.cancel(JobKey("serve"))) == 200 and sched.allocator.allocations() == {}
+
+
+def test_replicas_are_all_or_nothing_and_let_smaller_jobs_backfill() -> None:
+    # gen2-0000 [144]: 2 x 100 cannot fit; replica 0 must not stay on 100 chips.
+    sched = fleet(1)
+    sched.submit(replicated("serve", 2, 100, 0, 0))
+    sched.submit(job("small", 44, 0, 1))
+    result = sched.cycle()
+    assert [k for k, _ in result.admitted] == ["small"]
+    ((key, nofit, pos),) = result.pending
+    assert (key, nofit.kind, pos) == ("serve", "NoCapacity", 1)
+    assert nofit.message.startswith("replica 2 of 2")
+    assert set(sched.allocator.allocations()) == {"small"}
+
+
+def test_a_replicated_preemptor_that_cannot_be_placed_evicts_nobody() -> None:
+    # gen2-0000 [lo 144]; hi: 2 x 144 at priority 9 on one UltraServer never fits whole.
+    sched = fleet(1)
+    sched.submit(job("lo", 144))
+    ((_, before),) = sched.cycle().admitted
+    sched.submit(replicated("hi", 2, 144, 9, 1))
+    result = sched.cycle()
+    assert result.preempted == [] and result.admitted_replicas == []
+    assert sched.is_running(JobKey("lo")) and not sched.is_queued(JobKey("lo"))
+    assert set(sched.allocator.allocations()[JobKey("lo")].chip_ids) == set(before.chip_ids)
+
+
+def test_a_replicated_victim_is_evicted_whole_once() -> None:
+    # gen2-0000 [lo#0 72 | lo#1 72]; hi (144, priority 5) needs the whole UltraServer.
+    sched = fleet(1)
+    sched.submit(replicated("lo", 2, 72))
+    sched.cycle()
+    sched.submit(job("hi", 144, 5, 1))
+    result = sched.cycle()
+    assert result.preempted == [("lo", "hi")]
+    assert [k for k, _ in result.admitted] == ["hi"]
+    assert sched.is_queued(JobKey("lo")) and set(sched.allocator.allocations()) == {"hi"}
+
+
+def test_restore_replicas_is_all_or_nothing() -> None:
+    sched = fleet(1)
+    sched.restore(JobKey("old"), ["gen2-0000/s01/c00"])
+    serve = replicated("serve", 2, 1)
+    with pytest.raises(ValueError, match="already held"):
+        sched.restore_replicas(serve, [["gen2-0000/s00/c00"], ["gen2-0000/s01/c00"]])  # type: ignore[list-item]
+    assert not sched.is_running(serve.key) and set(sched.allocator.allocations()) == {"old"}
+    with pytest.raises(ValueError, match="1 replica allocations for 2"):
+        sched.restore_replicas(serve, [["gen2-0000/s00/c00"]])  # type: ignore[list-item]
+    sched.restore_replicas(serve, [["gen2-0000/s00/c00"], ["gen2-0000/s02/c00"]])  # type: ignore[list-item]
+    assert sched.owner(JobKey("serve#1")) == "serve"
+    assert sched.allocator.job_of("gen2-0000/s02/c00") == "serve#1"
+
+
 def test_submit_replaces_a_queued_job() -> None:
     sched = fleet(1, preemption=False)
     sched.submit(job("a", 200))
@@ -149,6 +221,7 @@ def test_submit_replaces_a_queued_job() -> None:
 ops = st.lists(
     st.one_of(
         st.tuples(st.just("submit"), st.sampled_from([1, 4, 16, 36, 72, 144]), st.integers(0, 3)),
+        st.tuples(st.just("replicas"), st.sampled_from([4, 36, 72, 100]), st.integers(1, 3)),
         st.tuples(st.just("cancel"), st.integers(0, 30), st.just(0)),
         st.tuples(st.just("cycle"), st.just(0), st.just(0)),
     ),
@@ -165,6 +238,9 @@ def test_invariants_hold_under_any_sequence(steps: list[tuple[str, int, int]]) -
         if op == "submit":
             sched.submit(job(f"j{seq}", a, b, seq))
             seq += 1
+        elif op == "replicas":  # b replicas of a chips, priority by seq parity
+            sched.submit(replicated(f"j{seq}", b, a, seq % 2, seq))
+            seq += 1
         elif op == "cancel":
             sched.cancel(JobKey(f"j{a}"))
         else:
@@ -173,10 +249,14 @@ def test_invariants_hold_under_any_sequence(steps: list[tuple[str, int, int]]) -
             assert positions == list(range(1, len(positions) + 1))
             assert all(isinstance(n, NoFit) for _, n, _ in result.pending)
         allocations = sched.allocator.allocations()
-        assert set(allocations) == set(sched.running())
+        # Gang all-or-nothing: a running job holds every one of its parts, nothing else holds.
+        assert set(allocations) == {p for j in sched.running().values() for p in j.parts()}
         seen: set[str] = set()
         for key, placement in allocations.items():
-            assert len(placement.chip_ids) == sched.running()[key].request.chips
+            owner = sched.owner(key)
+            assert owner is not None
+            assert len(placement.chip_ids) == sched.running()[owner].request.chips
+            assert len(placement.ultraservers) == 1  # never across the required level
             assert seen.isdisjoint(placement.chip_ids)
             seen.update(placement.chip_ids)
         assert set(sched.running()).isdisjoint(j.key for j in sched.queued())

@@ -1,0 +1,111 @@
+"""An in-memory API server for the operator's unit tests, and helpers to drive a Controller."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from ultraplane.operator.admission import Controller
+from ultraplane.operator.kube import Conflict, Gone
+
+KINDS = {"trainingjobs": "TrainingJob", "inferencejobs": "InferenceJob"}
+
+
+class FakeKube:
+    """Stores objects, bumps resourceVersion on every write, enforces the precondition.
+
+    `jobs` holds TrainingJobs and `ijobs` InferenceJobs, each by name; `log` records every
+    status write as (name, phase) and every UltraServer status write as (name, "us").
+    """
+
+    def __init__(self) -> None:
+        self.rv = 10
+        self.objects: dict[str, dict[str, dict[str, Any]]] = {p: {} for p in KINDS}
+        self.jobs = self.objects["trainingjobs"]
+        self.ijobs = self.objects["inferencejobs"]
+        self.servers: list[dict[str, Any]] = []
+        self.us_status: dict[str, dict[str, Any]] = {}
+        self.log: list[tuple[str, str]] = []
+        self.conflicts = 0
+        self.created = 0
+
+    def bump(self, obj: dict[str, Any]) -> dict[str, Any]:
+        self.rv += 1
+        obj["metadata"]["resourceVersion"] = str(self.rv)
+        return copy.deepcopy(obj)
+
+    def _add(self, plural: str, name: str, spec: dict[str, Any],
+             status: dict[str, Any]) -> dict[str, Any]:
+        obj = {"apiVersion": "ultraplane.dev/v1alpha1", "kind": KINDS[plural],
+               "metadata": {"namespace": "ns", "name": name, "uid": f"{plural}-{name}",
+                            "creationTimestamp": f"2026-01-01T00:{self.created // 60:02d}:"
+                                                 f"{self.created % 60:02d}Z"},
+               "spec": spec, "status": status}
+        self.created += 1
+        self.objects[plural][name] = obj
+        return self.bump(obj)
+
+    def add_job(self, name: str, chips: int, priority: int = 0, **status: Any) -> dict[str, Any]:
+        spec = {"chips": chips, "priority": priority, "topology": {"requiredLevel": "ultraserver"}}
+        return self._add("trainingjobs", name, spec, status)
+
+    def add_inference(self, name: str, replicas: int, chips_per_replica: int, priority: int = 0,
+                      level: str = "ultraserver", **status: Any) -> dict[str, Any]:
+        spec = {"replicas": replicas, "chipsPerReplica": chips_per_replica, "priority": priority,
+                "topology": {"requiredLevel": level}, "model": {"name": "llama"},
+                "load": {"requestsPerSecond": 10}}
+        return self._add("inferencejobs", name, spec, status)
+
+    def list_ultraservers(self, fleet: str | None) -> list[dict[str, Any]]:
+        return copy.deepcopy(self.servers)
+
+    def list_jobs(self, namespaces: list[str] | None) -> list[dict[str, Any]]:
+        return copy.deepcopy([o for objs in self.objects.values() for o in objs.values()])
+
+    def get_job(self, plural: str, namespace: str, name: str) -> dict[str, Any]:
+        if name not in self.objects[plural]:
+            raise Gone(name)
+        return copy.deepcopy(self.objects[plural][name])
+
+    def patch_job_status(self, plural: str, namespace: str, name: str,
+                         status: Mapping[str, Any], resource_version: str) -> dict[str, Any]:
+        obj = self.objects[plural][name]
+        if self.conflicts:
+            self.conflicts -= 1
+            self.bump(obj)
+        if resource_version != obj["metadata"]["resourceVersion"]:
+            raise Conflict(name)
+        for key, value in status.items():
+            if value is None:
+                obj["status"].pop(key, None)
+            else:
+                obj["status"][key] = copy.deepcopy(value)
+        self.log.append((name, str(status["phase"])))
+        return self.bump(obj)
+
+    def set_finalizer(self, plural: str, namespace: str, name: str, finalizers: list[str],
+                      present: bool, resource_version: str) -> dict[str, Any]:
+        if name not in self.objects[plural]:
+            raise Gone(name)
+        obj = self.objects[plural][name]
+        obj["metadata"]["finalizers"] = ["ultraplane.dev/release-chips"] if present else []
+        return self.bump(obj)
+
+    def patch_ultraserver_status(self, name: str, status: Mapping[str, Any]) -> None:
+        self.us_status[name] = copy.deepcopy(dict(status))
+        self.log.append((name, "us"))
+
+
+def controller(kube: FakeKube, servers: int = 1) -> Controller:
+    kube.servers = [{"metadata": {"name": f"gen2-{i:04d}"},
+                     "spec": {"profile": "trn3-gen2", "network": ["block-000"]}}
+                    for i in range(servers)]
+    return Controller(kube, clock=lambda: datetime(2026, 1, 1, tzinfo=UTC),
+                      emit=lambda *a: None, batch_seconds=0, us_seconds=0)
+
+
+async def settle(c: Controller, cycles: int = 3) -> None:
+    for _ in range(cycles):
+        await c.run_cycle()
