@@ -46,7 +46,7 @@ spec:
     us = alloc["ultraServers"][0]
     op.wait("UltraServer status", lambda: (op.get_ultraserver(us).get("status") or {})
             .get("allocated", {}).get("chips") == 144)
-    assert op.get_ultraserver(us)["status"]["jobs"] == [f"{op.ns}/big"]
+    assert op.get_ultraserver(us)["status"]["jobs"] == [f"tj/{op.ns}/big"]
     events = op.env.kubectl("get", "events", "-n", op.ns, "-o", "name").stdout
     op.wait("an Admitted event", lambda: "big" in op.env.kubectl(
         "get", "events", "-n", op.ns, "--field-selector", "reason=Admitted").stdout) or events

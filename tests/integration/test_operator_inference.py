@@ -1,0 +1,118 @@
+"""InferenceJob admission by the operator on a real API server: replicas placed whole, each
+inside its required level, released on delete; a TrainingJob of the same name is separate."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.operator_harness import GROUP, VERSION, Harness
+
+INFERENCE = "inferencejobs"
+
+
+@pytest.fixture
+def op(kube_env, kube_namespace: str, tmp_path: Path) -> Iterator[Harness]:  # type: ignore[no-untyped-def]
+    h = Harness(kube_env, kube_namespace, tmp_path)
+    try:
+        yield h
+    finally:
+        h.stop()
+        h.delete_fleet()
+
+
+def get_inference(op: Harness, name: str) -> dict[str, Any]:
+    return dict(op.api.get_namespaced_custom_object(GROUP, VERSION, op.ns, INFERENCE, name))
+
+
+def inference_phase(op: Harness, name: str, phase: str) -> dict[str, Any]:
+    def check() -> dict[str, Any] | None:
+        body = get_inference(op, name)
+        return body if (body.get("status") or {}).get("phase") == phase else None
+
+    return dict(op.wait(f"InferenceJob {name} to be {phase}", check))
+
+
+def allocated(op: Harness, us: str) -> int:
+    return int(((op.get_ultraserver(us).get("status") or {}).get("allocated") or {})
+               .get("chips", -1))
+
+
+def test_inference_replicas_are_admitted_whole_and_freed_on_delete(op: Harness) -> None:
+    # gen2-a [144]  gen2-b [144]; serve: 2 replicas x 100 chips, each in one UltraServer, so
+    # one replica per UltraServer.
+    op.ultraserver(f"{op.ns}-a")
+    op.ultraserver(f"{op.ns}-b")
+    op.start()
+    manifest = f"""
+apiVersion: ultraplane.dev/v1alpha1
+kind: InferenceJob
+metadata: {{name: serve, namespace: {op.ns}}}
+spec:
+  replicas: 2
+  chipsPerReplica: 100
+  topology: {{requiredLevel: ultraserver}}
+  model: {{name: llama}}
+  load: {{requestsPerSecond: 50}}
+"""
+    op.env.kubectl("apply", "-f", "-", input=manifest)
+    body = inference_phase(op, "serve", "Admitted")
+    status = body["status"]
+    replicas = status["allocation"]["replicas"]
+    assert [r["index"] for r in replicas] == [0, 1]
+    for r in replicas:
+        assert len(set(r["chips"])) == 100 and len(r["ultraServers"]) == 1
+        assert {c.split("/", 1)[0] for c in r["chips"]} == set(r["ultraServers"])
+    assert set(replicas[0]["chips"]).isdisjoint(replicas[1]["chips"])
+    assert len(set(status["allocation"]["chips"])) == 200
+    assert sorted(status["allocation"]["ultraServers"]) == [f"{op.ns}-a", f"{op.ns}-b"]
+    assert status["attempt"] == 1
+    assert "ultraplane.dev/release-chips" in body["metadata"]["finalizers"]
+    assert any(c["type"] == "Admitted" and c["status"] == "True" for c in status["conditions"])
+    for us in (f"{op.ns}-a", f"{op.ns}-b"):
+        op.wait(f"{us} status counts the replica", lambda us=us: allocated(op, us) == 100)
+        us_status = op.get_ultraserver(us)["status"]
+        assert us_status["free"]["chips"] == 44 and us_status["jobs"] == [f"ij/{op.ns}/serve"]
+    op.wait("an Admitted event", lambda: "serve" in op.env.kubectl(
+        "get", "events", "-n", op.ns, "--field-selector", "reason=Admitted").stdout)
+
+    op.env.kubectl("delete", "inferencejob", "serve", "-n", op.ns, "--wait=false")
+    op.wait("InferenceJob deleted", lambda: "serve" not in op.env.kubectl(
+        "get", "inferencejobs", "-n", op.ns, "-o", "name").stdout)
+    for us in (f"{op.ns}-a", f"{op.ns}-b"):
+        op.wait(f"{us} chips free", lambda us=us: allocated(op, us) == 0)
+        assert op.get_ultraserver(us)["status"]["free"]["chips"] == 144
+
+
+def test_a_training_and_an_inference_job_of_one_name_both_run_and_restart_safely(
+        op: Harness) -> None:
+    # gen2-a [144]: TrainingJob "same" (40) and InferenceJob "same" (2 x 16); kill -9 and
+    # restart: both keep their chips; the UltraServer counts 72 chips of two jobs.
+    op.ultraserver(f"{op.ns}-a")
+    op.start()
+    op.job("same", 40, topology={"requiredLevel": "ultraserver"})
+    op.api.create_namespaced_custom_object(GROUP, VERSION, op.ns, INFERENCE, {
+        "apiVersion": f"{GROUP}/{VERSION}", "kind": "InferenceJob",
+        "metadata": {"name": "same", "namespace": op.ns},
+        "spec": {"replicas": 2, "chipsPerReplica": 16, "model": {"name": "llama"},
+                 "load": {"tokensPerSecond": 1000}}})
+    train = set(op.phase("same", "Admitted")["status"]["allocation"]["chips"])
+    serve = inference_phase(op, "same", "Admitted")["status"]["allocation"]
+    assert len(train) == 40 and len(set(serve["chips"])) == 32
+    assert train.isdisjoint(serve["chips"])
+    op.wait("72 chips allocated", lambda: allocated(op, f"{op.ns}-a") == 72)
+    assert op.get_ultraserver(f"{op.ns}-a")["status"]["jobs"] == [
+        f"ij/{op.ns}/same", f"tj/{op.ns}/same"]
+    op.kill9()
+    op.start()
+    op.job("late", 72, topology={"requiredLevel": "ultraserver"})
+    assert op.phase("late", "Admitted")["status"]["attempt"] == 1
+    again = get_inference(op, "same")["status"]
+    assert again["attempt"] == 1 and again["allocation"]["replicas"] == serve["replicas"]
+    assert set(op.get("same")["status"]["allocation"]["chips"]) == train
+    late = set(op.get("late")["status"]["allocation"]["chips"])
+    assert late.isdisjoint(train) and late.isdisjoint(serve["chips"])
+    op.wait("144 chips allocated", lambda: allocated(op, f"{op.ns}-a") == 144)
