@@ -116,3 +116,28 @@ def test_a_training_and_an_inference_job_of_one_name_both_run_and_restart_safely
     late = set(op.get("late")["status"]["allocation"]["chips"])
     assert late.isdisjoint(train) and late.isdisjoint(serve["chips"])
     op.wait("144 chips allocated", lambda: allocated(op, f"{op.ns}-a") == 144)
+
+
+def test_a_failed_chip_replaces_only_the_replica_on_it(op: Harness) -> None:
+    # gen2-a: serve (2 x 16); one chip of replica 1 fails; replica 0 keeps its chips.
+    op.ultraserver(f"{op.ns}-a")
+    op.start()
+    op.api.create_namespaced_custom_object(GROUP, VERSION, op.ns, INFERENCE, {
+        "apiVersion": f"{GROUP}/{VERSION}", "kind": "InferenceJob",
+        "metadata": {"name": "serve", "namespace": op.ns},
+        "spec": {"replicas": 2, "chipsPerReplica": 16, "model": {"name": "llama"},
+                 "load": {"requestsPerSecond": 5}}})
+    before = inference_phase(op, "serve", "Admitted")["status"]["allocation"]["replicas"]
+    victim = sorted(before[1]["chips"])[0]
+    op.patch_ultraserver(f"{op.ns}-a", {"failedChips": [victim.split("/", 1)[1]]})
+
+    def replaced() -> dict[str, Any] | None:
+        status = get_inference(op, "serve")["status"]
+        return status if status.get("attempt") == 2 and status["phase"] == "Admitted" else None
+
+    status = op.wait("the replica replaced", replaced)
+    after = status["allocation"]["replicas"]
+    assert status["reason"] == "ChipReplaced" and status["restarts"] == 1
+    assert after[0]["chips"] == before[0]["chips"]
+    assert victim not in after[1]["chips"] and len(set(after[1]["chips"])) == 16
+    assert victim not in status["allocation"]["chips"]
