@@ -25,6 +25,7 @@ from ultraplane.operator.requests import (
     HOLDING_PHASES,
     TERMINAL_PHASES,
     JobView,
+    kind_of_key,
     view_job,
 )
 
@@ -220,7 +221,9 @@ class Observations:
 
     def _chip_failed(self, job: JobKey, parts: Mapping[JobKey, list[ChipId]]) -> None:
         body = self.bodies.get(job)
-        policy = view_job(body).failure_policy if body else "RestartAll"
+        kind = kind_of_key(job)
+        default = "ReplaceAffected" if kind == "InferenceJob" else "RestartAll"
+        policy = view_job(body, kind).failure_policy if body else default
         chips = [c for lost in parts.values() for c in lost]
         message = f"Chip(s) {', '.join(chips)} failed under the job ({policy})."
         if policy == "Fail":

@@ -9,9 +9,9 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from tests.unit.operator_fakes import FakeKube, controller, settle
 from ultraplane.operator.admission import Controller
 
+from tests.unit.operator_fakes import FakeKube, controller, settle
 from ultraplane.ids import JobKey
 
 
@@ -224,7 +224,7 @@ def test_a_failed_chip_restarts_the_job_when_no_replacement_fits() -> None:
 
 def test_restart_readopts_every_replica_and_requeues_a_partial_allocation() -> None:
     async def scenario() -> None:
-        kube, first = await admitted_fleet(2, ("serve", 2, 100, 0))
+        kube, _ = await admitted_fleet(2, ("serve", 2, 100, 0))
         chips = [r["chips"] for r in replicas_of(kube.ijobs["serve"])]
         # A job whose status lists one replica for a two-replica spec cannot be re-adopted.
         kube.add_inference("half", 2, 16, phase="Admitted", allocation={
