@@ -17,7 +17,7 @@ from typing import Literal
 from ultraplane.capacities import CapacityReport, capacity_report
 from ultraplane.ids import ChipId, JobKey, local_ref, parse_chip_id
 from ultraplane.placements import AllocationConflict, NoFit, Placement, PlacementRequest
-from ultraplane.searches import Parts, best_fit, first_fit, level_of, nearby, score_of
+from ultraplane.searches import Held, Parts, best_fit, first_fit, group, level_of, nearby, score_of
 from ultraplane.slots import Pool, Slot
 from ultraplane.topology import CLUSTER, ULTRASERVER, Level, Topology, UltraServer, parse_level
 
@@ -28,25 +28,11 @@ __all__ = [
 Policy = Literal["ultraplane", "first-fit"]
 
 
-Held = dict[Slot, list[tuple[int, int]]]  # a job's chips: slot -> [(server, mask)]
-
-
 class _Job:
     __slots__ = ("held", "placement", "request")
 
     def __init__(self, held: Held, placement: Placement, request: PlacementRequest | None):
         self.held, self.placement, self.request = held, placement, request
-
-
-def _group(parts: Parts) -> Held:
-    held: Held = {}
-    for slot, s, m in parts:
-        pairs = held.get(slot)
-        if pairs is None:
-            held[slot] = [(s, m)]
-        else:
-            pairs.append((s, m))
-    return held
 
 
 class Allocator:
@@ -90,8 +76,7 @@ class Allocator:
         found = self._search(request)
         if isinstance(found, NoFit):
             return found
-        held = _group(found[1])
-        return self._placement(held, found[0], score_of(held))
+        return self._placement(found[1], found[0], score_of(found[1]))
 
     def allocate(self, job: JobKey, request: PlacementRequest) -> Placement | NoFit:
         """Place `request` and hold its chips for `job` (all or nothing)."""
@@ -100,8 +85,7 @@ class Allocator:
         found = self._search(request)
         if isinstance(found, NoFit):
             return found
-        level, parts = found
-        held = _group(parts)
+        level, held = found
         placement = self._placement(held, level, score_of(held))
         self._hold(job, held, placement, request)
         return placement
@@ -120,9 +104,8 @@ class Allocator:
             masks[(slot.us.name, s)] = masks.get((slot.us.name, s), 0) | bit
         if not masks:
             raise AllocationConflict(f"job {job}: no chips to assign")
-        parts = [(self._slots[us], s, m) for (us, s), m in masks.items()]
-        held = _group(parts)
-        placement = self._placement(held, level_of(parts), 0.0)
+        held = group([(self._slots[us], s, m) for (us, s), m in masks.items()])
+        placement = self._placement(held, level_of(held), 0.0)
         self._hold(job, held, placement, request)
         return placement
 
@@ -186,8 +169,7 @@ class Allocator:
         try:
             found = self._search(request, [self._get(n) for n in within])
             if not isinstance(found, NoFit):
-                held = _group(found[1])
-                found_placement = self._placement(held, found[0], score_of(held))
+                found_placement = self._placement(found[1], found[0], score_of(found[1]))
         finally:
             for job, rec in reversed(saved):
                 self._hold(job, rec.held, rec.placement, rec.request)
@@ -203,10 +185,15 @@ class Allocator:
 
     def _placement(self, held: Held, level: Level, score: float) -> Placement:
         parts: list[tuple[str, int, int]] = []
-        for slot in sorted(held, key=lambda sl: sl.us.name):
+        for slot in sorted(held, key=_name) if len(held) > 1 else held:
             pairs = held[slot]
             name = slot.us.name
-            parts += [(name, s, m) for s, m in (sorted(pairs) if len(pairs) > 1 else pairs)]
+            if len(pairs) == 1:
+                s, m = pairs[0]
+                parts.append((name, s, m))
+            else:
+                ordered = pairs if pairs is slot.all_pairs else sorted(pairs)
+                parts += [(name, s, m) for s, m in ordered]
         return Placement(tuple(parts), level.name, score)
 
     def _hold(self, job: JobKey, held: Held, placement: Placement,
@@ -225,8 +212,12 @@ class Allocator:
     def _reindex(self, slots: Iterable[Slot]) -> None:
         by_pool: dict[int, tuple[Pool, list[Slot]]] = {}
         for slot in slots:
-            pool = self._pool(slot)
-            by_pool.setdefault(id(pool), (pool, []))[1].append(slot)
+            pool = self._pools[(slot.us.profile, slot.n)]
+            entry = by_pool.get(id(pool))
+            if entry is None:
+                by_pool[id(pool)] = (pool, [slot])
+            else:
+                entry[1].append(slot)
         for pool, members in by_pool.values():
             pool.reindex_many(members)
 
@@ -234,7 +225,7 @@ class Allocator:
         return self._pools[(slot.us.profile, slot.n)]
 
     def _search(self, request: PlacementRequest,
-                within: Iterable[Slot] | None = None) -> tuple[Level, Parts] | NoFit:
+                within: Iterable[Slot] | None = None) -> tuple[Level, Held] | NoFit:
         plan = self._plans.get(request)
         if plan is None:
             # Levels, candidate pools and "can never fit" depend only on the request and the
@@ -254,7 +245,7 @@ class Allocator:
         if all(reasons):
             return NoFit("Unsatisfiable", str(reasons[0]))
         members = list(within) if within is not None else None
-        found: list[tuple[int, int, tuple[Level, Parts]]] = []
+        found: list[tuple[int, int, tuple[Level, Held]]] = []
         for i, (pool, never) in enumerate(zip(pools, reasons, strict=True)):
             if never:
                 continue
@@ -265,6 +256,8 @@ class Allocator:
                 hit = best_fit(pool, request.chips, required, preferred,
                                request.whole_servers, mine)
             if hit is not None:
+                if len(pools) == 1:
+                    return hit
                 found.append((hit[0].rank, i, hit))
         if found:
             return min(found, key=lambda f: f[:2])[2]
@@ -415,25 +408,28 @@ class Allocator:
         required = parse_level(request.required_level) if request.required_level else CLUSTER
         if kept:
             near = nearby(kept, self._pool(kept[0][0]).slots, required, need)
-            found: tuple[Level, Parts] | NoFit = (
-                (CLUSTER, near) if near is not None else
+            found: tuple[Level, Held] | NoFit = (
+                (CLUSTER, group(near)) if near is not None else
                 NoFit("NoCapacity", f"no {need} free chips within the {required.name} of job {job}"))
         else:
             found = self._search(dc_replace(request, chips=need))
         if isinstance(found, NoFit):
             return found
-        new = found[1]
+        new: Parts = [(sl, s, m) for sl, pairs in found[1].items() for s, m in pairs]
         merged: dict[tuple[int, int], tuple[Slot, int, int]] = {}
         for sl, s, m in kept + new:
             old = merged.get((id(sl), s))
             merged[(id(sl), s)] = (sl, s, m | (old[2] if old else 0))
-        parts = list(merged.values())
-        held = _group(parts)
-        placement = self._placement(held, level_of(parts), score_of(_group(new)))
+        held = group(list(merged.values()))
+        placement = self._placement(held, level_of(held), score_of(found[1]))
         del self._jobs[job]
         self._give(job, rec.held)
         self._hold(job, held, placement, request)
         return placement
+
+
+def _name(slot: Slot) -> str:
+    return slot.us.name
 
 
 def _jobs_on(slots: Iterable[Slot]) -> tuple[JobKey, ...]:

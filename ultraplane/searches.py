@@ -18,23 +18,49 @@ Policy "first-fit" takes the first chips in id order inside the first domain tha
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from typing import cast
 
 from ultraplane.slots import Pool, Slot
 from ultraplane.topology import CLUSTER, RACK, SERVER, ULTRASERVER, Level
 
-__all__ = ["Parts", "best_fit", "first_fit", "level_of", "low_bits", "score_of", "tight_level"]
+__all__ = [
+    "Held", "Pairs", "Parts", "best_fit", "first_fit", "group", "level_of", "low_bits",
+    "score_of", "tight_level",
+]
 
 PRESERVE_IDLE = True
 
-# A placement in progress: (slot, server index, chip bitmask).
+# Chips of one UltraServer: (server index, chip bitmask) in server order. A whole idle
+# UltraServer is the shared tuple `slot.all_pairs` (one per shape), so taking, scoring and
+# releasing it never walks its servers.
+Pairs = Sequence[tuple[int, int]]
+# A placement in progress: slot -> its pairs (searches build this directly).
+Held = dict[Slot, Pairs]
+# Loose chips, e.g. a repair: (slot, server index, chip bitmask).
 Parts = list[tuple[Slot, int, int]]
+
+_IN_ULTRASERVER = (SERVER, RACK, ULTRASERVER)
+
+
+def group(parts: Parts) -> Held:
+    """Loose parts -> slot -> pairs (order of first appearance)."""
+    held: dict[Slot, list[tuple[int, int]]] = {}
+    for slot, s, m in parts:
+        pairs = held.get(slot)
+        if pairs is None:
+            held[slot] = [(s, m)]
+        else:
+            pairs.append((s, m))
+    return cast(Held, held)
 
 
 def low_bits(mask: int, k: int) -> int:
     """The lowest `k` set bits of `mask` (chips in id order)."""
+    if k >= mask.bit_count():
+        return mask
     out = 0
-    while k and mask:
+    while k:
         bit = mask & -mask
         out |= bit
         mask ^= bit
@@ -60,19 +86,20 @@ def _fits(slot: Slot, rank: int, c: int, whole: bool) -> bool:
     return have >= c
 
 
-def _take_from(slot: Slot, servers: Iterable[int], c: int, whole: bool) -> Parts:
+def _take_from(slot: Slot, servers: range, c: int, whole: bool) -> Pairs:
     """Pack `c` chips into `servers`: partly used servers first, fewest free first."""
-    full, spr = slot.full, slot.spr
+    full, spr, cps = slot.full, slot.spr, slot.cps
     if slot.total == slot.cpu:
         # Idle slot: every server is whole, so the order below is plain index order.
-        parts: Parts = []
-        for s in servers:
-            if c <= 0:
-                break
-            mask = full if c >= slot.cps else low_bits(full, c)
-            parts.append((slot, s, mask))
-            c -= slot.cps
-        return parts
+        if c >= slot.cpu and len(servers) == slot.n:
+            return slot.all_pairs
+        first = servers.start
+        n, rest = divmod(c, cps)
+        n = min(n, len(servers))
+        pairs = list(slot.all_pairs[first:first + n])
+        if rest and n < len(servers):
+            pairs.append((first + n, low_bits(full, rest)))
+        return pairs
     free, nfree = slot.free, slot.nfree
     if whole:
         order = [s for s in servers if free[s] == full]
@@ -84,17 +111,21 @@ def _take_from(slot: Slot, servers: Iterable[int], c: int, whole: bool) -> Parts
         # Whole servers from the fuller rack first, to keep the emptier rack whole.
         rack_free = slot.rack_free
         order.sort(key=lambda s: (nfree[s], rack_free[s // spr]))
-    parts = []
+    out: list[tuple[int, int]] = []
     for s in order:
         if c <= 0:
             break
-        mask = low_bits(free[s], c)
-        parts.append((slot, s, mask))
-        c -= mask.bit_count()
-    return parts
+        k = nfree[s]
+        if k <= c:
+            out.append((s, free[s]))
+            c -= k
+        else:
+            out.append((s, low_bits(free[s], c)))
+            c = 0
+    return out
 
 
-def fill(slot: Slot, rank: int, c: int, whole: bool) -> Parts:
+def fill(slot: Slot, rank: int, c: int, whole: bool) -> Pairs:
     """Place `c` chips inside `slot` within one domain of level `rank` (0/1/2)."""
     if rank == 0:
         # The server with the fewest free chips that still fits (lowest index on ties); the
@@ -102,7 +133,7 @@ def fill(slot: Slot, rank: int, c: int, whole: bool) -> Parts:
         hist = slot.hist
         k = next(k for k in range(slot.cps if whole else c, slot.cps + 1) if hist[k])
         s = slot.nfree.index(k)
-        return [(slot, s, low_bits(slot.free[s], c))]
+        return [(s, low_bits(slot.free[s], c))]
     if rank == 1:
         cap = [w * slot.cps for w in slot.rack_whole] if whole else slot.rack_free
         r = min((r for r in range(slot.nracks) if cap[r] >= c), key=lambda r: (cap[r], r))
@@ -110,7 +141,7 @@ def fill(slot: Slot, rank: int, c: int, whole: bool) -> Parts:
     return _take_from(slot, range(slot.n), c, whole)
 
 
-def _pick(pool: Pool, rank: int, c: int, whole: bool, within: Iterable[Slot] | None,
+def _pick(pool: Pool, rank: int, c: int, whole: bool, within: list[Slot] | None,
           idle_ok: bool) -> Slot | None:
     if whole or within is not None:
         found = [s for s in (pool.slots if within is None else within)
@@ -122,24 +153,27 @@ def _pick(pool: Pool, rank: int, c: int, whole: bool, within: Iterable[Slot] | N
 def best_fit(
     pool: Pool, chips: int, required: Level, preferred: Level | None, whole: bool,
     within: Iterable[Slot] | None = None,
-) -> tuple[Level, Parts] | None:
+) -> tuple[Level, Held] | None:
     """The "ultraplane" policy (module docstring); None when nothing fits now."""
-    within = list(within) if within is not None else None
+    members = list(within) if within is not None else None
     if chips > pool.cpu:
-        return _whole_ultraservers(pool, chips, required, within)
-    last = min(required, ULTRASERVER)
-    start = min(max(tight_level(pool, chips), preferred or SERVER), last)
+        return _whole_ultraservers(pool, chips, required, members)
+    last = min(required.rank, 2)
+    start = 0 if chips <= pool.cps else 1 if chips <= pool.cpr else 2
+    if preferred is not None and preferred.rank > start:
+        start = preferred.rank
+    start = min(start, last)
     # Without a preferred level, an idle UltraServer is broken only when no partly used one
     # can hold the gang at any level the request allows: idle UltraServers are what large
     # gangs need. With a preferred level, locality comes first.
     passes = (True,) if preferred is not None or not PRESERVE_IDLE else (False, True)
     for idle_ok in passes:
-        for rank in range(start.rank, last.rank + 1):
-            slot = _pick(pool, rank, chips, whole, within, idle_ok)
+        for rank in range(start, last + 1):
+            slot = _pick(pool, rank, chips, whole, members, idle_ok)
             if slot is not None:
-                return Level(rank), fill(slot, rank, chips, whole)
-    if required > ULTRASERVER:
-        return _spread(pool, chips, required, whole, within)
+                return _IN_ULTRASERVER[rank], {slot: fill(slot, rank, chips, whole)}
+    if required.rank > 2:
+        return _spread(pool, chips, required, whole, members)
     return None
 
 
@@ -157,7 +191,7 @@ def _groups(slots: Iterable[Slot], depth: int) -> dict[tuple[str, ...], list[Slo
 
 
 def _spread(pool: Pool, c: int, required: Level, whole: bool,
-            within: list[Slot] | None) -> tuple[Level, Parts] | None:
+            within: list[Slot] | None) -> tuple[Level, Held] | None:
     live = [s for s in (pool.slots if within is None else within) if s.us.schedulable]
     for depth in _depths(pool, required):
         cap = {s: (s.whole * s.cps if whole else s.total) for s in live}
@@ -167,26 +201,27 @@ def _spread(pool: Pool, c: int, required: Level, whole: bool,
         if not fitting:
             continue
         _, index = min(fitting)
-        parts: Parts = []
+        held: Held = {}
         for slot in sorted(list(groups.values())[index], key=lambda s: (-cap[s], s.order)):
             if c <= 0:
                 break
             take = min(c, cap[slot])
             if take:
-                parts += _take_from(slot, range(slot.n), take, whole)
+                held[slot] = _take_from(slot, range(slot.n), take, whole)
                 c -= take
-        return level_of(parts), parts
+        return level_of(held), held
     return None
 
 
 def _whole_ultraservers(pool: Pool, c: int, required: Level,
-                        within: list[Slot] | None) -> tuple[Level, Parts] | None:
+                        within: list[Slot] | None) -> tuple[Level, Held] | None:
     k = -(-c // pool.cpu)
     chosen: list[Slot] | None = None
     if within is None:
         block = pool.block_with_idle(k)
         if block is not None:
-            chosen = sorted(pool.block_idle[block], key=lambda s: s.order)[:k]
+            members = pool.block_idle[block]
+            chosen = sorted(members, key=_order)[:k] if len(members) > 1 else list(members)
     if chosen is None:
         idle = [s for s in (pool.slots if within is None else within)
                 if s.us.schedulable and s.idle]
@@ -201,16 +236,20 @@ def _whole_ultraservers(pool: Pool, c: int, required: Level,
                 break
     if chosen is None:
         return None
-    parts: Parts = []
+    held: Held = {}
     for slot in chosen:
-        parts += _take_from(slot, range(slot.n), min(c, slot.cpu), False)
+        held[slot] = _take_from(slot, range(slot.n), min(c, slot.cpu), False)
         c -= slot.cpu
-    return level_of(parts), parts
+    return level_of(held), held
+
+
+def _order(slot: Slot) -> int:
+    return slot.order
 
 
 def first_fit(
     pool: Pool, chips: int, required: Level, whole: bool, within: Iterable[Slot] | None = None,
-) -> tuple[Level, Parts] | None:
+) -> tuple[Level, Held] | None:
     """The baseline: first chips in id order inside the first domain (of `required`) with room."""
     live = sorted((s for s in (pool.slots if within is None else within) if s.us.schedulable),
                   key=lambda s: s.order)
@@ -226,13 +265,16 @@ def first_fit(
                 parts = _first_chips([(slot, s) for s in range(first, min(slot.n, first + size))
                                       if usable(slot, s)], chips)
                 if parts:
-                    return level_of(parts), parts
+                    held = group(parts)
+                    return level_of(held), held
         return None
     depth = required.network_depth if required != CLUSTER else 10**6
-    for group in _groups(live, depth).values():
-        parts = _first_chips([(sl, s) for sl in group for s in range(sl.n) if usable(sl, s)], chips)
+    for members in _groups(live, depth).values():
+        parts = _first_chips([(sl, s) for sl in members for s in range(sl.n) if usable(sl, s)],
+                             chips)
         if parts:
-            return level_of(parts), parts
+            held = group(parts)
+            return level_of(held), held
     return None
 
 
@@ -249,39 +291,52 @@ def _first_chips(servers: list[tuple[Slot, int]], c: int) -> Parts | None:
     return parts
 
 
-def level_of(parts: Parts) -> Level:
-    """The tightest level containing every part."""
-    slots = {id(sl): sl for sl, _, _ in parts}
-    if len(slots) == 1:
-        slot = parts[0][0]
-        if len({s for _, s, _ in parts}) == 1:
-            return SERVER
-        return RACK if len({s // slot.spr for _, s, _ in parts}) == 1 else ULTRASERVER
-    many = list(slots.values())
+def level_of(held: Held) -> Level:
+    """The tightest level containing every pair."""
+    if len(held) == 1:
+        for slot, pairs in held.items():
+            if len(pairs) == 1:
+                return SERVER
+            spr = slot.spr
+            r = pairs[0][0] // spr
+            return RACK if all(s // spr == r for s, _ in pairs) else ULTRASERVER
+    many = list(held)
     for depth in range(1, min(len(s.domains) for s in many) + 1):
-        if len({_domain(s, depth) for s in many}) == 1:
+        first = _domain(many[0], depth)
+        if all(_domain(s, depth) == first for s in many):
             return Level(2 + depth)
     return CLUSTER
 
 
-def score_of(held: dict[Slot, list[tuple[int, int]]]) -> float:
+def score_of(held: Held) -> float:
     """Chips of the whole free servers, racks and UltraServers this placement would break."""
     score = 0
     for slot, pairs in held.items():
-        full, free = slot.full, slot.free
-        taken = sum(m.bit_count() for _, m in pairs)
-        if slot.idle and taken == slot.cpu:
+        if pairs is slot.all_pairs:
             continue  # the whole UltraServer is used, nothing is left broken
-        score += slot.cps * sum(1 for s, m in pairs if free[s] == full and m != full)
+        full, free, cps = slot.full, slot.free, slot.cps
+        idle = slot.total == slot.cpu
+        if idle and sum(m.bit_count() for _, m in pairs) == slot.cpu:
+            continue
         spr = slot.spr
-        per_rack: dict[int, int] = {}
-        for s, m in pairs:
-            per_rack[s // spr] = per_rack.get(s // spr, 0) + m.bit_count()
-        for r, used in per_rack.items():
+        if len(pairs) == 1:
+            s, m = pairs[0]
+            if free[s] == full and m != full:
+                score += cps
+            r = s // spr
             size = min(slot.n, (r + 1) * spr) - r * spr
-            if slot.rack_whole[r] == size and used < size * slot.cps:
-                score += size * slot.cps
-        if slot.idle:
+            if slot.rack_whole[r] == size and m.bit_count() < size * cps:
+                score += size * cps
+        else:
+            score += cps * sum(1 for s, m in pairs if free[s] == full and m != full)
+            per_rack: dict[int, int] = {}
+            for s, m in pairs:
+                per_rack[s // spr] = per_rack.get(s // spr, 0) + m.bit_count()
+            for r, used in per_rack.items():
+                size = min(slot.n, (r + 1) * spr) - r * spr
+                if slot.rack_whole[r] == size and used < size * cps:
+                    score += size * cps
+        if idle:
             score += slot.cpu
     return float(score)
 

@@ -13,12 +13,14 @@ multi-UltraServer gangs. Counters are updated only for the servers an operation 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from ultraplane.ids import JobKey, parse_local_ref
 from ultraplane.topology import Level, UltraServer
 
 __all__ = ["IDLE_CAP", "Pool", "Slot"]
+
+_ALL_PAIRS: dict[tuple[int, int], tuple[tuple[int, int], ...]] = {}
 
 # Blocks are told apart by idle UltraServers 0, 1 and "2 or more": a single idle UltraServer
 # cannot host a multi-UltraServer gang, two can. Measured: finer bands (up to 8) changed the
@@ -31,6 +33,7 @@ class Slot:
     """One UltraServer's static shape and mutable usage (free chips, owners, counters)."""
 
     __slots__ = (
+        "all_pairs",
         "alloc",
         "block",
         "cpr",
@@ -66,6 +69,12 @@ class Slot:
         self.cpr = self.spr * self.cps
         self.cpu = self.n * self.cps
         self.full = (1 << self.cps) - 1
+        # Every chip of every server, (server, mask) in order: what a gang taking the whole
+        # UltraServer holds. One shared tuple per shape; `take`/`give` recognise it by identity.
+        shape = (self.n, self.full)
+        if shape not in _ALL_PAIRS:
+            _ALL_PAIRS[shape] = tuple((s, self.full) for s in range(self.n))
+        self.all_pairs = _ALL_PAIRS[shape]
         self.alloc = [0] * self.n
         self.jobs: dict[JobKey, int] = {}
         self.indexed: tuple[int, int, int, bool, tuple[str, ...]] | None = None
@@ -119,9 +128,9 @@ class Slot:
         self.whole += dw
 
     # -- ownership ---------------------------------------------------------------------
-    def take(self, pairs: list[tuple[int, int]], job: JobKey) -> None:
+    def take(self, pairs: Sequence[tuple[int, int]], job: JobKey) -> None:
         """Hold `(server, mask)` pairs for `job`. Taking a whole idle slot is O(1)-ish."""
-        count = sum(m.bit_count() for _, m in pairs)
+        count = self.cpu if pairs is self.all_pairs else sum(m.bit_count() for _, m in pairs)
         if count == self.cpu and self.total == self.cpu:
             n = self.n
             self.alloc = [self.full] * n
@@ -138,9 +147,9 @@ class Slot:
                 set_free(s, free[s] & ~m)
         self.jobs[job] = self.jobs.get(job, 0) + count
 
-    def give(self, pairs: list[tuple[int, int]], job: JobKey) -> None:
+    def give(self, pairs: Sequence[tuple[int, int]], job: JobKey) -> None:
         """Return `(server, mask)` pairs held by `job`; failed chips do not become free."""
-        count = sum(m.bit_count() for _, m in pairs)
+        count = self.cpu if pairs is self.all_pairs else sum(m.bit_count() for _, m in pairs)
         if count == self.cpu:
             self.alloc = [0] * self.n
             self.free = list(self.usable)
