@@ -9,7 +9,7 @@ gives the same placements.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import replace as dc_replace
 from types import MappingProxyType
 from typing import Literal
@@ -209,7 +209,11 @@ class Allocator:
             slot.give(pairs, job)
         self._reindex([s for s in held if self._slots.get(s.us.name) is s])
 
-    def _reindex(self, slots: Iterable[Slot]) -> None:
+    def _reindex(self, slots: Collection[Slot]) -> None:
+        if len(slots) == 1:
+            for slot in slots:
+                self._pools[(slot.us.profile, slot.n)].reindex_many(slots)
+            return
         by_pool: dict[int, tuple[Pool, list[Slot]]] = {}
         for slot in slots:
             pool = self._pools[(slot.us.profile, slot.n)]

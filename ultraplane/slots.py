@@ -201,6 +201,10 @@ class Pool:
         self.slots: dict[Slot, None] = {}
         self.server_masks = [0] * (cps + 1)
         self.rack_masks = [0] * (cpr + 1)
+        # Bit k set = some slot has k as its most free chips in one server (rack): a query
+        # for >= c chips visits only the counts that exist, not every count from c up.
+        self.server_keys = 0
+        self.rack_keys = 0
         # key = (most free in one server | rack) * _KEY + rank
         self.server_buckets: dict[int, dict[Slot, None]] = {}
         self.rack_buckets: dict[int, dict[Slot, None]] = {}
@@ -233,46 +237,59 @@ class Pool:
         """Re-file several slots; each block whose idle band changed is re-filed once."""
         bands: dict[tuple[str, ...], int] = {}
         pending: list[Slot] = []
+        block_idle = self.block_idle
         for slot in slots:
             keys = slot.keys()
-            if keys == slot.indexed:
+            indexed = slot.indexed
+            if keys == indexed:
                 continue
             block = slot.block
             if block not in bands:
-                bands[block] = min(len(self.block_idle[block]), IDLE_CAP)
-            self._unfile(slot)
-            if keys is not None:
-                if keys[3]:
+                bands[block] = min(len(block_idle[block]), IDLE_CAP)
+            if indexed is not None:
+                if slot.rank >= 0:
+                    self._pull(slot)
+                if indexed[3] and not (keys is not None and keys[3]):
+                    self._set_idle(block, slot, False)
+                elif keys is not None and keys[3] and not indexed[3]:
                     self._set_idle(block, slot, True)
-                slot.indexed = keys
+            elif keys is not None and keys[3]:
+                self._set_idle(block, slot, True)
+            slot.indexed = keys
+            if keys is not None:
                 pending.append(slot)
-        changed = {b for b, before in bands.items()
-                   if self.band and min(len(self.block_idle[b]), IDLE_CAP) != before}
+        changed = [b for b, before in bands.items()
+                   if self.band and min(len(block_idle[b]), IDLE_CAP) != before]
         for block in changed:
             self._refile_block(block)  # files its pending slots too, in block (id) order
         for slot in pending:
-            if slot.block not in changed:
+            if slot.rank < 0:
                 self._put(slot)
 
-    def _rank(self, slot: Slot, total: int) -> int:
-        return min(len(self.block_idle[slot.block]), IDLE_CAP) * self.band + total
-
-    def _put(self, slot: Slot) -> None:
+    def _put(self, slot: Slot, rank: int | None = None) -> None:
         ms, mr, total, _, _ = slot.indexed  # type: ignore[misc]
-        rank = slot.rank = min(len(self.block_idle[slot.block]), IDLE_CAP) * self.band + total
+        if rank is None:
+            rank = min(len(self.block_idle[slot.block]), IDLE_CAP) * self.band + total
+        slot.rank = rank
         bit = 1 << rank
         key = ms * _KEY + rank
         bucket = self.server_buckets.get(key)
         if bucket is None:
             self.server_buckets[key] = {slot: None}
-            self.server_masks[ms] |= bit
+            masks = self.server_masks
+            if not masks[ms]:
+                self.server_keys |= 1 << ms
+            masks[ms] |= bit
         else:
             bucket[slot] = None
         key = mr * _KEY + rank
         bucket = self.rack_buckets.get(key)
         if bucket is None:
             self.rack_buckets[key] = {slot: None}
-            self.rack_masks[mr] |= bit
+            masks = self.rack_masks
+            if not masks[mr]:
+                self.rack_keys |= 1 << mr
+            masks[mr] |= bit
         else:
             bucket[slot] = None
         bucket = self.us_buckets.get(rank)
@@ -292,13 +309,19 @@ class Pool:
         del bucket[slot]
         if not bucket:
             del self.server_buckets[key]
-            self.server_masks[ms] ^= bit
+            masks = self.server_masks
+            masks[ms] ^= bit
+            if not masks[ms]:
+                self.server_keys ^= 1 << ms
         key = mr * _KEY + rank
         bucket = self.rack_buckets[key]
         del bucket[slot]
         if not bucket:
             del self.rack_buckets[key]
-            self.rack_masks[mr] ^= bit
+            masks = self.rack_masks
+            masks[mr] ^= bit
+            if not masks[mr]:
+                self.rack_keys ^= 1 << mr
         bucket = self.us_buckets[rank]
         del bucket[slot]
         if not bucket:
@@ -318,11 +341,16 @@ class Pool:
         """The block's idle count changed: every slot in it gets a new rank."""
         if not self.band:
             return
-        for other in self.block_slots.get(block, {}):
-            if other.indexed is not None and other.rank != self._rank(other, other.indexed[2]):
-                if other.rank >= 0:
-                    self._pull(other)
-                self._put(other)
+        base = min(len(self.block_idle[block]), IDLE_CAP) * self.band
+        pull, put = self._pull, self._put
+        for other in self.block_slots.get(block, ()):
+            indexed = other.indexed
+            if indexed is not None:
+                rank = base + indexed[2]
+                if other.rank != rank:
+                    if other.rank >= 0:
+                        pull(other)
+                    put(other, rank)
 
     def _set_idle(self, block: tuple[str, ...], slot: Slot, idle: bool) -> None:
         members = self.block_idle[block]
@@ -365,21 +393,25 @@ class Pool:
             if not m:
                 return None
             return next(iter(self.us_buckets[(m & -m).bit_length() - 1]))
-        masks, buckets = (
-            (self.server_masks, self.server_buckets) if level == 0
-            else (self.rack_masks, self.rack_buckets)
-        )
-        m = 0
-        for k in range(c, len(masks)):
-            m |= masks[k]
-        m &= pattern
-        if not m:
+        if level == 0:
+            masks, buckets, keys = self.server_masks, self.server_buckets, self.server_keys
+        else:
+            masks, buckets, keys = self.rack_masks, self.rack_buckets, self.rack_keys
+        # The lowest rank over every count k >= c that exists; on a tie the smallest k.
+        keys = keys >> c << c
+        best = best_k = -1
+        while keys:
+            low = keys & -keys
+            keys ^= low
+            k = low.bit_length() - 1
+            m = masks[k] & pattern
+            if m:
+                rank = (m & -m).bit_length() - 1
+                if best < 0 or rank < best:
+                    best, best_k = rank, k
+        if best < 0:
             return None
-        rank = (m & -m).bit_length() - 1
-        for k in range(c, len(masks)):
-            if masks[k] >> rank & 1:
-                return next(iter(buckets[k * _KEY + rank]))
-        return None  # pragma: no cover - the mask said some k has it
+        return next(iter(buckets[best_k * _KEY + best]))
 
     def block_with_idle(self, need: int) -> tuple[str, ...] | None:
         """The network block with the fewest idle slots that still has >= need (best fit)."""
