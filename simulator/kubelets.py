@@ -131,7 +131,10 @@ class VirtualKubelet:
         out: list[Patch] = []
         for body in bodies:
             meta = body["metadata"]
-            key = f"{meta['namespace']}/{meta['name']}"
+            # kind-qualified, as the operator's keys: a TrainingJob and an InferenceJob may
+            # share a namespace/name
+            kind_prefix = "ij" if body.get("kind") == "InferenceJob" else "tj"
+            key = f"{kind_prefix}/{meta['namespace']}/{meta['name']}"
             seen.add(key)
             phase = _get(body, "status", "phase")
             chips = allocated_chips(body)

@@ -62,7 +62,7 @@ def test_admitted_job_runs_then_succeeds_with_energy() -> None:
     assert st["train"]["energyKWh"] > 0 and "allocation" not in st["train"] and "attempt" not in st["train"]
     assert st["serve"]["tokensPerSecond"] == pytest.approx(500) and st["serve"]["sloMet"] is True
     chips = st["us-a"]["chips"]
-    assert chips[0] == {"id": "s00/c00", "job": "ns/train", "utilization": pytest.approx(0.9, abs=0.01),
+    assert chips[0] == {"id": "s00/c00", "job": "tj/ns/train", "utilization": pytest.approx(0.9, abs=0.01),
                         "powerWatts": pytest.approx(300 + 700 * 0.9 * 0.95, abs=1), "failed": False}
     assert chips[10]["job"] is None and chips[10]["powerWatts"] == 300.0
     assert set(st["us-a"]) == {"chips", "utilization", "powerWatts", "energyKWh", "heartbeatTime"}
@@ -100,7 +100,7 @@ def test_preempted_job_stops_and_resumes_from_checkpoint_on_new_attempt() -> Non
     clock.t += 7  # 700 s: checkpoint at 600
     k.tick()
     k.sync_jobs([train("Preempted")])
-    assert "ns/train" not in k.runtime
+    assert "tj/ns/train" not in k.runtime
     other = [f"us-a/s05/c{c:02d}" for c in range(4)]
     k.sync_jobs([train("Admitted", attempt=2, chips=other, progress={"checkpointedSteps": 600})])
     clock.t += 0.5
@@ -126,7 +126,7 @@ def test_deleted_job_is_stopped_and_bad_spec_fails_clearly() -> None:
     k, _ = kubelet()
     k.sync_jobs([train()])
     k.sync_jobs([])
-    assert k.jobs == {} and "ns/train" not in k.runtime
+    assert k.jobs == {} and "tj/ns/train" not in k.runtime
     bad = train()
     bad["spec"]["work"] = {}
     [p] = k.sync_jobs([bad])
@@ -148,3 +148,15 @@ def test_metrics_follow_the_runtime() -> None:
     k.tick()
     m.update(k)
     assert get("ultraplane_sim_job_events_total", {"kind": "Succeeded"}) == 1
+
+
+def test_a_training_and_an_inference_job_may_share_a_name() -> None:
+    k, clock = kubelet()
+    same = serve()
+    same["metadata"]["name"] = "train"
+    assert k.sync_jobs([train(), same]) == []
+    assert {"tj/ns/train", "ij/ns/train"} <= set(k.jobs)
+    clock.t += 5
+    kinds = {p.kind: p.body["status"] for p in k.tick() if p.name == "train"}
+    assert kinds["TrainingJob"]["phase"] == "Running" and kinds["InferenceJob"]["phase"] == "Running"
+    assert "tokensPerSecond" in kinds["InferenceJob"] and "progress" in kinds["TrainingJob"]
