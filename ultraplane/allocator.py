@@ -188,12 +188,18 @@ class Allocator:
         for slot in sorted(held, key=_name) if len(held) > 1 else held:
             pairs = held[slot]
             name = slot.us.name
-            if len(pairs) == 1:
+            if pairs is slot.all_pairs:
+                whole = slot.whole_parts
+                if whole is None:
+                    whole = slot.whole_parts = tuple((name, s, m) for s, m in pairs)
+                if len(held) == 1:
+                    return Placement(whole, level.name, score)
+                parts += whole
+            elif len(pairs) == 1:
                 s, m = pairs[0]
                 parts.append((name, s, m))
             else:
-                ordered = pairs if pairs is slot.all_pairs else sorted(pairs)
-                parts += [(name, s, m) for s, m in ordered]
+                parts += [(name, s, m) for s, m in sorted(pairs)]
         return Placement(tuple(parts), level.name, score)
 
     def _hold(self, job: JobKey, held: Held, placement: Placement,

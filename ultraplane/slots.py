@@ -50,13 +50,16 @@ class Slot:
         "nracks",
         "order",
         "rack_free",
+        "rack_sizes",
         "rack_whole",
         "rank",
+        "sound",
         "spr",
         "total",
         "us",
         "usable",
         "whole",
+        "whole_parts",
     )
 
     def __init__(self, us: UltraServer, order: int) -> None:
@@ -75,6 +78,11 @@ class Slot:
         if shape not in _ALL_PAIRS:
             _ALL_PAIRS[shape] = tuple((s, self.full) for s in range(self.n))
         self.all_pairs = _ALL_PAIRS[shape]
+        self.rack_sizes = [min(self.n, (r + 1) * self.spr) - r * self.spr
+                           for r in range(self.nracks)]
+        # `Placement.parts` of the whole UltraServer, built the first time a gang takes it
+        # whole and shared by every later such placement (fewer objects for the GC to scan).
+        self.whole_parts: tuple[tuple[str, int, int], ...] | None = None
         self.alloc = [0] * self.n
         self.jobs: dict[JobKey, int] = {}
         self.indexed: tuple[int, int, int, bool, tuple[str, ...]] | None = None
@@ -93,7 +101,9 @@ class Slot:
             server, chip = parse_local_ref(ref)
             usable[server] &= ~(1 << chip)
         self.usable = usable
+        self.sound = all(u == self.full for u in usable)  # no failed chip, no cordon
         self.free = [u & ~a for u, a in zip(usable, self.alloc, strict=True)]
+        self.whole_parts = None
         self._recount()
 
     def _recount(self) -> None:
@@ -141,19 +151,45 @@ class Slot:
             self.rack_whole = [0] * self.nracks
             self.total = self.whole = 0
         else:
-            alloc, free, set_free = self.alloc, self.free, self.set_free
+            # set_free, inlined: this loop runs for every server a gang touches.
+            alloc, free, nfree, hist, spr = self.alloc, self.free, self.nfree, self.hist, self.spr
+            rack_free, rack_whole, full = self.rack_free, self.rack_whole, self.full
+            taken = 0  # chips that were free (a failed chip held again is not)
             for s, m in pairs:
                 alloc[s] |= m
-                set_free(s, free[s] & ~m)
+                old = free[s]
+                new = old & ~m
+                if new == old:
+                    continue
+                k_old = nfree[s]
+                k_new = new.bit_count()
+                free[s] = new
+                nfree[s] = k_new
+                hist[k_old] -= 1
+                hist[k_new] += 1
+                rack_free[s // spr] -= k_old - k_new
+                taken += k_old - k_new
+                if old == full:
+                    rack_whole[s // spr] -= 1
+                    self.whole -= 1
+            self.total -= taken
         self.jobs[job] = self.jobs.get(job, 0) + count
 
     def give(self, pairs: Sequence[tuple[int, int]], job: JobKey) -> None:
         """Return `(server, mask)` pairs held by `job`; failed chips do not become free."""
         count = self.cpu if pairs is self.all_pairs else sum(m.bit_count() for _, m in pairs)
         if count == self.cpu:
-            self.alloc = [0] * self.n
+            n = self.n
+            self.alloc = [0] * n
             self.free = list(self.usable)
-            self._recount()
+            if self.sound:  # the idle state, without counting
+                self.nfree = [self.cps] * n
+                self.hist = [0] * self.cps + [n]
+                self.rack_free = [k * self.cps for k in self.rack_sizes]
+                self.rack_whole = list(self.rack_sizes)
+                self.total, self.whole = self.cpu, n
+            else:
+                self._recount()
         else:
             alloc, free, usable, set_free = self.alloc, self.free, self.usable, self.set_free
             for s, m in pairs:
@@ -182,7 +218,13 @@ class Slot:
     def keys(self) -> tuple[int, int, int, bool, tuple[str, ...]] | None:
         if not self.us.schedulable:
             return None
-        return (self.max_server_free, max(self.rack_free), self.total, self.idle, self.block)
+        hist = self.hist
+        ms = self.cps
+        while ms and not hist[ms]:
+            ms -= 1
+        rack_free = self.rack_free
+        mr = rack_free[0] if len(rack_free) == 1 else max(rack_free)
+        return (ms, mr, self.total, self.total == self.cpu, self.block)
 
 
 class Pool:
