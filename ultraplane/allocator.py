@@ -313,11 +313,15 @@ class Allocator:
                 f"{c} chips need {k} idle {pool.profile} UltraServers inside one {where}; the "
                 f"most idle in one block now is {most}; releasing the jobs on the busy "
                 "UltraServers of that block would free space"), _jobs_on(busy))
-        if not pool.us_buckets:
-            return NoFit("NoCapacity", f"no {pool.profile} UltraServer is schedulable now")
-        width = pool.band or (pool.cpu + 1)
-        rank = max(pool.us_buckets, key=lambda r: (r % width, -r))
-        best = next(iter(pool.us_buckets[rank]))
+        if pool.us_buckets:
+            width = pool.band or (pool.cpu + 1)
+            rank = max(pool.us_buckets, key=lambda r: (r % width, -r))
+            best = next(iter(pool.us_buckets[rank]))
+        else:  # every schedulable UltraServer is full (full ones are not filed): the first
+            live = [s for s in pool.slots if s.indexed is not None]
+            if not live:
+                return NoFit("NoCapacity", f"no {pool.profile} UltraServer is schedulable now")
+            best = min(live, key=lambda s: s.order)
         inside = "" if required == CLUSTER else f" inside one {required.name}"
         return NoFit("NoCapacity", (
             f"no room for {c} chips{inside} on {pool.profile} UltraServers now; the freest, "

@@ -305,11 +305,17 @@ class Pool:
         for block in changed:
             self._refile_block(block)  # files its pending slots too, in block (id) order
         for slot in pending:
-            if slot.rank < 0:
+            if slot.rank < 0 and slot.total:
                 self._put(slot)
 
     def _put(self, slot: Slot, rank: int | None = None) -> None:
         ms, mr, total, _, _ = slot.indexed  # type: ignore[misc]
+        if not total:
+            # A full UltraServer can host nothing, so no query needs it: it stays out of the
+            # buckets (rank -1). At 90% load most UltraServers are full, so block re-files and
+            # whole takes skip them.
+            slot.rank = -1
+            return
         if rank is None:
             rank = min(len(self.block_idle[slot.block]), IDLE_CAP) * self.band + total
         slot.rank = rank
@@ -387,7 +393,7 @@ class Pool:
         pull, put = self._pull, self._put
         for other in self.block_slots.get(block, ()):
             indexed = other.indexed
-            if indexed is not None:
+            if indexed is not None and indexed[2]:
                 rank = base + indexed[2]
                 if other.rank != rank:
                     if other.rank >= 0:
