@@ -218,7 +218,7 @@ class Allocator:
     def _reindex(self, slots: Collection[Slot]) -> None:
         if len(slots) == 1:
             for slot in slots:
-                self._pools[(slot.us.profile, slot.n)].reindex_many(slots)
+                self._pools[(slot.us.profile, slot.n)].reindex_one(slot)
             return
         by_pool: dict[int, tuple[Pool, list[Slot]]] = {}
         for slot in slots:

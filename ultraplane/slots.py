@@ -275,6 +275,26 @@ class Pool:
         """Re-file `slot` after its counters or health changed (no-op if keys are equal)."""
         self.reindex_many((slot,))
 
+    def reindex_one(self, slot: Slot) -> None:
+        """`reindex_many` for one slot (most operations), without its bookkeeping."""
+        keys = slot.keys()
+        indexed = slot.indexed
+        if keys == indexed:
+            return
+        block = slot.block
+        members = self.block_idle[block]
+        before = len(members)
+        if indexed is not None and slot.rank >= 0:
+            self._pull(slot)
+        idle = keys is not None and keys[3]
+        if idle != (indexed is not None and indexed[3]):
+            self._set_idle(block, slot, idle)
+        slot.indexed = keys
+        if self.band and min(len(members), IDLE_CAP) != min(before, IDLE_CAP):
+            self._refile_block(block)  # files this slot too
+        elif keys is not None and keys[2]:
+            self._put(slot)
+
     def reindex_many(self, slots: Iterable[Slot]) -> None:
         """Re-file several slots; each block whose idle band changed is re-filed once."""
         bands: dict[tuple[str, ...], int] = {}
