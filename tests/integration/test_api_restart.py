@@ -112,7 +112,7 @@ def _wait_ready(base: str, proc: subprocess.Popen[bytes], log: Path) -> None:
     pytest.fail(f"serve did not become ready:\n{log.read_text()}")
 
 
-def _poll(fn: Any, what: str, timeout: float = 30) -> Any:
+def _poll(fn: Any, what: str, timeout: float = 90) -> Any:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = fn()
