@@ -24,10 +24,18 @@ import click
 @click.option("--concurrency", type=click.IntRange(1, 256), default=16, show_default=True,
               help="Status writes in flight at once.")
 @click.option("--no-events", is_flag=True, help="Do not post Kubernetes Events.")
+@click.option("--ultraservers-from-nodes", is_flag=True,
+              help="Create, update and delete UltraServers from the labels of Trainium Nodes.")
+@click.option("--ultraserver-label", default=None, metavar="KEY",
+              help="Node label holding the UltraServer id. [default: ultraplane.dev/ultraserver]")
+@click.option("--server-index-label", default=None, metavar="KEY",
+              help="Node label holding the server index, else by node name. "
+              "[default: ultraplane.dev/server-index]")
 @click.option("--verbose", "-v", is_flag=True, help="Debug logging.")
 def operator(namespaces: tuple[str, ...], all_namespaces: bool, lease: str | None,
              standalone: bool, lease_namespace: str, fleet: str | None, liveness: str | None, concurrency: int,
-             no_events: bool, verbose: bool) -> None:
+             no_events: bool, ultraservers_from_nodes: bool, ultraserver_label: str | None,
+             server_index_label: str | None, verbose: bool) -> None:
     """Run the Kubernetes operator (kopf): admission queue, gang placement, preemption."""
     if namespaces and all_namespaces:
         raise click.UsageError("--namespace and --all-namespaces cannot be used together.")
@@ -42,6 +50,11 @@ def operator(namespaces: tuple[str, ...], all_namespaces: bool, lease: str | Non
     handlers.CONFIG.fleet = fleet
     handlers.CONFIG.concurrency = concurrency
     handlers.CONFIG.events = not no_events
+    if ultraservers_from_nodes:  # or ULTRAPLANE_ULTRASERVERS_FROM_NODES=1, read at import
+        handlers.CONFIG.ultraservers_from_nodes = True
+        handlers.watch_nodes()
+    handlers.CONFIG.ultraserver_label = ultraserver_label or handlers.CONFIG.ultraserver_label
+    handlers.CONFIG.server_index_label = server_index_label or handlers.CONFIG.server_index_label
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     logging.getLogger("kopf").setLevel(logging.DEBUG if verbose else logging.WARNING)

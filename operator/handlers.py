@@ -3,7 +3,9 @@
 Why so little here: each handler converts the event and hands it to the controller's cache; the
 admission loop (started on startup) does the scheduling. Handlers are `async` so they run on
 kopf's event loop, next to the loop they wake, with no locking. `kopf run -m
-ultraplane.operator.handlers` works too; `ultraplane operator` sets `CONFIG` first.
+ultraplane.operator.handlers` works too; `ultraplane operator` sets `CONFIG` first. The Node
+watch exists only with `--ultraservers-from-nodes` (`ULTRAPLANE_ULTRASERVERS_FROM_NODES=1`):
+registered then and never otherwise, so an operator without it needs no access to Nodes.
 """
 
 from __future__ import annotations
@@ -20,8 +22,10 @@ from typing import Any
 
 import kopf
 from ultraplane.operator.admission import Controller
+from ultraplane.operator.discovery import NodeDiscovery
 from ultraplane.operator.kube import KubeClient
 from ultraplane.operator.leases import LeaseElector
+from ultraplane.operator.nodes import NodeLabels
 from ultraplane.operator.requests import GROUP, INFERENCE, TRAINING, ULTRASERVERS, VERSION
 
 log = logging.getLogger("ultraplane.operator")
@@ -41,6 +45,11 @@ class Config:
     lease_namespace: str = os.environ.get("POD_NAMESPACE", "default")
     concurrency: int = int(os.environ.get("ULTRAPLANE_WRITE_CONCURRENCY", "16"))
     events: bool = os.environ.get("ULTRAPLANE_EVENTS", "1") != "0"
+    ultraservers_from_nodes: bool = os.environ.get("ULTRAPLANE_ULTRASERVERS_FROM_NODES") == "1"
+    ultraserver_label: str = (os.environ.get("ULTRAPLANE_ULTRASERVER_LABEL")
+                              or NodeLabels.ultraserver)
+    server_index_label: str = (os.environ.get("ULTRAPLANE_SERVER_INDEX_LABEL")
+                               or NodeLabels.server_index)
 
 
 CONFIG = Config()
@@ -90,8 +99,17 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
                             concurrency=CONFIG.concurrency)
     memo["controller"] = controller
     tasks = [asyncio.create_task(controller.run(), name="ultraplane-admission")]
+    discovery: NodeDiscovery | None = None
+    if CONFIG.ultraservers_from_nodes:
+        labels = NodeLabels(ultraserver=CONFIG.ultraserver_label,
+                            server_index=CONFIG.server_index_label)
+        discovery = NodeDiscovery(kube, labels=labels, fleet=CONFIG.fleet, emit=post_event)
+        memo["discovery"] = discovery
+        tasks.append(asyncio.create_task(discovery.run(), name="ultraplane-nodes"))
     if CONFIG.lease:
         controller.leader = False
+        if discovery is not None:
+            discovery.leader = False
 
         async def gain() -> None:
             fresh = Controller(kube, clock=utcnow, emit=post_event,
@@ -100,11 +118,16 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
             controller.__dict__.update({k: v for k, v in fresh.__dict__.items()
                                         if k not in ("wake", "_limit", "_pool")})
             controller.leader = True
+            if discovery is not None:
+                await discovery.sync()
+                discovery.leader = True
             await controller.sync()
 
         def loss() -> None:
             controller.leader = False
             controller.ready = False
+            if discovery is not None:
+                discovery.leader = False
 
         elector = LeaseElector(kube.coordination, name=CONFIG.lease,
                                namespace=CONFIG.lease_namespace,
@@ -112,6 +135,8 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
                                on_gain=gain, on_loss=loss)
         tasks.append(asyncio.create_task(elector.run(), name="ultraplane-lease"))
     else:
+        if discovery is not None:
+            await discovery.sync()
         await controller.sync()
     memo["tasks"] = tasks
 
@@ -144,3 +169,26 @@ async def inference_event(event: Mapping[str, Any], body: Mapping[str, Any],
     _capture_posting()
     controller: Controller = memo["controller"]
     controller.observe_job(body, deleted=event.get("type") == "DELETED", kind="InferenceJob")
+
+
+async def node_event(event: Mapping[str, Any], body: Mapping[str, Any],
+                     memo: kopf.Memo, **_: Any) -> None:
+    """A Node changed: its UltraServer is rebuilt by the discovery loop."""
+    _capture_posting()
+    discovery: NodeDiscovery | None = memo.get("discovery")
+    if discovery is not None:
+        discovery.observe_node(body, deleted=event.get("type") == "DELETED")
+
+
+_NODE_WATCH: list[Any] = []
+
+
+def watch_nodes() -> None:
+    """Registers the Node handler (once); called at import under `kopf run` with the env var,
+    and by `ultraplane operator --ultraservers-from-nodes` after it sets `CONFIG`."""
+    if not _NODE_WATCH:
+        _NODE_WATCH.append(kopf.on.event("v1", "nodes")(node_event))
+
+
+if CONFIG.ultraservers_from_nodes:
+    watch_nodes()

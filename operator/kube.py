@@ -22,6 +22,8 @@ from ultraplane.operator.requests import (
 )
 
 MERGE = "application/merge-patch+json"
+APPLY = "application/apply-patch+yaml"
+FIELD_MANAGER = "ultraplane-nodes"
 log = logging.getLogger("ultraplane.operator")
 
 
@@ -58,6 +60,7 @@ class KubeClient:
         self._api_client = kubernetes.client.ApiClient(config)
         self.custom = kubernetes.client.CustomObjectsApi(self._api_client)
         self.coordination = kubernetes.client.CoordinationV1Api(self._api_client)
+        self.core = kubernetes.client.CoreV1Api(self._api_client)
 
     # -- listings ----------------------------------------------------------------------
     def list_ultraservers(self, fleet: str | None = None) -> list[dict[str, Any]]:
@@ -123,5 +126,51 @@ class KubeClient:
         try:
             self.custom.patch_cluster_custom_object_status(
                 GROUP, VERSION, ULTRASERVERS, name, {"status": dict(status)}, _content_type=MERGE)
+        except Exception as exc:
+            raise _translate(exc) from exc
+
+    # -- UltraServers from Nodes (operator/discovery.py) ----------------------------------
+    def list_nodes(self, label: str) -> list[dict[str, Any]]:
+        """Nodes carrying `label`, as JSON bodies, a page of 500 at a time."""
+        import json
+
+        items: list[dict[str, Any]] = []
+        token: str | None = None
+        while True:
+            try:
+                response = self.core.list_node(label_selector=label, limit=500,
+                                               _continue=token, _preload_content=False)
+            except Exception as exc:
+                raise _translate(exc) from exc
+            page = json.loads(response.data)
+            items.extend(page.get("items", []))
+            token = (page.get("metadata") or {}).get("continue")
+            if not token:
+                return items
+
+    def list_owned_ultraservers(self, selector: str) -> list[dict[str, Any]]:
+        result = self.custom.list_cluster_custom_object(
+            GROUP, VERSION, ULTRASERVERS, label_selector=selector)
+        return list(result.get("items", []))
+
+    def get_ultraserver(self, name: str) -> dict[str, Any]:
+        try:
+            return dict(self.custom.get_cluster_custom_object(GROUP, VERSION, ULTRASERVERS, name))
+        except Exception as exc:
+            raise _translate(exc) from exc
+
+    def apply_ultraserver(self, body: Mapping[str, Any]) -> None:
+        """Server-side apply of the fields in `body` (creates the object when absent)."""
+        name = str(body["metadata"]["name"])
+        try:
+            self.custom.patch_cluster_custom_object(
+                GROUP, VERSION, ULTRASERVERS, name, dict(body), field_manager=FIELD_MANAGER,
+                force=True, _content_type=APPLY)
+        except Exception as exc:
+            raise _translate(exc) from exc
+
+    def delete_ultraserver(self, name: str) -> None:
+        try:
+            self.custom.delete_cluster_custom_object(GROUP, VERSION, ULTRASERVERS, name)
         except Exception as exc:
             raise _translate(exc) from exc

@@ -200,14 +200,12 @@ def build(name: str, bodies: Iterable[Body],
                               f"{_name(by_index[index])}'s"))
         else:
             by_index[index] = body
-    free = (i for i in range(servers) if i not in by_index)
-    for body in unindexed:
-        index = next(free, None)
-        if index is None:
-            skips.append(Skip(_name(body), f"UltraServer {name} already has all {servers} "
-                              f"servers of profile {profile}"))
-        else:
-            by_index[index] = body
+    free = [i for i in range(servers) if i not in by_index]
+    for body, slot in zip(unindexed, free, strict=False):
+        by_index[slot] = body
+    for body in unindexed[len(free):]:
+        skips.append(Skip(_name(body), f"UltraServer {name} already has all {servers} "
+                          f"servers of profile {profile}"))
 
     if not by_index:
         return None, skips
