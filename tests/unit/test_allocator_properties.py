@@ -137,3 +137,70 @@ def test_required_level_never_crossed(sizes: list[int], level: str) -> None:
         if level == "rack":
             assert len({s // 18 for s in servers}) == 1
         assert parse_level(got.level) <= parse_level(level) < Level(3)
+
+
+def _indexes_match_a_rebuild(alloc: Allocator) -> None:
+    """The incremental counters and best-fit buckets equal what a rebuild would compute."""
+    from ultraplane.slots import IDLE_CAP
+
+    for pool in alloc._pools.values():
+        filed = {slot: rank for rank, bucket in pool.us_buckets.items() for slot in bucket}
+        for slot in pool.slots:
+            free = [u & ~a for u, a in zip(slot.usable, slot.alloc, strict=True)]
+            assert slot.free == free
+            assert slot.nfree == [m.bit_count() for m in free]
+            assert slot.total == sum(slot.nfree)
+            assert slot.hist == [slot.nfree.count(k) for k in range(slot.cps + 1)]
+            racks = [range(r * slot.spr, min(slot.n, (r + 1) * slot.spr))
+                     for r in range(slot.nracks)]
+            assert slot.rack_free == [sum(slot.nfree[s] for s in r) for r in racks]
+            assert slot.rack_whole == [sum(free[s] == slot.full for s in r) for r in racks]
+            assert slot.indexed == slot.keys()
+            idle = slot.indexed is not None and slot.idle
+            assert (slot in pool.block_idle[slot.block]) == idle
+            if slot.indexed is None or not slot.total:  # full UltraServers are not filed
+                assert slot not in filed and slot.rank == -1
+                continue
+            band = min(len(pool.block_idle[slot.block]), IDLE_CAP) * pool.band
+            assert filed[slot] == slot.rank == band + slot.total
+            ms, mr = slot.indexed[0], slot.indexed[1]
+            assert slot in pool.server_buckets[ms * (1 << 20) + slot.rank]
+            assert slot in pool.rack_buckets[mr * (1 << 20) + slot.rank]
+        assert len(filed) == sum(len(b) for b in pool.server_buckets.values())
+        assert len(filed) == sum(len(b) for b in pool.rack_buckets.values())
+        for k, mask in enumerate(pool.server_masks):
+            assert bool(pool.server_keys >> k & 1) == bool(mask)
+        for k, mask in enumerate(pool.rack_masks):
+            assert bool(pool.rack_keys >> k & 1) == bool(mask)
+        for count, blocks in pool.blocks_by_idle.items():
+            assert all(len(pool.block_idle[b]) == count for b in blocks)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(op, max_size=40), st.lists(st.integers(0, 143), max_size=6))
+def test_incremental_indexes_match_a_rebuild(ops: list[tuple[Any, ...]],
+                                             adopted: list[int]) -> None:
+    # block-000: gen2-0000 gen2-0001   block-001: gen2-0002; a job re-adopts chips (assign),
+    # some of which may have failed since, then random operations run.
+    alloc = Allocator(build_fleet("trn3-gen2", 3, per_block=2))
+    alloc.set_chip_failed(chip_id("gen2-0001", 0, 0), True)
+    chips = {chip_id("gen2-0001", c // 4, c % 4) for c in adopted}
+    if chips:
+        alloc.assign(JobKey("adopted"), chips)
+    _indexes_match_a_rebuild(alloc)
+    n = 0
+    for o in ops:
+        if o[0] == "alloc":
+            _, size, level, whole = o
+            alloc.allocate(JobKey(f"j{n}"), PlacementRequest(
+                chips=size, required_level=level, whole_servers=whole))
+            n += 1
+        elif o[0] == "release":
+            alloc.release(JobKey(f"j{o[1]}") if o[1] % 7 else JobKey("adopted"))
+        elif o[0] == "fail":
+            _, u, s, c, is_failed = o
+            alloc.set_chip_failed(chip_id(f"gen2-{u % 3:04d}", s, c % 4), is_failed)
+        else:
+            _, u, s, is_cordoned = o
+            alloc.set_server_cordoned(f"gen2-{u % 3:04d}", s, is_cordoned)
+        _indexes_match_a_rebuild(alloc)
