@@ -169,6 +169,17 @@ def test_allocate_release_round_trip() -> None:
     assert alloc.capacity().cluster.free == 144
 
 
+def test_nofit_on_a_full_fleet_names_an_ultraserver_and_its_jobs() -> None:
+    # gen2-0000 [ all # ]  gen2-0001 [ all # ]  (full UltraServers are not in the buckets)
+    c = Cluster(count=2).full(0, 1)
+    got = c.alloc.place(req(1))
+    assert isinstance(got, NoFit) and got.kind == "NoCapacity"
+    assert "gen2-0000, has 0 free chips" in got.message and got.blocking == ("pre-1",)
+    c.unschedulable(0).unschedulable(1)
+    got = c.alloc.place(req(1))
+    assert isinstance(got, NoFit) and "is schedulable now" in got.message
+
+
 def test_assign_conflicts() -> None:
     alloc = Cluster().alloc
     alloc.assign(JobKey("a"), ["gen2-0000/s00/c00"])
