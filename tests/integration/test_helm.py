@@ -41,7 +41,8 @@ NON_DEFAULT: dict[str, Any] = {
     "fullnameOverride": "up",
     "image": {"repository": "registry.example/ultraplane", "tag": "1.2.3"},
     "commonLabels": {"team": "ml-infra"},
-    "operator": {"replicas": 3, "watchNamespaces": ["team-a", "team-b"], "extraArgs": ["--verbose"]},
+    "operator": {"replicas": 3, "watchNamespaces": ["team-a", "team-b"], "extraArgs": ["--verbose"],
+                 "ultraserversFromNodes": True},
     "simulator": {"enabled": False},
     "api": {
         "replicas": 2,
@@ -176,6 +177,10 @@ PERMISSIONS = [
     ("operator", "", "events", "create", True),
     ("operator", "apiextensions.k8s.io", "customresourcedefinitions", "watch", True),
     ("operator", "", "namespaces", "list", False),
+    ("operator", "", "nodes", "list", False),
+    ("operator", "", "nodes", "watch", False),
+    ("operator", "ultraplane.dev", "ultraservers", "create", False),
+    ("operator", "ultraplane.dev", "ultraservers", "delete", False),
     ("operator", "ultraplane.dev", "trainingjobs", "delete", False),
     ("operator", "ultraplane.dev", "trainingjobs", "create", False),
     ("operator", "coordination.k8s.io", "leases", "create", True),
@@ -282,6 +287,28 @@ def test_watching_listed_namespaces_adds_namespace_access_only_then() -> None:
     assert not allowed(render(), "operator", "", "namespaces", "watch")
 
 
+def test_ultraservers_from_nodes_adds_node_watch_and_ultraserver_writes_only_then() -> None:
+    docs = render({"operator": {"ultraserversFromNodes": True}})
+    args = component(docs, "Deployment", "operator")["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--ultraservers-from-nodes" in args
+    for verb in ("list", "watch"):
+        assert allowed(docs, "operator", "", "nodes", verb)
+    for verb in ("create", "patch", "delete"):
+        assert allowed(docs, "operator", "ultraplane.dev", "ultraservers", verb)
+    # Still least privilege: Nodes are only read, and no other component gains anything.
+    for verb in ("get", "patch", "update", "delete", "create"):
+        assert not allowed(docs, "operator", "", "nodes", verb)
+    assert not allowed(docs, "operator", "ultraplane.dev", "trainingjobs", "create")
+    for who in ("simulator", "api"):
+        assert not allowed(docs, who, "", "nodes", "watch")
+        assert not allowed(docs, who, "ultraplane.dev", "ultraservers", "create")
+    default = render()
+    default_args = component(default, "Deployment", "operator")["spec"]["template"]["spec"][
+        "containers"][0]["args"]
+    assert "--ultraservers-from-nodes" not in default_args
+    assert not allowed(default, "operator", "", "nodes", "watch")
+
+
 def test_two_operator_replicas_without_leader_election_is_refused() -> None:
     result = helm("template", "rel", str(CHART), "--set", "operator.replicas=2",
                   "--set", "operator.leaderElection.enabled=false")
@@ -293,6 +320,7 @@ def test_two_operator_replicas_without_leader_election_is_refused() -> None:
 BAD_VALUES = [
     ("operator.replicas=two", "/operator/replicas"),
     ("operator.replicas=0", "/operator/replicas"),
+    ("operator.ultraserversFromNodes=maybe", "/operator/ultraserversFromNodes"),
     ("simulator.timeScale=0", "/simulator/timeScale"),
     ("simulator.metricsPort=70000", "/simulator/metricsPort"),
     ("image.pullPolicy=Sometimes", "/image/pullPolicy"),
