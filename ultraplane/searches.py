@@ -135,9 +135,14 @@ def fill(slot: Slot, rank: int, c: int, whole: bool) -> Pairs:
         s = slot.nfree.index(k)
         return [(s, low_bits(slot.free[s], c))]
     if rank == 1:
+        # The rack with the fewest free chips that fits (lowest index on ties).
         cap = [w * slot.cps for w in slot.rack_whole] if whole else slot.rack_free
-        r = min((r for r in range(slot.nracks) if cap[r] >= c), key=lambda r: (cap[r], r))
-        return _take_from(slot, range(r * slot.spr, min(slot.n, (r + 1) * slot.spr)), c, whole)
+        r = -1
+        for i, have in enumerate(cap):
+            if have >= c and (r < 0 or have < cap[r]):
+                r = i
+        spr = slot.spr
+        return _take_from(slot, range(r * spr, min(slot.n, (r + 1) * spr)), c, whole)
     return _take_from(slot, range(slot.n), c, whole)
 
 
@@ -158,11 +163,12 @@ def best_fit(
     members = list(within) if within is not None else None
     if chips > pool.cpu:
         return _whole_ultraservers(pool, chips, required, members)
-    last = min(required.rank, 2)
+    last = required.rank if required.rank < 2 else 2
     start = 0 if chips <= pool.cps else 1 if chips <= pool.cpr else 2
     if preferred is not None and preferred.rank > start:
         start = preferred.rank
-    start = min(start, last)
+    if start > last:
+        start = last
     # Without a preferred level, an idle UltraServer is broken only when no partly used one
     # can hold the gang at any level the request allows: idle UltraServers are what large
     # gangs need. With a preferred level, locality comes first.
@@ -318,24 +324,24 @@ def score_of(held: Held) -> float:
         idle = slot.total == slot.cpu
         if idle and sum(m.bit_count() for _, m in pairs) == slot.cpu:
             continue
-        spr = slot.spr
+        spr, sizes, rack_whole = slot.spr, slot.rack_sizes, slot.rack_whole
         if len(pairs) == 1:
             s, m = pairs[0]
             if free[s] == full and m != full:
                 score += cps
             r = s // spr
-            size = min(slot.n, (r + 1) * spr) - r * spr
-            if slot.rack_whole[r] == size and m.bit_count() < size * cps:
-                score += size * cps
+            if rack_whole[r] == sizes[r] and m.bit_count() < sizes[r] * cps:
+                score += sizes[r] * cps
         else:
-            score += cps * sum(1 for s, m in pairs if free[s] == full and m != full)
             per_rack: dict[int, int] = {}
             for s, m in pairs:
-                per_rack[s // spr] = per_rack.get(s // spr, 0) + m.bit_count()
+                if free[s] == full and m != full:
+                    score += cps
+                r = s // spr
+                per_rack[r] = per_rack.get(r, 0) + m.bit_count()
             for r, used in per_rack.items():
-                size = min(slot.n, (r + 1) * spr) - r * spr
-                if slot.rack_whole[r] == size and used < size * cps:
-                    score += size * cps
+                if rack_whole[r] == sizes[r] and used < sizes[r] * cps:
+                    score += sizes[r] * cps
         if idle:
             score += slot.cpu
     return float(score)

@@ -140,8 +140,7 @@ class Slot:
     # -- ownership ---------------------------------------------------------------------
     def take(self, pairs: Sequence[tuple[int, int]], job: JobKey) -> None:
         """Hold `(server, mask)` pairs for `job`. Taking a whole idle slot is O(1)-ish."""
-        count = self.cpu if pairs is self.all_pairs else sum(m.bit_count() for _, m in pairs)
-        if count == self.cpu and self.total == self.cpu:
+        if pairs is self.all_pairs and self.total == self.cpu:
             n = self.n
             self.alloc = [self.full] * n
             self.free = [0] * n
@@ -150,19 +149,27 @@ class Slot:
             self.rack_free = [0] * self.nracks
             self.rack_whole = [0] * self.nracks
             self.total = self.whole = 0
+            count = self.cpu
         else:
             # set_free, inlined: this loop runs for every server a gang touches.
             alloc, free, nfree, hist, spr = self.alloc, self.free, self.nfree, self.hist, self.spr
             rack_free, rack_whole, full = self.rack_free, self.rack_whole, self.full
-            taken = 0  # chips that were free (a failed chip held again is not)
+            count = taken = 0  # chips held; chips that were free (not a failed one held again)
             for s, m in pairs:
                 alloc[s] |= m
+                k = m.bit_count()
+                count += k
                 old = free[s]
-                new = old & ~m
-                if new == old:
-                    continue
-                k_old = nfree[s]
-                k_new = new.bit_count()
+                if old & m == m:  # the usual case: every chip was free
+                    new = old ^ m
+                    k_old = nfree[s]
+                    k_new = k_old - k
+                else:
+                    new = old & ~m
+                    if new == old:
+                        continue
+                    k_old = nfree[s]
+                    k_new = new.bit_count()
                 free[s] = new
                 nfree[s] = k_new
                 hist[k_old] -= 1
@@ -290,8 +297,9 @@ class Pool:
         if idle != (indexed is not None and indexed[3]):
             self._set_idle(block, slot, idle)
         slot.indexed = keys
-        if self.band and min(len(members), IDLE_CAP) != min(before, IDLE_CAP):
-            self._refile_block(block)  # files this slot too
+        after = len(members)
+        if self.band and after != before and (after < IDLE_CAP or before < IDLE_CAP):
+            self._refile_block(block)  # the idle band changed; files this slot too
         elif keys is not None and keys[2]:
             self._put(slot)
 
