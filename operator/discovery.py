@@ -124,6 +124,11 @@ class NodeDiscovery:
         self.ready = True
         self.wake.set()
 
+    def set_leader(self, leader: bool) -> None:
+        """Only the Lease holder writes; a new holder writes what piled up meanwhile."""
+        self.leader = leader
+        self.wake.set()
+
     # -- the loop ------------------------------------------------------------------------
     async def run(self) -> None:
         while True:

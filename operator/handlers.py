@@ -120,14 +120,14 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
             controller.leader = True
             if discovery is not None:
                 await discovery.sync()
-                discovery.leader = True
+                discovery.set_leader(True)
             await controller.sync()
 
         def loss() -> None:
             controller.leader = False
             controller.ready = False
             if discovery is not None:
-                discovery.leader = False
+                discovery.set_leader(False)
 
         elector = LeaseElector(kube.coordination, name=CONFIG.lease,
                                namespace=CONFIG.lease_namespace,

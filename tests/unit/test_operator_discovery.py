@@ -183,13 +183,12 @@ def test_a_standby_replica_writes_nothing_until_it_leads() -> None:
     add(kube, node("a0", "us-a"))
 
     async def steps(d: NodeDiscovery) -> None:
-        d.leader = False
+        d.set_leader(False)
         d.observe_node(node("a0", "us-a", cordoned=True))
         await asyncio.sleep(0.05)
         assert kube.writes == [("apply", "us-a")]  # from before it lost the lease
-        await d.sync()
-        d.leader = True
-        d.wake.set()
+        await d.sync()  # on gaining the Lease, as handlers.startup does
+        d.set_leader(True)
 
     run(kube, steps)
     assert kube.ultraservers["us-a"]["spec"]["cordonedServers"] == [0, 1, 2, 3]
