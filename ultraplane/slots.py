@@ -8,7 +8,8 @@ UltraServers of one profile and size) files every slot in buckets keyed by
 (most free in one domain of a level, total free), with one bitmask per key saying which totals
 are non-empty, so "the fullest UltraServer that still has a rack with c free chips" is a few
 integer operations. Whole free ("idle") UltraServers are also filed per network block, for
-multi-UltraServer gangs. Counters are updated only for the servers an operation touches.
+multi-UltraServer gangs. Counters are updated only for the servers an operation touches,
+and a full UltraServer is not filed at all (no query can use it; most are full at high load).
 """
 
 from __future__ import annotations
