@@ -42,6 +42,7 @@ from ultraplane.topology import build_fleet  # noqa: E402
 SEED = 7
 VERBOSE = '--verbose' in sys.argv
 NO_EVENTS = '--no-events' in sys.argv
+CONCURRENCY = 0
 SIZES = (1, 2, 4, 8, 16, 36, 72, 144)
 WEIGHTS = (0.30, 0.25, 0.20, 0.12, 0.08, 0.03, 0.015, 0.005)
 
@@ -70,26 +71,48 @@ def baseline(sizes: list[int], ultraservers: int) -> float:
 
 
 class Watcher(threading.Thread):
-    """Records when each job is first seen Admitted (client side)."""
+    """Records when each job is first seen Admitted (client side), as an informer would: one
+    list, then a watch resumed from the last resourceVersion (re-listing only on 410 Gone).
+
+    Why not a fresh watch per reconnect: a watch without a resourceVersion starts by replaying
+    every object, and once thousands exist that replay outlasts a short watch timeout, so the
+    watcher would never reach the new events."""
 
     def __init__(self, h: Harness) -> None:
         super().__init__(daemon=True)
-        self.h, self.admitted, self.stop = h, {}, threading.Event()
+        self.h, self.stop = h, threading.Event()
         self.admitted: dict[str, float] = {}
+
+    def _see(self, obj: dict[str, Any]) -> None:
+        if (obj.get("status") or {}).get("phase") in ("Admitted", "Running"):
+            self.admitted.setdefault(obj["metadata"]["name"], time.monotonic())
 
     def run(self) -> None:
         from kubernetes import watch
+        from kubernetes.client.rest import ApiException
 
+        rv: str | None = None
         while not self.stop.is_set():
-            w = watch.Watch()
             try:
-                for ev in w.stream(self.h.api.list_namespaced_custom_object, GROUP, VERSION,
-                                   self.h.ns, "trainingjobs", timeout_seconds=5):
+                if rv is None:
+                    listed = self.h.api.list_namespaced_custom_object(GROUP, VERSION, self.h.ns,
+                                                                      "trainingjobs")
+                    for obj in listed["items"]:
+                        self._see(obj)
+                    rv = listed["metadata"]["resourceVersion"]
+                for ev in watch.Watch().stream(
+                        self.h.api.list_namespaced_custom_object, GROUP, VERSION, self.h.ns,
+                        "trainingjobs", resource_version=rv, timeout_seconds=30,
+                        allow_watch_bookmarks=True):
                     obj = ev["object"]
-                    if (obj.get("status") or {}).get("phase") in ("Admitted", "Running"):
-                        self.admitted.setdefault(obj["metadata"]["name"], time.monotonic())
+                    rv = obj["metadata"].get("resourceVersion", rv)
+                    self._see(obj)
                     if self.stop.is_set():
                         break
+            except ApiException as exc:
+                if exc.status == 410:
+                    rv = None
+                time.sleep(0.2)
             except Exception:
                 time.sleep(0.2)
 
@@ -119,7 +142,8 @@ def run_fleet(env: KubeEnv, ns: str, count: int, logdir: Path) -> Harness:
     h = Harness(env, ns, logdir)
     with ThreadPoolExecutor(16) as pool:
         list(pool.map(lambda i: h.ultraserver(f"{ns}-{i:04d}"), range(count)))
-    h.start(*(["--verbose"] if VERBOSE else []), *(["--no-events"] if NO_EVENTS else []))
+    h.start(*(["--verbose"] if VERBOSE else []), *(["--no-events"] if NO_EVENTS else []),
+            *(["--concurrency", str(CONCURRENCY)] if CONCURRENCY else []))
     time.sleep(3)
     return h
 
@@ -202,7 +226,12 @@ def main() -> None:
     parser.add_argument("--no-events", action="store_true",
                         help="run the operator without Kubernetes Events (to see their cost)")
     parser.add_argument("--quick", action="store_true", help="32 UltraServers, 500 jobs")
+    parser.add_argument("--concurrency", type=int, default=0,
+                        help="the operator's --concurrency (status writes in flight; default its own)")
+    parser.add_argument("--phase1-only", action="store_true", help="skip the priority drain phase")
     args = parser.parse_args()
+    global CONCURRENCY
+    CONCURRENCY = args.concurrency
     n_us, n_jobs = (32, 500) if args.quick else (256, 5000)
     workdir = Path(tempfile.mkdtemp(prefix="ultraplane-bench-"))
     env = KubeEnv(bin_dir=find_binaries(), workdir=workdir)
@@ -210,7 +239,8 @@ def main() -> None:
     try:
         env.apply_crds()
         figures = phase1(env, workdir, n_us, n_jobs)
-        phase2(env, workdir, 8 if args.quick else 32)
+        if not args.phase1_only:
+            phase2(env, workdir, 8 if args.quick else 32)
     finally:
         env.stop()
         print(f"logs in {workdir}")

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
@@ -174,8 +174,11 @@ class Controller(Observations):
         admissions.update({key: Transition("admit", "Admitted", placements=placements)
                            for key, placements in result.admitted_replicas})
         self._collect_ghosts()
-        await self.flush()
-        ok = await self._gather(admissions)
+        # Evictions first (an admission may take a victim's chips); a job's own finalizer is
+        # chained with its admission below, so one slow batch of finalizers never holds back
+        # every admission of the cycle.
+        await self.flush(keep=admissions.keys())
+        ok = await self._gather(admissions, finalize=True)
         for key, done in ok.items():
             if not done and self.scheduler.is_running(key):
                 self.scheduler.requeue(key)
@@ -205,12 +208,15 @@ class Controller(Observations):
             return False
         return moved(last[1], position)
 
-    async def flush(self) -> None:
-        """Write evictions and finalizer changes (everything that must precede admissions)."""
+    async def flush(self, keep: Iterable[JobKey] = ()) -> None:
+        """Write evictions and finalizer changes (everything that must precede admissions);
+        the finalizers to add for the jobs in `keep` stay queued for their admission write."""
         batch = {k: t for k, t in self.outbox.items() if t.kind != "pending"}
         for key in batch:
             del self.outbox[key]
-        finalizers, self.finalizers = self.finalizers, {}
+        held = {k: True for k in keep if self.finalizers.get(k) is True}
+        finalizers = {k: p for k, p in self.finalizers.items() if k not in held}
+        self.finalizers = held
         _, results = await asyncio.gather(
             asyncio.gather(*(self._finalizer(k, p) for k, p in finalizers.items())),
             self._gather(batch))
@@ -227,10 +233,17 @@ class Controller(Observations):
         self.outbox.update({k: t for k, t in batch.items() if t.kind != "pending"})
         await self._gather(pending)
 
-    async def _gather(self, batch: Mapping[JobKey, Transition]) -> dict[JobKey, bool]:
+    async def _gather(self, batch: Mapping[JobKey, Transition], *,
+                      finalize: bool = False) -> dict[JobKey, bool]:
         keys = list(batch)
-        done = await asyncio.gather(*(self._write(k, batch[k]) for k in keys))
+        write = self._finalize_then_write if finalize else self._write
+        done = await asyncio.gather(*(write(k, batch[k]) for k in keys))
         return dict(zip(keys, done, strict=True))
+
+    async def _finalize_then_write(self, key: JobKey, change: Transition) -> bool:
+        if self.finalizers.pop(key, None) is True:
+            await self._finalizer(key, True)
+        return await self._write(key, change)
 
     # -- writes ------------------------------------------------------------------------
     async def _call(self, fn: Callable[..., Any], *args: Any) -> Any:

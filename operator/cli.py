@@ -21,7 +21,7 @@ import click
               help="Use only UltraServers labelled ultraplane.dev/fleet=NAME.")
 @click.option("--liveness", metavar="URL", default=None,
               help="Serve kopf's liveness probe, e.g. http://0.0.0.0:8080/healthz.")
-@click.option("--concurrency", type=click.IntRange(1, 256), default=16, show_default=True,
+@click.option("--concurrency", type=click.IntRange(1, 256), default=64, show_default=True,
               help="Status writes in flight at once.")
 @click.option("--no-events", is_flag=True, help="Do not post Kubernetes Events.")
 @click.option("--ultraservers-from-nodes", is_flag=True,

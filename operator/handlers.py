@@ -43,7 +43,7 @@ class Config:
     lease: str | None = os.environ.get("ULTRAPLANE_LEASE") or None
     fleet: str | None = os.environ.get("ULTRAPLANE_FLEET") or None
     lease_namespace: str = os.environ.get("POD_NAMESPACE", "default")
-    concurrency: int = int(os.environ.get("ULTRAPLANE_WRITE_CONCURRENCY", "16"))
+    concurrency: int = int(os.environ.get("ULTRAPLANE_WRITE_CONCURRENCY", "64"))
     events: bool = os.environ.get("ULTRAPLANE_EVENTS", "1") != "0"
     ultraservers_from_nodes: bool = os.environ.get("ULTRAPLANE_ULTRASERVERS_FROM_NODES") == "1"
     ultraserver_label: str = (os.environ.get("ULTRAPLANE_ULTRASERVER_LABEL")
