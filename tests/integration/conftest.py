@@ -18,6 +18,7 @@ import pytest
 
 from tests.conftest import require_or_skip
 from tests.integration.kube_tier import KubeEnv, TierUnavailable, find_binaries
+from tests.integration.operator_harness import Harness
 
 REQUIRE_ENV = "ULTRAPLANE_REQUIRE_ENVTEST"
 KUBE_FIXTURES = {"kube_env", "kube_namespace"}
@@ -113,3 +114,14 @@ def kube_namespace(kube_env: KubeEnv) -> Iterator[str]:
         yield name
     finally:
         kube_env.kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
+@pytest.fixture
+def op(kube_env, kube_namespace: str, tmp_path: Path) -> Iterator[Harness]:  # type: ignore[no-untyped-def]
+    """A live-operator harness on this test's namespace and fleet (stopped and cleaned after)."""
+    h = Harness(kube_env, kube_namespace, tmp_path)
+    try:
+        yield h
+    finally:
+        h.stop()
+        h.delete_fleet()

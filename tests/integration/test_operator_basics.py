@@ -2,22 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
-import pytest
-
 from tests.integration.operator_harness import Harness
-
-
-@pytest.fixture
-def op(kube_env, kube_namespace: str, tmp_path: Path) -> Iterator[Harness]:  # type: ignore[no-untyped-def]
-    h = Harness(kube_env, kube_namespace, tmp_path)
-    try:
-        yield h
-    finally:
-        h.stop()
-        h.delete_fleet()
 
 
 def test_apply_places_a_gang_and_delete_frees_it(op: Harness) -> None:

@@ -8,9 +8,7 @@ import random
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,16 +21,6 @@ HOLDING = ("Admitted", "Running")
 ALLOWED = {"Pending", "Admitted", "Preempted", "Running", "Succeeded", "Failed", ""}
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-def op(kube_env, kube_namespace: str, tmp_path: Path) -> Iterator[Harness]:  # type: ignore[no-untyped-def]
-    h = Harness(kube_env, kube_namespace, tmp_path)
-    try:
-        yield h
-    finally:
-        h.stop()
-        h.delete_fleet()
 
 
 def double_allocated(jobs: list[dict[str, Any]]) -> list[str]:

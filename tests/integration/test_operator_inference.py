@@ -3,25 +3,11 @@ inside its required level, released on delete; a TrainingJob of the same name is
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
-
-import pytest
 
 from tests.integration.operator_harness import GROUP, VERSION, Harness
 
 INFERENCE = "inferencejobs"
-
-
-@pytest.fixture
-def op(kube_env, kube_namespace: str, tmp_path: Path) -> Iterator[Harness]:  # type: ignore[no-untyped-def]
-    h = Harness(kube_env, kube_namespace, tmp_path)
-    try:
-        yield h
-    finally:
-        h.stop()
-        h.delete_fleet()
 
 
 def get_inference(op: Harness, name: str) -> dict[str, Any]:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -60,16 +59,6 @@ class Nodes:
         except ApiException as exc:
             if exc.status != 404:
                 raise
-
-
-@pytest.fixture
-def op(kube_env, kube_namespace: str, tmp_path: Path) -> Iterator[Harness]:  # type: ignore[no-untyped-def]
-    h = Harness(kube_env, kube_namespace, tmp_path)
-    try:
-        yield h
-    finally:
-        h.stop()
-        h.delete_fleet()
 
 
 @pytest.fixture
