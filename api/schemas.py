@@ -70,7 +70,7 @@ class UltraServerView(Wire):
     allocated_chips: int
     free_chips: int
     failed_chips: list[str]
-    jobs: list[str]
+    jobs: list[str] = Field(description="Jobs with chips here: tj/<namespace>/<name> or ij/<namespace>/<name>.")
     utilization: float = 0.0
     power_watts: float = 0.0
 

@@ -88,7 +88,7 @@ def test_ultraservers_and_capacity(fleet: Fleet) -> None:
     cap = fleet.client.get("/v1/capacity").json()
     assert cap, "capacity report is empty"
     busy = [u for u in fleet.client.get("/v1/ultraservers").json()["items"] if u["allocatedChips"]]
-    assert len(busy) == 1 and busy[0]["allocatedChips"] == 144 and busy[0]["jobs"] == [f"{NS}/big"]
+    assert len(busy) == 1 and busy[0]["allocatedChips"] == 144 and busy[0]["jobs"] == [f"tj/{NS}/big"]
 
 
 def test_job_lifecycle_and_accounting(fleet: Fleet) -> None:

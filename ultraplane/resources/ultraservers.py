@@ -190,7 +190,7 @@ class UltraServerStatus(StatusModel):
     chips: list[ChipStatus] = Field(
         default_factory=list, description="Per-chip state (written by the simulator)."
     )
-    jobs: list[str] = Field(default_factory=list, description="Keys of jobs with chips here.")
+    jobs: list[str] = Field(default_factory=list, description="Jobs with chips here, as tj/<namespace>/<name> (TrainingJob) or ij/<namespace>/<name> (InferenceJob).")
     heartbeat_time: datetime | None = Field(
         default=None, description="Last time the simulator reported on this UltraServer."
     )
