@@ -152,6 +152,7 @@ def phase1(env: KubeEnv, logdir: Path, n_us: int, n_jobs: int) -> dict[str, Any]
     rng = random.Random(SEED)
     sizes = sizes_that_fit(n_jobs, n_us * 144, rng, 0.92)
     base = baseline(sizes, n_us)
+    ceiling = create_ceiling(env, logdir, sizes)
     h = run_fleet(env, "bench1", n_us, logdir)
     watcher = Watcher(h)
     watcher.start()
@@ -175,10 +176,26 @@ def phase1(env: KubeEnv, logdir: Path, n_us: int, n_jobs: int) -> dict[str, Any]
           f"p99 {lat[int(0.99 * (len(lat) - 1))]:.2f}s, peak RSS {rss:.0f} MB")
     print(f"  baseline (pure Scheduler, same jobs, no API server): {base:.0f} admissions/s; "
           f"operator/baseline = {rate / base:.3f}")
+    print(f"  ceiling (the same creates, no operator running): {ceiling:.0f} creates/s; "
+          f"operator admissions/ceiling = {rate / ceiling:.2f}")
     return {"jobs": len(lat), "admissions_per_s": round(rate, 1),
             "p50_s": round(statistics.median(lat), 3),
             "p99_s": round(lat[int(0.99 * (len(lat) - 1))], 3), "rss_mb": round(rss, 1),
-            "baseline_admissions_per_s": round(base, 1)}
+            "baseline_admissions_per_s": round(base, 1), "create_only_per_s": round(ceiling, 1)}
+
+
+def create_ceiling(env: KubeEnv, logdir: Path, sizes: list[int]) -> float:
+    """Creates/s of the same jobs by the same 16 clients with no operator: on a small machine
+    the API server's intake, not the operator, bounds admissions/s (each admission costs the
+    operator a finalizer patch, a status patch and an Event on top of the create)."""
+    env.kubectl("create", "namespace", "bench0")
+    h = Harness(env, "bench0", logdir)
+    t0 = time.monotonic()
+    create_all(h, [(f"j{i:05d}", s, 0) for i, s in enumerate(sizes)])
+    rate = len(sizes) / (time.monotonic() - t0)
+    # one server-side deletecollection (no namespace controller runs on this tier)
+    h.api.delete_collection_namespaced_custom_object(GROUP, VERSION, "bench0", "trainingjobs")
+    return rate
 
 
 def phase2(env: KubeEnv, logdir: Path, n_us: int) -> None:
