@@ -61,11 +61,18 @@ def _send(api: Any, patch: Patch) -> None:
         raise
 
 
-def heartbeat(api: Any, kubelet: VirtualKubelet, namespace: str | None) -> None:
-    """One level-triggered pass: list, reconcile, write status."""
+def heartbeat(api: Any, kubelet: VirtualKubelet, namespace: str | None,
+              metrics: SimulatorMetrics | None = None) -> None:
+    """One level-triggered pass: list, reconcile, write status.
+
+    The metrics are updated before the writes, so a reader who sees a status never finds the
+    metrics behind it."""
     kubelet.sync_ultraservers(_list(api, "ultraservers", None))
     jobs = _list(api, "trainingjobs", namespace) + _list(api, "inferencejobs", namespace)
-    for patch in kubelet.sync_jobs(jobs) + kubelet.tick():
+    patches = kubelet.sync_jobs(jobs) + kubelet.tick()
+    if metrics is not None:
+        metrics.update(kubelet)
+    for patch in patches:
         _send(api, patch)
 
 
@@ -88,8 +95,7 @@ def run_cluster(*, time_scale: float, metrics_port: int, heartbeat_s: float,
              time_scale, heartbeat_s, metrics_port or "off")
     while not stop.is_set():
         try:
-            heartbeat(api, kubelet, namespace)
-            metrics.update(kubelet)
+            heartbeat(api, kubelet, namespace, metrics)
         except Exception:  # keep the data plane alive across API hiccups; logged with traceback
             log.exception("heartbeat failed; retrying")
         stop.wait(heartbeat_s)
