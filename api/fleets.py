@@ -55,9 +55,8 @@ class FleetView:
         self.version = 0
 
     def refresh(self, jobs: Mapping[str, Any], runtime: Any) -> None:
-        # the operator's job keys (UltraServer.status.jobs), so both backends list jobs alike
-        owner = {key: f"{'ij' if j.kind == 'InferenceJob' else 'tj'}/{j.namespace}/{j.name}"
-                 for j in jobs.values() for key in j.held}
+        # job keys, as the operator's UltraServer.status.jobs, so both backends list jobs alike
+        owner = {key: j.key for j in jobs.values() for key in j.held}
         allocated: Counter[str] = Counter()
         on_us: defaultdict[str, set[str]] = defaultdict(set)
         for key, placement in self.allocator.allocations().items():

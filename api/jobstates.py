@@ -16,7 +16,7 @@ from ultraplane.api.models import Job
 from ultraplane.api.schemas import JobKind, JobResource, ObjectMeta
 
 from ultraplane.allocator import PlacementRequest
-from ultraplane.ids import JobKey
+from ultraplane.ids import JobKey, job_key
 from ultraplane.resources import InferenceJobSpec, TrainingJobSpec
 
 FINISHED = frozenset({"Succeeded", "Failed"})
@@ -53,8 +53,7 @@ class JobState:
 
     @property
     def key(self) -> JobKey:
-        prefix = "tj" if self.kind == "TrainingJob" else "ij"
-        return JobKey(f"{prefix}/{self.namespace}/{self.name}")
+        return job_key(self.kind, self.namespace, self.name)
 
     @cached_property
     def requests(self) -> list[PlacementRequest]:

@@ -28,13 +28,12 @@ from ultraplane.operator.observations import Observations
 from ultraplane.operator.requests import (
     INFERENCE,
     TERMINAL_PHASES,
-    kind_of_key,
     plural_of_key,
     view_job,
 )
 
 from ultraplane.allocator import Allocator, NoFit, Placement
-from ultraplane.ids import JobKey
+from ultraplane.ids import JobKey, kind_of_job_key
 from ultraplane.scheduling import Scheduler
 from ultraplane.topology import Topology
 
@@ -272,7 +271,7 @@ class Controller(Observations):
                     self.forget(key)
                     return False
                 self.remember(key, fresh)
-                if view_job(fresh, kind_of_key(key)).deleting:
+                if view_job(fresh, kind_of_job_key(key)).deleting:
                     return False
                 continue
             except Gone:
@@ -349,7 +348,7 @@ class Controller(Observations):
         jobs_by_us: dict[str, set[str]] = {}
         servers_by_us: dict[str, set[str]] = {}
         for part, placement in self.allocator.allocations().items():
-            key = self.scheduler.owner(part) or part
+            key = self._owner(part)
             for us in placement.ultraservers:
                 jobs_by_us.setdefault(us, set()).add(key)
             for server in placement.servers:

@@ -25,12 +25,11 @@ from ultraplane.operator.requests import (
     HOLDING_PHASES,
     TERMINAL_PHASES,
     JobView,
-    kind_of_key,
     view_job,
 )
 
 from ultraplane.allocator import AllocationConflict, Allocator, Placement
-from ultraplane.ids import ChipId, JobKey
+from ultraplane.ids import ChipId, JobKey, kind_of_job_key
 from ultraplane.scheduling import Scheduler
 
 if TYPE_CHECKING:
@@ -220,10 +219,8 @@ class Observations:
             self._evict(job, "preempt", "Drained", f"UltraServer {change.name} was cordoned.")
 
     def _chip_failed(self, job: JobKey, parts: Mapping[JobKey, list[ChipId]]) -> None:
-        body = self.bodies.get(job)
-        kind = kind_of_key(job)
-        default = "ReplaceAffected" if kind == "InferenceJob" else "RestartAll"
-        policy = view_job(body, kind).failure_policy if body else default
+        # with no cached body, the kind's default policy (what an empty spec reads as)
+        policy = view_job(self.bodies.get(job) or {}, kind_of_job_key(job)).failure_policy
         chips = [c for lost in parts.values() for c in lost]
         message = f"Chip(s) {', '.join(chips)} failed under the job ({policy})."
         if policy == "Fail":

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ultraplane.allocator import PlacementRequest
-from ultraplane.ids import ChipId, JobKey
+from ultraplane.ids import ChipId, JobKey, job_key, kind_of_job_key
 from ultraplane.scheduling import QueuedJob
 from ultraplane.topology import parse_level
 
@@ -25,7 +25,6 @@ VERSION = "v1alpha1"
 TRAINING = "trainingjobs"
 INFERENCE = "inferencejobs"
 PLURALS = {"TrainingJob": TRAINING, "InferenceJob": INFERENCE}
-PREFIXES = {"TrainingJob": "tj", "InferenceJob": "ij"}
 ULTRASERVERS = "ultraservers"
 FINALIZER = "ultraplane.dev/release-chips"
 FLEET_LABEL = "ultraplane.dev/fleet"
@@ -63,27 +62,9 @@ class JobView:
     queued: QueuedJob | None
     error: str | None
 
-    @property
-    def plural(self) -> str:
-        return PLURALS[self.kind]
-
-    @property
-    def replicated(self) -> bool:
-        return self.kind == "InferenceJob"
-
-
-def job_key(kind: str, namespace: str, name: str) -> JobKey:
-    """The operator's key of a job: its kind's prefix, namespace and name."""
-    return JobKey(f"{PREFIXES[kind]}/{namespace}/{name}")
-
-
-def kind_of_key(key: str) -> str:
-    """The kind a job key (or replica key) belongs to."""
-    return "InferenceJob" if key.startswith(f"{PREFIXES['InferenceJob']}/") else "TrainingJob"
-
 
 def plural_of_key(key: str) -> str:
-    return PLURALS[kind_of_key(key)]
+    return PLURALS[kind_of_job_key(key)]
 
 
 def kind_of(body: Body, default: str = "TrainingJob") -> str:
@@ -186,4 +167,3 @@ def view_job(body: Body, kind: str | None = None) -> JobView:
         queued=queued,
         error=error,
     )
-

@@ -23,7 +23,7 @@ from typing import Any
 
 from ultraplane.simulator.runtime import JobRuntime, JobRuntimeStatus
 
-from ultraplane.ids import UltraServerName, local_ref, parse_chip_id
+from ultraplane.ids import UltraServerName, job_key, local_ref, parse_chip_id
 from ultraplane.topology import Topology, UltraServer
 
 ACTIVE = ("Admitted", "Running")
@@ -131,10 +131,7 @@ class VirtualKubelet:
         out: list[Patch] = []
         for body in bodies:
             meta = body["metadata"]
-            # kind-qualified, as the operator's keys: a TrainingJob and an InferenceJob may
-            # share a namespace/name
-            kind_prefix = "ij" if body.get("kind") == "InferenceJob" else "tj"
-            key = f"{kind_prefix}/{meta['namespace']}/{meta['name']}"
+            key = job_key(str(body.get("kind", "TrainingJob")), meta["namespace"], meta["name"])
             seen.add(key)
             phase = _get(body, "status", "phase")
             chips = allocated_chips(body)

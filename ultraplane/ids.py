@@ -17,6 +17,8 @@ __all__ = [
     "ServerId",
     "UltraServerName",
     "chip_id",
+    "job_key",
+    "kind_of_job_key",
     "local_ref",
     "parse_chip_id",
     "parse_local_ref",
@@ -27,6 +29,10 @@ UltraServerName = NewType("UltraServerName", str)
 ChipId = NewType("ChipId", str)
 ServerId = NewType("ServerId", str)
 JobKey = NewType("JobKey", str)
+
+# The kind prefix of a Kubernetes job's key: a TrainingJob and an InferenceJob of the same
+# namespace/name must never share a queue entry or a chip.
+JOB_KEY_PREFIXES = {"TrainingJob": "tj", "InferenceJob": "ij"}
 
 _CHIP = re.compile(r"^(?P<us>[^/\s]+)/s(?P<server>\d{2,})/c(?P<chip>\d{2,})$")
 _LOCAL = re.compile(r"^s(?P<server>\d{2,})/c(?P<chip>\d{2,})$")
@@ -63,3 +69,15 @@ def parse_local_ref(value: str) -> tuple[int, int]:
     if match is None:
         raise ValueError(f"chip reference {value!r} is not of the form 'sNN/cNN', e.g. 's03/c01'")
     return int(match["server"]), int(match["chip"])
+
+
+def job_key(kind: str, namespace: str, name: str) -> JobKey:
+    """`tj/research/llama` (TrainingJob) or `ij/serving/chat` (InferenceJob); an InferenceJob's
+    replica `i` is held under `<key>#i`. Unknown kinds are treated as TrainingJob."""
+    prefix = JOB_KEY_PREFIXES.get(kind, JOB_KEY_PREFIXES["TrainingJob"])
+    return JobKey(f"{prefix}/{namespace}/{name}")
+
+
+def kind_of_job_key(key: str) -> str:
+    """The kind a job key (or replica key) belongs to."""
+    return "InferenceJob" if key.startswith(f"{JOB_KEY_PREFIXES['InferenceJob']}/") else "TrainingJob"

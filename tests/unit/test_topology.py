@@ -103,3 +103,12 @@ def test_cluster_file_errors_name_the_field(tmp_path: Path, text: str, field: st
     path.write_text(text)
     with pytest.raises(ClusterFileError, match=field.replace("[", r"\[").replace("]", r"\]")):
         load_cluster_file(path)
+
+
+def test_job_keys_carry_the_kind() -> None:
+    from ultraplane.ids import job_key, kind_of_job_key
+
+    assert job_key("TrainingJob", "ns", "x") == "tj/ns/x"
+    assert job_key("InferenceJob", "ns", "x") == "ij/ns/x"
+    assert kind_of_job_key("ij/ns/x#1") == "InferenceJob"
+    assert kind_of_job_key(job_key("TrainingJob", "ns", "x")) == "TrainingJob"
