@@ -84,7 +84,7 @@ class Controller(Observations):
 
     def __init__(self, kube: Kube, *, clock: Callable[[], datetime], emit: Emit,
                  namespaces: list[str] | None = None, fleet: str | None = None,
-                 concurrency: int = 16,
+                 concurrency: int = 16, reservation: bool = True,
                  batch_seconds: float = 0.05, position_seconds: float = 2.0,
                  us_seconds: float = 1.0) -> None:
         self.kube = kube
@@ -97,7 +97,7 @@ class Controller(Observations):
         self.position_seconds = position_seconds
         self.inventory = Inventory()
         self.allocator = Allocator(Topology(()))
-        self.scheduler = Scheduler(self.allocator)
+        self.scheduler = Scheduler(self.allocator, reservation=reservation)
         self.bodies: dict[JobKey, dict[str, Any]] = {}
         self.outbox: dict[JobKey, Transition] = {}
         self.finalizers: dict[JobKey, bool] = {}

@@ -24,6 +24,9 @@ import click
 @click.option("--concurrency", type=click.IntRange(1, 256), default=64, show_default=True,
               help="Status writes in flight at once.")
 @click.option("--no-events", is_flag=True, help="Do not post Kubernetes Events.")
+@click.option("--no-reservation", is_flag=True,
+              help="Plain best-effort FIFO: the first waiting gang of whole UltraServers does "
+                   "not reserve the UltraServers it waits for (see docs/operator.md).")
 @click.option("--ultraservers-from-nodes", is_flag=True,
               help="Create, update and delete UltraServers from the labels of Trainium Nodes.")
 @click.option("--ultraserver-label", default=None, metavar="KEY",
@@ -34,7 +37,7 @@ import click
 @click.option("--verbose", "-v", is_flag=True, help="Debug logging.")
 def operator(namespaces: tuple[str, ...], all_namespaces: bool, lease: str | None,
              standalone: bool, lease_namespace: str, fleet: str | None, liveness: str | None, concurrency: int,
-             no_events: bool, ultraservers_from_nodes: bool, ultraserver_label: str | None,
+             no_events: bool, no_reservation: bool, ultraservers_from_nodes: bool, ultraserver_label: str | None,
              server_index_label: str | None, verbose: bool) -> None:
     """Run the Kubernetes operator (kopf): admission queue, gang placement, preemption."""
     if namespaces and all_namespaces:
@@ -50,6 +53,8 @@ def operator(namespaces: tuple[str, ...], all_namespaces: bool, lease: str | Non
     handlers.CONFIG.fleet = fleet
     handlers.CONFIG.concurrency = concurrency
     handlers.CONFIG.events = not no_events
+    if no_reservation:  # or ULTRAPLANE_RESERVATION=0
+        handlers.CONFIG.reservation = False
     if ultraservers_from_nodes:  # or ULTRAPLANE_ULTRASERVERS_FROM_NODES=1, read at import
         handlers.CONFIG.ultraservers_from_nodes = True
         handlers.watch_nodes()

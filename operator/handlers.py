@@ -45,6 +45,7 @@ class Config:
     lease_namespace: str = os.environ.get("POD_NAMESPACE", "default")
     concurrency: int = int(os.environ.get("ULTRAPLANE_WRITE_CONCURRENCY", "64"))
     events: bool = os.environ.get("ULTRAPLANE_EVENTS", "1") != "0"
+    reservation: bool = os.environ.get("ULTRAPLANE_RESERVATION", "1") != "0"
     ultraservers_from_nodes: bool = os.environ.get("ULTRAPLANE_ULTRASERVERS_FROM_NODES") == "1"
     ultraserver_label: str = (os.environ.get("ULTRAPLANE_ULTRASERVER_LABEL")
                               or NodeLabels.ultraserver)
@@ -96,7 +97,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     kube = KubeClient(pool_size=CONFIG.concurrency)
     controller = Controller(kube, clock=utcnow, emit=post_event,
                             namespaces=CONFIG.namespaces or None, fleet=CONFIG.fleet,
-                            concurrency=CONFIG.concurrency)
+                            concurrency=CONFIG.concurrency, reservation=CONFIG.reservation)
     memo["controller"] = controller
     tasks = [asyncio.create_task(controller.run(), name="ultraplane-admission")]
     discovery: NodeDiscovery | None = None
@@ -114,7 +115,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
         async def gain() -> None:
             fresh = Controller(kube, clock=utcnow, emit=post_event,
                                namespaces=CONFIG.namespaces or None, fleet=CONFIG.fleet,
-                               concurrency=CONFIG.concurrency)
+                               concurrency=CONFIG.concurrency, reservation=CONFIG.reservation)
             controller.__dict__.update({k: v for k, v in fresh.__dict__.items()
                                         if k not in ("wake", "_limit", "_pool")})
             controller.leader = True

@@ -51,3 +51,15 @@ class Backlog:
             free -= best[2]
             out.append(job)
         return out
+
+    def pop_first(self, min_chips: int) -> QueuedJob | None:
+        """Pop the first job, in (priority desc, seq) order, of at least `min_chips` chips."""
+        best: tuple[int, int, int] | None = None
+        for (prio, size), bucket in self._buckets.items():
+            if bucket and size >= min_chips and (best is None or (-prio, bucket[0][0]) < best[:2]):
+                best = (-prio, bucket[0][0], size)
+        if best is None:
+            return None
+        _, _, job = heapq.heappop(self._buckets[(-best[0], best[2])])
+        self._n -= 1
+        return job

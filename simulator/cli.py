@@ -83,11 +83,15 @@ def _load_traces(paths: tuple[Path, ...], skip_bad: bool) -> tuple[list[TraceJob
 @click.option("--fail", "scripted", multiple=True, help="Scripted failure SECONDS:CHIP-or-SERVER id.")
 @click.option("--checkpoint-interval", type=click.FloatRange(min=1), default=600.0, show_default=True)
 @click.option("--skip-bad-rows", is_flag=True, help="Replay the good rows; still report the bad ones.")
+@click.option("--no-reservation", is_flag=True,
+              help="Plain best-effort FIFO: no backfill reservation for waiting gangs of whole "
+                   "UltraServers (see docs/operator.md).")
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
 def simulate(fleet: str | None, cluster_file: Path | None, traces: tuple[Path, ...], out_dir: Path,
              policies: tuple[str, ...], chips_per_gpu: int, seed: int, failure_policy: str,
              chip_failure_rate: float, server_failure_rate: float, scripted: tuple[str, ...],
-             checkpoint_interval: float, skip_bad_rows: bool, no_progress: bool) -> None:
+             checkpoint_interval: float, skip_bad_rows: bool, no_reservation: bool,
+             no_progress: bool) -> None:
     """Replay a job trace offline through the core allocator and write a report."""
     from ultraplane.simulator.faults import FaultPlan
     from ultraplane.simulator.replay import ReplayConfig
@@ -117,7 +121,8 @@ def simulate(fleet: str | None, cluster_file: Path | None, traces: tuple[Path, .
     jobs, bad = _load_traces(traces, skip_bad_rows)
     configs = [ReplayConfig(policy=p, chips_per_gpu=chips_per_gpu, seed=seed,
                             checkpoint_interval_s=checkpoint_interval,
-                            failure_policy=failure_policy, faults=plan)
+                            failure_policy=failure_policy, faults=plan,
+                            reservation=not no_reservation)
                for p in (policies or ("ultraplane", "first-fit"))]
     show = not no_progress and sys.stderr.isatty()
     started = time.perf_counter()

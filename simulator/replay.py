@@ -52,6 +52,7 @@ class ReplayConfig:
     tokens_per_step: float = 4_194_304.0  # assumption for trace rows that name a model
     heatmap_bins: int = 240
     large_job_chips: int = 32
+    reservation: bool = True  # backfill reservation for the first waiting whole-UltraServer gang
     assumptions: Assumptions = DEFAULT_ASSUMPTIONS
 
     def __post_init__(self) -> None:
@@ -92,7 +93,8 @@ class Replay:
         self.cfg, self.a = config, config.assumptions
         self.shape = FleetShape.of(topology)
         self.allocator = Allocator(topology, policy=config.policy)  # type: ignore[arg-type]
-        self.scheduler = Scheduler(self.allocator, preemption=True)
+        self.scheduler = Scheduler(self.allocator, preemption=True,
+                                   reservation=config.reservation)
         self.engine = Engine(seed=config.seed, start=min((j.submit_s for j in jobs), default=0.0))
         self.ledger = Ledger(self.shape, start=self.engine.now)
         self.faults = FaultSource(config.faults, self.shape, self.engine, self.allocator)
@@ -103,6 +105,10 @@ class Replay:
         self.result = ReplayResult(config.policy, self.shape.total_chips, list(self.shape.names))
         self.backlog = Backlog()
         self._waiting: dict[str, int] = {}  # chips of jobs queued inside the Scheduler
+        # Waiting jobs of at least one whole UltraServer (key -> seq): the ones that may hold a
+        # backfill reservation. The smallest UltraServer's chips count as "whole".
+        self._whole_chips = min(self.shape.chips_of.values(), default=0)
+        self._whole: dict[str, int] = {}
         self._probe = Allocator(topology, policy=config.policy)  # type: ignore[arg-type]
         self._verdicts: dict[tuple[int, str | None], str | None] = {}
         self._one_priority = len({j.priority for j in jobs}) <= 1
@@ -217,23 +223,41 @@ class Replay:
     def _wait(self, job: QueuedJob) -> None:
         self.scheduler.submit(job)
         self._waiting[job.key] = job.request.chips
+        if job.request.chips >= self._whole_chips:
+            self._whole[job.key] = job.seq
+
+    def _unwait(self, key: str) -> None:
+        self._waiting.pop(key, None)
+        self._whole.pop(key, None)
 
     def _cycle(self, t: float) -> None:
-        for job in self.backlog.take(self._free() - sum(self._waiting.values())):
+        # The backlog stands in for the Scheduler's queue (which would hold every waiting job):
+        # it hands over what could fit in the free chips left by the waiting jobs that could.
+        free = self._free()
+        for job in self.backlog.take(free - sum(c for c in self._waiting.values() if c <= free)):
             self._wait(job)
+        if self.cfg.reservation and self._one_priority:
+            # The first whole-UltraServer job must be in the Scheduler even when it cannot fit,
+            # so that it reserves its domain as it would with every job queued there.
+            head = self.backlog.pop_first(self._whole_chips)
+            if head is not None:
+                if self._whole and min(self._whole.values()) < head.seq:
+                    self.backlog.add(head)  # an older one is waiting there already
+                else:
+                    self._wait(head)
         result = self.scheduler.cycle()
         for victim, _by in result.preempted:
             run = self.runs[victim]
             self._stop(run, t, released=True)
             self._waiting[victim] = run.chips
         for key, placement in result.admitted:
-            self._waiting.pop(key, None)
+            self._unwait(key)
             self._start(self.runs[key], placement, t)
         for key, nofit, _pos in result.pending:
             if nofit.kind == "Unsatisfiable":
                 run = self.runs[key]
                 self.scheduler.cancel(key)
-                self._waiting.pop(key, None)
+                self._unwait(key)
                 run.record.status = "rejected"
                 run.record.reason = nofit.message
                 self._done()
@@ -326,8 +350,10 @@ class Replay:
             if isinstance(placed, Placement):
                 self._start(run, placed, t)
                 return
-        self.scheduler.requeue(key)  # keeps its FIFO rank inside the Scheduler
+        again = self.scheduler.requeue(key)  # keeps its FIFO rank inside the Scheduler
         self._waiting[key] = run.chips
+        if again is not None and run.chips >= self._whole_chips:
+            self._whole[key] = again.seq
 
     def _done(self) -> None:
         self._remaining -= 1

@@ -49,6 +49,8 @@ def summarize(r: ReplayResult, *, large_job_chips: int = 32) -> dict[str, Any]:
         "avg_power_kw": energy * 3600.0 / span,
         "peak_power_kw": r.peak_power_w / 1e3,
         "large_jobs_queue_delay_mean_s": _mean(large),
+        "large_jobs_queue_delay_p99_s": _pct(large, 99),
+        "large_jobs_queue_delay_max_s": max(large, default=0.0),
         "large_job_chips": large_job_chips,
         "jobs_rejected": sum(x.status == "rejected" for x in r.records),
         "jobs_failed": sum(x.status == "failed" for x in r.records),

@@ -9,7 +9,8 @@ gives the same placements.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import replace as dc_replace
 from types import MappingProxyType
 from typing import Literal
@@ -123,10 +124,36 @@ class Allocator:
         """Domains a preemption may clear for `request`, as (name, UltraServer names): each
         schedulable UltraServer for gangs that fit in one, else the network domains (tightest
         level that can hold enough whole UltraServers) for larger gangs."""
+        return self._domains(request, whole_only=False)
+
+    def reservation(self, request: PlacementRequest) -> tuple[str, tuple[str, ...]] | None:
+        """Where a gang of whole UltraServers that does not fit now would start soonest, as
+        (domain name, UltraServer names): inside the domains of `preemption_domains`, the k
+        UltraServers the gang needs with the most free chips between them (the freest first,
+        then id order; the first domain on a tie). None for gangs smaller than one UltraServer
+        (they need no UltraServer to drain) and when no domain can ever hold the request.
+
+        The scheduler holds these back from the jobs queued behind the request, so they backfill
+        elsewhere instead of nibbling at the chips the large gang waits for.
+        """
+        best: tuple[int, str, tuple[str, ...]] | None = None
+        for name, members in self._domains(request, whole_only=True):
+            slots = [self._slots[n] for n in members]
+            k = -(-request.chips // slots[0].cpu)
+            top = sorted(slots, key=lambda s: (-s.total, s.order))[:k]
+            free = sum(s.total for s in top)
+            if best is None or free > best[0]:
+                best = (free, name, tuple(s.us.name for s in top))
+        return None if best is None else best[1:]
+
+    def _domains(self, request: PlacementRequest, *, whole_only: bool
+                 ) -> list[tuple[str, tuple[str, ...]]]:
         required = parse_level(request.required_level) if request.required_level else CLUSTER
         out: list[tuple[str, tuple[str, ...]]] = []
         for pool in self._pools.values():
             if request.profile not in (None, pool.profile) or self._never(pool, request, required):
+                continue
+            if whole_only and request.chips < pool.cpu:
                 continue
             live = sorted((s for s in pool.slots if s.us.schedulable), key=lambda s: s.order)
             if request.chips <= pool.cpu:
@@ -344,6 +371,30 @@ class Allocator:
 
     def set_schedulable(self, ultraserver: str, schedulable: bool) -> None:
         self._update(dc_replace(self._get(ultraserver).us, schedulable=schedulable))
+
+    @contextmanager
+    def held_back(self, ultraservers: Iterable[str]) -> Iterator[tuple[str, ...]]:
+        """Take these UltraServers out of placement (and preemption) while the block runs, and
+        give back exactly the ones this turned off: an UltraServer already unschedulable stays
+        so. Jobs on them keep their chips; releases inside the block return chips as usual."""
+        turned = tuple(n for n in dict.fromkeys(ultraservers) if self._get(n).us.schedulable)
+        self._fence(turned, schedulable=False)
+        try:
+            yield turned
+        finally:
+            self._fence(tuple(n for n in turned if n in self._slots), schedulable=True)
+
+    def _fence(self, names: tuple[str, ...], *, schedulable: bool) -> None:
+        """Flip `schedulable` and re-file only: health and free counts are unchanged, so
+        neither the recount of `_update` nor the inventory caches are needed."""
+        by_pool: dict[int, tuple[Pool, list[Slot]]] = {}
+        for name in names:
+            slot = self._slots[name]
+            slot.us = dc_replace(slot.us, schedulable=schedulable)
+            pool = self._pool(slot)
+            by_pool.setdefault(id(pool), (pool, []))[1].append(slot)
+        for pool, slots in by_pool.values():
+            pool.reindex_many(slots)
 
     def upsert_ultraserver(self, us: UltraServer) -> None:
         """Add an UltraServer, or adopt new health/network for a known one (same shape)."""

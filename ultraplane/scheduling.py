@@ -11,6 +11,15 @@ FIFO: a job that does not fit does not block smaller, later jobs that do (Kueue'
 BestEffortFIFO), because a strict head-of-line queue would leave most of a fleet idle behind one
 large gang. A high-priority job that does not fit evicts lower-priority work instead of waiting.
 
+Backfill reservation (`reservation=True`, the default): best-effort FIFO alone starves large
+gangs, because the small jobs behind them keep taking the chips that free up. So the first job
+of a cycle that needs whole UltraServers and still does not fit (after any preemption) reserves
+the domain where it would start soonest, the UltraServer or network block of its size with the
+most free chips: for the rest of the cycle, jobs behind it are placed (and preempt) only
+outside that domain. Running jobs there keep their chips; as they end, the domain drains and the
+gang starts. One reservation per cycle, for single-gang jobs (Slurm's backfill reservation for
+the top job); the cost is the reserved domain's free chips while it drains.
+
 Replicated jobs (an InferenceJob's replicas) are one queue entry with one gang per replica, each
 held in the allocator under `key#i`. They are admitted whole or not at all: if a later replica
 does not fit, the earlier ones are released and any job evicted for them is put back on its own
@@ -20,6 +29,7 @@ chips, so a half-placed job never holds chips and never costs a victim anything.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 
 from ultraplane.allocator import AllocationConflict, Allocator, NoFit, Placement, PlacementRequest
@@ -76,17 +86,21 @@ class CycleResult:
     admitted_replicas: list[tuple[JobKey, tuple[Placement, ...]]] = field(default_factory=list)
     preempted: list[tuple[JobKey, JobKey]] = field(default_factory=list)
     pending: list[tuple[JobKey, NoFit, int]] = field(default_factory=list)
+    reserved: tuple[JobKey, str, tuple[str, ...]] | None = None
 
 
 class Scheduler:
     """A priority queue of `QueuedJob`s admitted through one `Allocator`."""
 
-    def __init__(self, allocator: Allocator, *, preemption: bool = True) -> None:
+    def __init__(self, allocator: Allocator, *, preemption: bool = True,
+                 reservation: bool = True) -> None:
         self.allocator = allocator
         self.preemption = preemption
+        self.reservation = reservation
         self._queued: dict[JobKey, QueuedJob] = {}
         self._running: dict[JobKey, QueuedJob] = {}
         self._owners: dict[JobKey, JobKey] = {}  # allocator key of a running part -> its job
+        self._lowest: int | None = None  # lowest preemptible running priority, cycle start
 
     # -- observations ------------------------------------------------------------------
     def submit(self, job: QueuedJob) -> None:
@@ -199,10 +213,24 @@ class Scheduler:
     def cycle(self) -> CycleResult:
         """Admit what fits, in order; preempt for jobs that do not; report the rest."""
         result = CycleResult()
+        with ExitStack() as fences:
+            self._cycle(result, fences)
+        return result
+
+    def _cycle(self, result: CycleResult, fences: ExitStack) -> None:
         position = 0
-        for job in self.queued():
+        queue = self.queued()
+        # Jobs admitted during a cycle rank above the ones after them, so the lowest running
+        # priority at its start bounds every later victim: below it, nothing can preempt.
+        self._lowest = min((j.priority for j in self._running.values() if j.preemptible),
+                           default=None)
+        for index, job in enumerate(queue):
             outcome = self._place(job, result)
             if isinstance(outcome, NoFit):
+                if (self.reservation and result.reserved is None and job.replicas is None
+                        and outcome.kind == "NoCapacity"):
+                    outcome = self._reserve(job, outcome, result,
+                                            fences if index + 1 < len(queue) else None)
                 position += 1
                 result.pending.append((job.key, outcome, position))
                 continue
@@ -211,7 +239,22 @@ class Scheduler:
                 result.admitted.append((job.key, outcome[0]))
             else:
                 result.admitted_replicas.append((job.key, outcome))
-        return result
+
+    def _reserve(self, job: QueuedJob, nofit: NoFit, result: CycleResult,
+                 fences: ExitStack | None) -> NoFit:
+        """Hold back, for the rest of this cycle, the domain where `job` would start soonest
+        (`fences` None: nothing is queued behind it, so there is nothing to hold back from)."""
+        found = self.allocator.reservation(job.request)
+        if found is None:
+            return nofit
+        name, ultraservers = found
+        if fences is not None:
+            fences.enter_context(self.allocator.held_back(ultraservers))
+        result.reserved = (job.key, name, ultraservers)
+        what = (f"UltraServer {name}" if ultraservers == (name,)
+                else f"the {len(ultraservers)} UltraServers of {name}")
+        return NoFit(nofit.kind, f"{nofit.message}; {what} reserved for it: jobs queued behind "
+                     "it are placed elsewhere until it starts", nofit.blocking)
 
     def _place(self, job: QueuedJob, result: CycleResult) -> tuple[Placement, ...] | NoFit:
         """Every part of `job` placed, or nothing held and every victim of this job back."""
@@ -220,7 +263,8 @@ class Scheduler:
         evicted: list[tuple[QueuedJob, dict[JobKey, Placement]]] = []
         for index, part in enumerate(parts):
             outcome = self.allocator.allocate(part, job.request)
-            if isinstance(outcome, NoFit) and self.preemption and outcome.kind == "NoCapacity":
+            if (isinstance(outcome, NoFit) and self.preemption and outcome.kind == "NoCapacity"
+                    and self._lowest is not None and self._lowest < job.priority):
                 outcome = self._preempt_for(job, part, outcome, evicted)
             if isinstance(outcome, Placement):
                 placed.append((part, outcome))

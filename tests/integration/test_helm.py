@@ -309,6 +309,15 @@ def test_ultraservers_from_nodes_adds_node_watch_and_ultraserver_writes_only_the
     assert not allowed(default, "operator", "", "nodes", "watch")
 
 
+def test_reservation_is_on_by_default_and_can_be_turned_off() -> None:
+    def args(values: dict[str, object] | None = None) -> list[str]:
+        return component(render(values), "Deployment", "operator")["spec"]["template"]["spec"][
+            "containers"][0]["args"]
+
+    assert "--no-reservation" not in args()
+    assert "--no-reservation" in args({"operator": {"reservation": False}})
+
+
 def test_two_operator_replicas_without_leader_election_is_refused() -> None:
     result = helm("template", "rel", str(CHART), "--set", "operator.replicas=2",
                   "--set", "operator.leaderElection.enabled=false")
@@ -321,6 +330,7 @@ BAD_VALUES = [
     ("operator.replicas=two", "/operator/replicas"),
     ("operator.replicas=0", "/operator/replicas"),
     ("operator.ultraserversFromNodes=maybe", "/operator/ultraserversFromNodes"),
+    ("operator.reservation=sometimes", "/operator/reservation"),
     ("simulator.timeScale=0", "/simulator/timeScale"),
     ("simulator.metricsPort=70000", "/simulator/metricsPort"),
     ("image.pullPolicy=Sometimes", "/image/pullPolicy"),

@@ -74,3 +74,28 @@ def test_jobs_that_can_never_fit_fail_with_a_reason(op: Harness) -> None:
     assert op.get("nolevel")["status"]["message"]
     op.job("ok", 4)
     op.phase("ok", "Admitted")  # the operator keeps working
+
+
+def test_a_waiting_whole_ultraserver_gang_reserves_its_ultraserver(op: Harness) -> None:
+    # gen2-a [ r0 100 | 44 free ]   gen2-b [ r1 110 | 34 free ]
+    # big (144 chips, one UltraServer) waits and reserves gen2-a, the freest; small (30)
+    # behind it backfills on gen2-b, and mid (40, fits only gen2-a) waits instead of taking
+    # the chips big waits for; when r0 succeeds, gen2-a drains whole and big starts.
+    a, b = f"{op.ns}-a", f"{op.ns}-b"
+    op.ultraserver(a)
+    op.ultraserver(b)
+    op.start()
+    op.job("r0", 100, topology={"requiredLevel": "ultraserver"})
+    assert op.phase("r0", "Admitted")["status"]["allocation"]["ultraServers"] == [a]
+    op.job("r1", 110, topology={"requiredLevel": "ultraserver"})
+    assert op.phase("r1", "Admitted")["status"]["allocation"]["ultraServers"] == [b]
+    op.job("big", 144, topology={"requiredLevel": "ultraserver"})
+    op.wait("big reserves gen2-a", lambda: f"UltraServer {a} reserved for it" in (
+        op.get("big").get("status") or {}).get("message", ""))
+    op.job("small", 30, topology={"requiredLevel": "ultraserver"})
+    assert op.phase("small", "Admitted")["status"]["allocation"]["ultraServers"] == [b]
+    op.job("mid", 40, topology={"requiredLevel": "ultraserver"})
+    assert op.phase("mid", "Pending")["status"]["reason"] == "NoCapacity"
+    assert op.get("big")["status"]["phase"] == "Pending"
+    op.set_status("r0", {"phase": "Succeeded"})
+    assert op.phase("big", "Admitted")["status"]["allocation"]["ultraServers"] == [a]

@@ -48,9 +48,14 @@ def test_priority_then_fifo(jobs: list[QueuedJob], admitted: list[str], pending:
     assert sched.positions() == {k: i + 1 for i, k in enumerate(pending)}
 
 
-def test_backfill_small_job_behind_a_big_one() -> None:
+def fleet_of(count: int, *, reservation: bool = True) -> Scheduler:
+    return Scheduler(Allocator(build_fleet("trn3-gen2", count)), preemption=False,
+                     reservation=reservation)
+
+
+def test_backfill_small_job_behind_a_big_one_without_reservation() -> None:
     # gen2-0000 [ 100 used by r | 44 free ]   queue: big(144) first, small(4) second
-    sched = fleet(1, preemption=False)
+    sched = fleet_of(1, reservation=False)
     sched.submit(job("r", 100))
     sched.cycle()
     sched.submit(job("big", 144, 0, 1))
@@ -59,6 +64,101 @@ def test_backfill_small_job_behind_a_big_one() -> None:
     assert [k for k, _ in result.admitted] == ["small"]
     (key, nofit, pos), = result.pending
     assert (key, nofit.kind, pos) == ("big", "NoCapacity", 1)
+    assert result.reserved is None
+
+
+# Reservation: two UltraServers, both partly used; a whole-UltraServer gang waits.
+#   gen2-0000 [ r0 100 | 44 free ]   gen2-0001 [ r1 110 | 34 free ]
+#   queue: big(144) first, then small(30)
+def two_busy(reservation: bool = True) -> Scheduler:
+    sched = fleet_of(2, reservation=reservation)
+    sched.submit(job("r0", 100, 0, 0))
+    sched.cycle()
+    sched.submit(job("r1", 110, 0, 1))
+    sched.cycle()
+    assert {p.ultraservers for _, p in sched.allocator.allocations().items()} == {
+        ("gen2-0000",), ("gen2-0001",)}
+    return sched
+
+
+def test_big_gang_reserves_the_freest_ultraserver_and_small_jobs_backfill_elsewhere() -> None:
+    sched = two_busy()
+    assert sched.allocator.allocations()[JobKey("r0")].ultraservers == ("gen2-0000",)
+    sched.submit(job("big", 144, 0, 2))
+    sched.submit(job("small", 30, 0, 3))
+    result = sched.cycle()
+    assert result.reserved == ("big", "gen2-0000", ("gen2-0000",))
+    ((key, placement),) = result.admitted
+    assert key == "small" and placement.ultraservers == ("gen2-0001",)
+    ((pkey, nofit, _),) = result.pending
+    assert pkey == "big" and nofit.kind == "NoCapacity"
+    assert "UltraServer gen2-0000 reserved for it" in nofit.message
+    # The hold lasts one cycle: between cycles the reserved UltraServer is schedulable again.
+    assert sched.allocator.place(PlacementRequest(chips=44, required_level="ultraserver"))
+    assert sched.allocator.free_chips(["gen2-0000", "gen2-0001"]) == 144 * 2 - 100 - 110 - 30
+    # r0 ends: the reserved UltraServer drains whole and the big gang starts.
+    sched.cancel(JobKey("r0"))
+    result = sched.cycle()
+    assert [(k, p.ultraservers) for k, p in result.admitted] == [("big", ("gen2-0000",))]
+
+
+def test_without_reservation_small_jobs_starve_the_big_gang() -> None:
+    # Without the reservation, s1 fits tightest in gen2-0001 and s2 then takes gen2-0000, so
+    # when r0 ends the big gang still cannot start. With it, s2 waits and the big gang starts.
+    for reservation, started in ((False, False), (True, True)):
+        sched = two_busy(reservation)
+        sched.submit(job("big", 144, 0, 2))
+        sched.submit(job("s1", 30, 0, 3))
+        sched.submit(job("s2", 30, 0, 4))
+        sched.cycle()
+        sched.cancel(JobKey("r0"))
+        result = sched.cycle()
+        assert ("big" in [k for k, _ in result.admitted]) is started, reservation
+
+
+def test_a_job_that_fits_only_in_the_reserved_domain_waits_and_is_not_unsatisfiable() -> None:
+    sched = two_busy()
+    sched.submit(job("big", 144, 0, 2))
+    sched.submit(job("mid", 40, 0, 3))  # fits only in gen2-0000 (44 free), which is reserved
+    result = sched.cycle()
+    assert result.admitted == []
+    kinds = {k: n.kind for k, n, _ in result.pending}
+    assert kinds == {"big": "NoCapacity", "mid": "NoCapacity"}
+
+
+def test_multi_ultraserver_gang_reserves_a_whole_network_block() -> None:
+    # Two blocks of 2 UltraServers. Block b0: one idle + one with 100 used; block b1: both with
+    # 140 used. A 288-chip gang (2 UltraServers, one block) reserves b0, the freest.
+    sched = Scheduler(Allocator(build_fleet("trn3-gen2", 4, per_block=2)), preemption=False)
+    for i, (key, chips) in enumerate((("a", 100), ("b", 140), ("c", 140))):
+        sched.submit(job(key, chips, 0, i))
+        sched.cycle()
+    by_us = {p.ultraservers[0]: k for k, p in sched.allocator.allocations().items()}
+    assert len(by_us) == 3
+    idle = next(u.name for u in sched.allocator.topology.ultraservers if u.name not in by_us)
+    sched.submit(job("big", 288, 0, 10, level="block"))
+    sched.submit(job("small", 4, 0, 11))
+    result = sched.cycle()
+    assert result.reserved is not None
+    holder, name, reserved = result.reserved
+    assert holder == "big" and name.startswith("block")
+    assert idle in reserved and len(reserved) == 2
+    ((key, placement),) = result.admitted
+    assert key == "small" and not set(placement.ultraservers) & set(reserved)
+
+
+def test_small_gangs_and_replicated_jobs_reserve_nothing() -> None:
+    sched = fleet_of(1)
+    sched.submit(job("r", 140))
+    sched.cycle()
+    sched.submit(job("eight", 8, 0, 1))
+    sched.submit(job("one", 1, 0, 2))
+    result = sched.cycle()
+    assert result.reserved is None and [k for k, _ in result.admitted] == ["one"]
+    sched.submit(QueuedJob(JobKey("rep"), PlacementRequest(chips=144), 0, 3, replicas=2))
+    sched.submit(job("two", 2, 0, 4))
+    result = sched.cycle()
+    assert result.reserved is None and [k for k, _ in result.admitted] == ["two"]
 
 
 def test_placement_is_a_gang_of_the_requested_size() -> None:
@@ -244,10 +344,20 @@ def test_invariants_hold_under_any_sequence(steps: list[tuple[str, int, int]]) -
         elif op == "cancel":
             sched.cancel(JobKey(f"j{a}"))
         else:
+            order = {j.key: j.order() for j in sched.queued()}
             result = sched.cycle()
             positions = [pos for _, _, pos in result.pending]
             assert positions == list(range(1, len(positions) + 1))
             assert all(isinstance(n, NoFit) for _, n, _ in result.pending)
+            if result.reserved is not None:
+                # Nothing queued behind the reserving job was placed in its domain ...
+                holder, _, domain = result.reserved
+                for key, placement in result.admitted:
+                    if order[key] > order[holder]:
+                        assert not set(placement.ultraservers) & set(domain)
+            # ... and the hold ends with the cycle.
+            names = [u.name for u in sched.allocator.topology.ultraservers]
+            assert all(u.schedulable for u in sched.allocator.topology.ultraservers), names
         allocations = sched.allocator.allocations()
         # Gang all-or-nothing: a running job holds every one of its parts, nothing else holds.
         assert set(allocations) == {p for j in sched.running().values() for p in j.parts()}

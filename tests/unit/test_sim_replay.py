@@ -160,3 +160,24 @@ def test_backlog_orders_by_priority_then_seq_within_free_chips() -> None:
         b.add(QueuedJob(key, PlacementRequest(chips=chips), prio, seq))  # type: ignore[arg-type]
     assert [j.key for j in b.take(14)] == ["c", "a", "b"]  # d (64) does not fit; c outranks
     assert len(b) == 1 and list(b.sizes()) == [64]
+
+
+@pytest.mark.parametrize("reservation", [True, False])
+def test_waiting_whole_ultraserver_gang_reserves_and_starts_when_it_drains(
+        reservation: bool) -> None:
+    # gen2-0000 [ hog0 100 | 44 free ]   gen2-0001 [ hog1 110 | 34 free ]
+    # big (144) waits from t=1; mid (40) arrives at t=2 and fits only in gen2-0000.
+    # Reservation: mid waits, gen2-0000 drains when hog0 ends and big starts right then.
+    # Without it: mid takes gen2-0000's free chips and big waits until mid ends too.
+    text = ("hog0,0,1000,100,inference,0,ultraserver\n"
+            "hog1,0,9000,110,inference,0,ultraserver\n"
+            "big,1,100,144,inference,0,ultraserver\n"
+            "mid,2,3000,40,inference,0,ultraserver\n")
+    r = by_id(replay(text, reservation=reservation))
+    assert all(x.status == "completed" for x in r.values())
+    if reservation:
+        assert r["big"].start_s == r["hog0"].end_s
+        assert r["mid"].start_s == r["big"].end_s
+    else:
+        assert r["mid"].start_s == 2
+        assert r["big"].start_s == r["mid"].end_s > r["hog0"].end_s
