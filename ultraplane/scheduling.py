@@ -101,6 +101,7 @@ class Scheduler:
         self._running: dict[JobKey, QueuedJob] = {}
         self._owners: dict[JobKey, JobKey] = {}  # allocator key of a running part -> its job
         self._lowest: int | None = None  # lowest preemptible running priority, cycle start
+        self._failed: dict[PlacementRequest, NoFit] = {}  # requests that did not fit, this cycle
 
     # -- observations ------------------------------------------------------------------
     def submit(self, job: QueuedJob) -> None:
@@ -224,6 +225,11 @@ class Scheduler:
         # priority at its start bounds every later victim: below it, nothing can preempt.
         self._lowest = min((j.priority for j in self._running.values() if j.preemptible),
                            default=None)
+        # Within a cycle the fleet only fills up (admissions, the reservation's hold) until a
+        # preemption evicts someone: a request that did not fit still does not, so queues of
+        # thousands of same-shaped jobs cost one search per shape, not one per job. Recorded
+        # before a job holds any part, dropped on every eviction.
+        self._failed = {}
         for index, job in enumerate(queue):
             outcome = self._place(job, result)
             if isinstance(outcome, NoFit):
@@ -262,7 +268,9 @@ class Scheduler:
         placed: list[tuple[JobKey, Placement]] = []
         evicted: list[tuple[QueuedJob, dict[JobKey, Placement]]] = []
         for index, part in enumerate(parts):
-            outcome = self.allocator.allocate(part, job.request)
+            outcome = self._failed.get(job.request) or self.allocator.allocate(part, job.request)
+            if isinstance(outcome, NoFit) and index == 0:
+                self._failed[job.request] = outcome
             if (isinstance(outcome, NoFit) and self.preemption and outcome.kind == "NoCapacity"
                     and self._lowest is not None and self._lowest < job.priority):
                 outcome = self._preempt_for(job, part, outcome, evicted)
@@ -298,6 +306,7 @@ class Scheduler:
                 continue
             evicted.append((victim, {p: held[p] for p in victim.parts() if p in held}))
             self.requeue(owner)
+            self._failed.clear()
         placed = self.allocator.allocate(part, job.request)
         if isinstance(placed, NoFit):
             # The plan said the domain frees up; if the allocator disagrees, fall back to the
