@@ -229,7 +229,7 @@ class Scheduler:
         # preemption evicts someone: a request that did not fit still does not, so queues of
         # thousands of same-shaped jobs cost one search per shape, not one per job. Recorded
         # before a job holds any part, dropped on every eviction.
-        self._failed = {}
+        self._failed.clear()
         for index, job in enumerate(queue):
             outcome = self._place(job, result)
             if isinstance(outcome, NoFit):

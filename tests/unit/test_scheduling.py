@@ -370,3 +370,38 @@ def test_invariants_hold_under_any_sequence(steps: list[tuple[str, int, int]]) -
             assert seen.isdisjoint(placement.chip_ids)
             seen.update(placement.chip_ids)
         assert set(sched.running()).isdisjoint(j.key for j in sched.queued())
+
+
+class _Forgetful(dict):  # type: ignore[type-arg]
+    """A `_failed` memo that never remembers: every request is searched again."""
+
+    def __setitem__(self, key: object, value: object) -> None:
+        pass
+
+
+@settings(max_examples=200, deadline=None)
+@given(ops)
+def test_the_no_fit_memo_changes_no_decision(steps: list[tuple[str, int, int]]) -> None:
+    # Within a cycle a request that did not fit is not searched again; with the memo disabled
+    # every cycle must decide exactly the same (admissions, placements, preemptions, pending).
+    memo, plain = fleet(2), fleet(2)
+    plain._failed = _Forgetful()
+    seq = 0
+    for op, a, b in steps:
+        for sched in (memo, plain):
+            if op == "submit":
+                sched.submit(job(f"j{seq}", a, b, seq))
+            elif op == "replicas":
+                sched.submit(replicated(f"j{seq}", b, a, seq % 2, seq))
+            elif op == "cancel":
+                sched.cancel(JobKey(f"j{a}"))
+        if op in ("submit", "replicas"):
+            seq += 1
+        if op != "cycle":
+            continue
+        got, want = memo.cycle(), plain.cycle()
+        assert got.admitted == want.admitted
+        assert got.admitted_replicas == want.admitted_replicas
+        assert got.preempted == want.preempted
+        assert [(k, n.kind, p) for k, n, p in got.pending] == [
+            (k, n.kind, p) for k, n, p in want.pending]
