@@ -1,5 +1,8 @@
 """Allocator benchmark: 1M chips, >= 100,000 allocate/release operations, vs a plain first-fit.
 
+A second baseline runs the same trace too: a Kueue-style BestFit (least free capacity that
+fits, bench/best_fit.py); its figures are printed and added to the JSON line.
+
 Run: `python bench/allocator.py` (about 30 s on one core) or `--quick` for a smoke run;
 `--pressure 1.0` adds a scenario at 100% offered load, where large gangs do get rejected (at
 the default 90% neither allocator rejects one at 1M chips, so the fragmentation ratio is not
@@ -29,6 +32,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from best_fit import BestFit
 from first_fit import FirstFit
 
 from ultraplane.allocator import Allocator, Placement, PlacementRequest
@@ -101,8 +105,9 @@ def chips_only(trace: list[tuple[int, int]], chips: int) -> int:
 
 
 def scenario(ultraservers: int, jobs: int, seed: int, load: float
-             ) -> tuple[dict[str, float], dict[str, float], float]:
-    """Both allocators on one seeded trace: (ultraplane, first-fit, peak RSS MB after ours)."""
+             ) -> tuple[dict[str, float], dict[str, float], dict[str, float], float]:
+    """The allocators on one seeded trace: (ultraplane, first-fit, best-fit, peak RSS MB after
+    ours)."""
     trace = workload(ultraservers * 144, jobs, seed, load)
     alloc = Allocator(build_fleet("trn3-gen2", ultraservers, per_block=16))
     # The fleet's state is built once and lives as long as the process: keep the cyclic GC
@@ -123,13 +128,17 @@ def scenario(ultraservers: int, jobs: int, seed: int, load: float
     ff = FirstFit(ultraservers)
     base = run(trace, lambda j, s: ff.allocate(str(j), s), lambda j: ff.release(str(j)))
     base["chips_only_large_rejected"] = chips_only(trace, ultraservers * 144)
-    return ours, base, rss_mb
+    bf = BestFit(ultraservers)
+    best = run(trace, lambda j, s: bf.allocate(str(j), s), lambda j: bf.release(str(j)))
+    return ours, base, best, rss_mb
 
 
-def report(label: str, ours: dict[str, float], base: dict[str, float]) -> None:
+def report(label: str, ours: dict[str, float], base: dict[str, float],
+           best: dict[str, float]) -> None:
     print(label)
-    for name, r in (("ultraplane", ours), ("first-fit (bench)", base)):
-        print(f"{name:>18}: {r['placements_per_s']:>9,.0f} placements/s  p50 {r['p50_ms']:.3f} ms"
+    for name, r in (("ultraplane", ours), ("first-fit (bench)", base),
+                    ("best-fit (Kueue-like)", best)):
+        print(f"{name:>21}: {r['placements_per_s']:>9,.0f} placements/s  p50 {r['p50_ms']:.3f} ms"
               f"  p99 {r['p99_ms']:.3f} ms  rejected {r['rejected']:,}"
               f"  large rejected {r['large_rejected']:,}  ops {r['ops']:,}"
               f"  (wall {r['wall_s']:.1f} s for all ops)")
@@ -139,6 +148,9 @@ def report(label: str, ours: dict[str, float], base: dict[str, float]) -> None:
     else:
         print(f"large_rejected ratio: not measurable here: first-fit rejected no large gang "
               f"(ultraplane: {ours['large_rejected']}), so this load does not test fragmentation")
+    if best["large_rejected"]:
+        print(f"large_rejected ratio (ultraplane / best-fit): "
+              f"{ours['large_rejected'] / best['large_rejected']:.3f}")
     print(f"reference, no fragmentation at all (a gang fits whenever enough chips are free "
           f"anywhere): large rejected {base['chips_only_large_rejected']:,}")
     print(f"speed ratio (ultraplane / first-fit placements/s): "
@@ -168,12 +180,12 @@ def main() -> None:
         return (f"cluster: {ultraservers} Trn3 Gen2 UltraServers = {chips:,} chips; "
                 f"{jobs:,} gangs ({large:,} of >= 144 chips) at ~{load:.0%} offered load")
 
-    ours, base, rss_mb = scenario(ultraservers, jobs, args.seed, args.load)
-    report(describe(args.load), ours, base)
+    ours, base, best, rss_mb = scenario(ultraservers, jobs, args.seed, args.load)
+    report(describe(args.load), ours, base, best)
     if args.pressure is not None:
-        p_ours, p_base, _ = scenario(ultraservers, jobs, args.seed, args.pressure)
+        p_ours, p_base, p_best, _ = scenario(ultraservers, jobs, args.seed, args.pressure)
         report("pressure scenario (not in the JSON line): " + describe(args.pressure),
-               p_ours, p_base)
+               p_ours, p_base, p_best)
     print(json.dumps({
         "chips": chips, "ops": ours["ops"],
         "placements_per_s": round(ours["placements_per_s"]),
@@ -181,6 +193,8 @@ def main() -> None:
         "peak_rss_mb": round(rss_mb, 1), "large_rejected": ours["large_rejected"],
         "first_fit_placements_per_s": round(base["placements_per_s"]),
         "first_fit_large_rejected": base["large_rejected"],
+        "best_fit_placements_per_s": round(best["placements_per_s"]),
+        "best_fit_large_rejected": best["large_rejected"],
     }))
 
 

@@ -24,11 +24,23 @@ class FirstFit:
         self.blocks = int(self.block[-1]) + 1
         self.jobs: dict[str, list[tuple[int, int, int]]] = {}
 
+    def _ultraserver(self, chips: int) -> int | None:
+        """The UltraServer a gang of up to one UltraServer goes to: the first that fits."""
+        fits = self.free >= chips
+        u = int(np.argmax(fits))
+        return u if fits[u] else None
+
+    def _block(self, k: int) -> int | None:
+        """The block a gang of k whole UltraServers goes to: the first with k idle ones."""
+        idle = self.free == self.cpu
+        ok = np.bincount(self.block[idle], minlength=self.blocks) >= k
+        b = int(np.argmax(ok))
+        return b if ok[b] else None
+
     def allocate(self, job: str, chips: int) -> bool:
         if chips <= self.cpu:
-            fits = self.free >= chips
-            u = int(np.argmax(fits))
-            if not fits[u]:
+            u = self._ultraserver(chips)
+            if u is None:
                 return False
             parts, left, masks = [], chips, self.masks[u]
             for s in range(self.servers):
@@ -43,13 +55,10 @@ class FirstFit:
             self._take(job, parts)
             return True
         k = -(-chips // self.cpu)
-        idle = self.free == self.cpu
-        counts = np.bincount(self.block[idle], minlength=self.blocks)
-        ok = counts >= k
-        b = int(np.argmax(ok))
-        if not ok[b]:
+        b = self._block(k)
+        if b is None:
             return False
-        chosen = np.flatnonzero(idle & (self.block == b))[:k]
+        chosen = np.flatnonzero((self.free == self.cpu) & (self.block == b))[:k]
         parts, left = [], chips
         for u in chosen.tolist():
             for s in range(self.servers):

@@ -295,6 +295,7 @@ def test_benchmark_quick_run_ends_with_one_json_line() -> None:
     last = json.loads(done.stdout.strip().splitlines()[-1])
     assert set(last) == {"chips", "ops", "placements_per_s", "p50_ms", "p99_ms", "peak_rss_mb",
                          "large_rejected", "first_fit_placements_per_s",
-                         "first_fit_large_rejected"}
+                         "first_fit_large_rejected", "best_fit_placements_per_s",
+                         "best_fit_large_rejected"}
     assert last["chips"] == 160 * 144 and last["ops"] > 6_000
     assert last["placements_per_s"] > 0 and last["p50_ms"] <= last["p99_ms"]
