@@ -8,15 +8,15 @@ Routers never know which one they have.
 
 from __future__ import annotations
 
-import dataclasses
-import enum
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from sqlalchemy import Engine
 from ultraplane.api.errors import ApiError
 from ultraplane.api.schemas import (
+    CapacityView,
+    DomainCapacityView,
     DryRunRequest,
     DryRunResult,
     JobKind,
@@ -27,7 +27,8 @@ from ultraplane.api.schemas import (
 )
 from ultraplane.api.settings import Settings
 
-from ultraplane.allocator import NoFit, Placement, PlacementRequest
+from ultraplane.allocator import CapacityReport, NoFit, Placement, PlacementRequest
+from ultraplane.capacities import DomainCapacity
 from ultraplane.resources import InferenceJobSpec, TrainingJobSpec
 
 JobSpec = TrainingJobSpec | InferenceJobSpec
@@ -73,20 +74,23 @@ def make_backend(
 # --- conversions shared by both backends ----------------------------------------------------
 
 
-def jsonable(value: Any) -> Any:
-    """Plain JSON from the core's report objects (dataclasses, pydantic, enums, tuples)."""
-    if hasattr(value, "model_dump"):
-        return value.model_dump(mode="json")
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
-    if isinstance(value, enum.Enum):
-        return value.value
-    if isinstance(value, Mapping):
-        return {str(jsonable(k)): jsonable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple | set | frozenset):
-        items = [jsonable(v) for v in value]
-        return sorted(items, key=str) if isinstance(value, set | frozenset) else items
-    return value
+def capacity_json(report: CapacityReport) -> dict[str, Any]:
+    """The `GET /v1/capacity` body (camelCase, as the rest of the API) of a core report."""
+
+    def domain(d: DomainCapacity) -> DomainCapacityView:
+        return DomainCapacityView(
+            name=d.name, level=d.level, total=d.total, allocated=d.allocated, free=d.free,
+            unusable=d.unusable, free_whole_servers=d.free_whole_servers,
+            free_whole_racks=d.free_whole_racks, free_whole_ultra_servers=d.free_whole_ultraservers)
+
+    view = CapacityView(
+        cluster=domain(report.cluster),
+        ultra_servers=[domain(u) for u in report.ultraservers],
+        levels={level: [domain(d) for d in ds] for level, ds in report.levels.items()},
+        fits={str(size): n for size, n in report.fits.items()},
+        utilization=report.utilization,
+    )
+    return view.model_dump(mode="json", by_alias=True)
 
 
 def placement_view(placement: Placement) -> PlacementView:

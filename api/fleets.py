@@ -12,7 +12,7 @@ from collections import Counter, defaultdict
 from collections.abc import Mapping
 from typing import Any
 
-from ultraplane.api.backends import jsonable
+from ultraplane.api.backends import capacity_json
 from ultraplane.api.schemas import UltraServerView
 from ultraplane.api.settings import Settings
 
@@ -86,7 +86,7 @@ class FleetView:
                 )
             )
         self.ultraservers = views
-        self.capacity = jsonable(self.allocator.capacity())
+        self.capacity = capacity_json(self.allocator.capacity())
         # Rendered once per refresh: reads are the hot path and serve these bytes as they are.
         self.ultraservers_json = json.dumps(
             {"items": [v.model_dump(mode="json", by_alias=True) for v in views]},

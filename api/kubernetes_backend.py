@@ -22,7 +22,7 @@ from typing import Any
 from sqlalchemy import Engine
 from ultraplane.api import store
 from ultraplane.api.accounting import usage_of
-from ultraplane.api.backends import PLURALS, JobSpec, jsonable, not_found, total_chips
+from ultraplane.api.backends import PLURALS, JobSpec, capacity_json, not_found, total_chips
 from ultraplane.api.dryruns import dry_run
 from ultraplane.api.errors import ApiError
 from ultraplane.api.schemas import (
@@ -167,7 +167,7 @@ class KubernetesBackend:
         with self.lock:
             self.allocator, self.priorities, self.phases = allocator, priorities, phases
             self.views = [self._view(us, status) for us, status in views]
-            self.capacity_report = jsonable(allocator.capacity())
+            self.capacity_report = capacity_json(allocator.capacity())
         with self.engine.begin() as conn:
             store.write_accounting(conn, records=records)
         self._error = ""

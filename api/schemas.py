@@ -79,10 +79,30 @@ class UltraServerList(Wire):
     items: list[UltraServerView]
 
 
-class CapacityView(Wire):
-    """The allocator's capacity report, as JSON (per UltraServer and per level)."""
+class DomainCapacityView(Wire):
+    """Chips of one domain: the fleet, an UltraServer or a network domain. `unusable` =
+    failed, cordoned or unschedulable chips that no job holds."""
 
-    model_config = ConfigDict(extra="allow")
+    name: str
+    level: str
+    total: int
+    allocated: int
+    free: int
+    unusable: int
+    free_whole_servers: int
+    free_whole_racks: int
+    free_whole_ultra_servers: int = Field(alias="freeWholeUltraServers")
+
+
+class CapacityView(Wire):
+    """The allocator's capacity report: the fleet, each UltraServer, each network domain by
+    level, and how many gangs of each standard size (1, 4, 16, 36, 72, 144, 288, ...) fit now."""
+
+    cluster: DomainCapacityView
+    ultra_servers: list[DomainCapacityView]
+    levels: dict[str, list[DomainCapacityView]]
+    fits: dict[str, int]
+    utilization: float = Field(description="Allocated / usable chips of the fleet.")
 
 
 class DryRunRequest(Wire):

@@ -86,7 +86,16 @@ def test_ultraservers_and_capacity(fleet: Fleet) -> None:
     fleet.submit("big", 144)
     fleet.advance(1)
     cap = fleet.client.get("/v1/capacity").json()
-    assert cap, "capacity report is empty"
+    assert set(cap) == {"cluster", "ultraServers", "levels", "fits", "utilization"}
+    assert cap["cluster"] == {
+        "name": "cluster", "level": "cluster", "total": 1152, "allocated": 144, "free": 1008,
+        "unusable": 0, "freeWholeServers": 7 * 36, "freeWholeRacks": cap["cluster"]["freeWholeRacks"],
+        "freeWholeUltraServers": 7}
+    assert [u["name"] for u in cap["ultraServers"]] == [f"gen2-{i:04d}" for i in range(8)]
+    assert sorted(u["allocated"] for u in cap["ultraServers"]) == [0] * 7 + [144]
+    assert cap["fits"]["144"] == 7 and cap["fits"]["1"] == 1008
+    assert cap["utilization"] == 144 / 1152
+    assert {d["name"] for ds in cap["levels"].values() for d in ds} >= {"block-000"}
     busy = [u for u in fleet.client.get("/v1/ultraservers").json()["items"] if u["allocatedChips"]]
     assert len(busy) == 1 and busy[0]["allocatedChips"] == 144 and busy[0]["jobs"] == [f"tj/{NS}/big"]
 

@@ -91,7 +91,7 @@ def test_jobs_round_trip_through_the_custom_resources(
 
     def ours() -> Any:
         report = client.get("/v1/capacity").json()
-        rows = [u for u in report.get("ultraservers", []) if u.get("name") == ultraserver]
+        rows = [u for u in report.get("ultraServers", []) if u.get("name") == ultraserver]
         return rows and rows[0].get("allocated") == 4 and rows[0]
     _poll_until(backend, ours, "the allocation to show in capacity")
     view = client.get(f"/v1/ultraservers/{ultraserver}").json()
