@@ -104,6 +104,7 @@ class Controller(Observations):
         self.ghosts: set[str] = set()
         self.written_positions: dict[JobKey, tuple[str, int | None]] = {}
         self.written_us: dict[str, dict[str, Any]] = {}
+        self.reserved: dict[str, str] = {}  # UltraServer -> job it is held back for (last cycle)
         self.buffered: dict[JobKey, tuple[dict[str, Any], bool]] = {}
         self.removing: dict[JobKey, dict[str, Any]] = {}
         self.ready = False
@@ -156,6 +157,8 @@ class Controller(Observations):
         self.cycles += 1
         started = asyncio.get_running_loop().time()
         result = self.scheduler.cycle()
+        self.reserved = {} if result.reserved is None else dict.fromkeys(
+            result.reserved[2], str(result.reserved[0]))
         for victim, by in result.preempted:
             self.outbox[victim] = Transition(
                 "preempt", "Preempted", f"Preempted by higher-priority job {by}; requeued.")
@@ -362,6 +365,7 @@ class Controller(Observations):
             status = statuses.ultraserver(cap, list(jobs_by_us.get(cap.name, ())), now)
             status["allocated"]["servers"] = len(servers_by_us.get(cap.name, ()))
             status["capacity"]["servers"] = entry.ultraserver.server_count
+            status["reservedFor"] = self.reserved.get(cap.name)  # None: merge patch removes it
             compare = {k: v for k, v in status.items() if k != "heartbeatTime"}
             if self.written_us.get(cap.name) != compare:
                 self.written_us[cap.name] = compare

@@ -129,7 +129,7 @@ def test_ultraserver_and_inferencejob_columns(kube_env: Any, kube_namespace: str
         )  # fmt: skip
         out = kube_env.kubectl("get", "ultraservers").stdout.splitlines()
         assert out[0].split() == [
-            "NAME", "PROFILE", "CHIPS", "FREE", "UTILIZATION", "POWER", "SCHEDULABLE", "AGE"
+            "NAME", "PROFILE", "CHIPS", "FREE", "UTILIZATION", "POWER", "SCHEDULABLE", "RESERVED", "AGE"
         ]  # fmt: skip
         (row,) = [r for r in out if r.startswith("columns-demo-us ")]
         assert row.split()[1:7] == ["trn3-gen2", "144", "140", "0.03", "51000", "false"]

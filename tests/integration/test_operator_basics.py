@@ -92,6 +92,12 @@ def test_a_waiting_whole_ultraserver_gang_reserves_its_ultraserver(op: Harness) 
     op.job("big", 144, topology={"requiredLevel": "ultraserver"})
     op.wait("big reserves gen2-a", lambda: f"UltraServer {a} reserved for it" in (
         op.get("big").get("status") or {}).get("message", ""))
+    big_key = f"tj/{op.ns}/big"
+    op.wait("gen2-a shows the reservation", lambda: (
+        op.get_ultraserver(a).get("status") or {}).get("reservedFor") == big_key)
+    assert "reservedFor" not in op.get_ultraserver(b)["status"]
+    row = op.env.kubectl("get", "ultraserver", a, "--no-headers").stdout
+    assert big_key in row  # the Reserved printer column
     op.job("small", 30, topology={"requiredLevel": "ultraserver"})
     assert op.phase("small", "Admitted")["status"]["allocation"]["ultraServers"] == [b]
     op.job("mid", 40, topology={"requiredLevel": "ultraserver"})
@@ -99,3 +105,5 @@ def test_a_waiting_whole_ultraserver_gang_reserves_its_ultraserver(op: Harness) 
     assert op.get("big")["status"]["phase"] == "Pending"
     op.set_status("r0", {"phase": "Succeeded"})
     assert op.phase("big", "Admitted")["status"]["allocation"]["ultraServers"] == [a]
+    op.wait("the reservation cleared once big started", lambda: "reservedFor" not in (
+        op.get_ultraserver(a).get("status") or {"reservedFor": 1}))

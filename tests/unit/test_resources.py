@@ -112,7 +112,7 @@ def test_spec_lists_and_strings_are_bounded_for_the_cel_cost_budget(plural: str)
     ("plural", "short", "scope", "columns"),
     [
         ("ultraservers", "us", "Cluster",
-         ["Profile", "Chips", "Free", "Utilization", "Power", "Schedulable", "Age"]),
+         ["Profile", "Chips", "Free", "Utilization", "Power", "Schedulable", "Reserved", "Age"]),
         ("trainingjobs", "tj", "Namespaced", ["Phase", "Chips", "UltraServers", "Progress", "Age"]),
         ("inferencejobs", "ij", "Namespaced", ["Phase", "Replicas", "Chips", "Tokens/s", "Age"]),
     ],

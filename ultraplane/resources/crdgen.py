@@ -62,6 +62,8 @@ KINDS: tuple[Kind, ...] = (
             ("Utilization", "number", ".status.utilization", "Fraction of chips allocated."),
             ("Power", "number", ".status.powerWatts", "Power draw in watts."),
             ("Schedulable", "boolean", ".spec.schedulable", "Open to new placements."),
+            ("Reserved", "string", ".status.reservedFor",
+             "Waiting job this UltraServer is held back for (backfill reservation)."),
             _AGE,
         ),
     ),

@@ -191,6 +191,11 @@ class UltraServerStatus(StatusModel):
         default_factory=list, description="Per-chip state (written by the simulator)."
     )
     jobs: list[str] = Field(default_factory=list, description="Jobs with chips here, as tj/<namespace>/<name> (TrainingJob) or ij/<namespace>/<name> (InferenceJob).")
+    reserved_for: str | None = Field(
+        default=None, max_length=320,
+        description="The waiting job (tj/... or ij/... key) this UltraServer is held back for: "
+                    "jobs queued behind it are placed elsewhere until it starts (backfill "
+                    "reservation). Absent when none.")
     heartbeat_time: datetime | None = Field(
         default=None, description="Last time the simulator reported on this UltraServer."
     )
