@@ -60,6 +60,8 @@ class EmbeddedBackend:
         self.topology, preset = build_topology(settings)
         self.allocator = Allocator(self.topology)
         self.scheduler = Scheduler(self.allocator)
+        self.reserved: dict[str, str] = {}  # UltraServer -> waiting job held back for (last cycle)
+        self._shown_reserved: dict[str, str] = {}
         self.runtime = JobRuntime(self.topology, clock=clock, time_scale=settings.time_scale)
         self.jobs: dict[str, JobState] = {}  # uid -> state
         self.runner = JobRunner(self)
@@ -145,8 +147,10 @@ class EmbeddedBackend:
             if self.demo is not None:
                 self.demo.step(now)
             # Phase changes mark jobs dirty; only then did chips or per-chip power change.
-            if self._ticks == 0 or any(j.dirty for j in self.jobs.values()):
-                self.fleet.refresh(self.jobs, self.runtime)
+            if (self._ticks == 0 or any(j.dirty for j in self.jobs.values())
+                    or self.reserved != self._shown_reserved):
+                self._shown_reserved = dict(self.reserved)
+                self.fleet.refresh(self.jobs, self.runtime, self.reserved)
             else:
                 self.fleet.energy_kwh = float(self.runtime.fleet().energy_kwh)
             self._ticks += 1
@@ -258,7 +262,7 @@ class EmbeddedBackend:
             job = self._find(kind, namespace, name)
             self.runner.remove(job, self.sim_now())
             self.forget(job)
-            self.fleet.refresh(self.jobs, self.runtime)
+            self.fleet.refresh(self.jobs, self.runtime, self.reserved)
             resource = job.resource()
         self.persist()
         return resource

@@ -54,7 +54,8 @@ class FleetView:
         self.energy_kwh = 0.0
         self.version = 0
 
-    def refresh(self, jobs: Mapping[str, Any], runtime: Any) -> None:
+    def refresh(self, jobs: Mapping[str, Any], runtime: Any,
+                reserved: Mapping[str, str] | None = None) -> None:
         # job keys, as the operator's UltraServer.status.jobs, so both backends list jobs alike
         owner = {key: j.key for j in jobs.values() for key in j.held}
         allocated: Counter[str] = Counter()
@@ -83,6 +84,7 @@ class FleetView:
                     jobs=sorted(on_us[us.name]),
                     utilization=float(util),
                     power_watts=float(power),
+                    reserved_for=(reserved or {}).get(us.name),
                 )
             )
         self.ultraservers = views

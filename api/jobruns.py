@@ -93,6 +93,8 @@ class JobRunner:
             if job is not None and job.running:
                 self._on_event(job, event, now)
         result = self.b.scheduler.cycle()
+        self.b.reserved = {} if result.reserved is None else dict.fromkeys(
+            result.reserved[2], str(result.reserved[0]))
         for victim, by in result.preempted:
             job = self._by_sched_key(victim)
             if job is not None:

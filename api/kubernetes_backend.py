@@ -203,6 +203,7 @@ class KubernetesBackend:
             failed_chips=sorted(spec.failed_chips), jobs=list(status.get("jobs") or []),
             utilization=float(status.get("utilization") or 0.0),
             power_watts=float(status.get("powerWatts") or 0.0),
+            reserved_for=status.get("reservedFor") or None,
         )
 
     # -- reads -------------------------------------------------------------------------------

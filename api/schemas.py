@@ -73,6 +73,9 @@ class UltraServerView(Wire):
     jobs: list[str] = Field(description="Jobs with chips here: tj/<namespace>/<name> or ij/<namespace>/<name>.")
     utilization: float = 0.0
     power_watts: float = 0.0
+    reserved_for: str | None = Field(
+        default=None, description="The waiting job this UltraServer is held back for (backfill "
+                                  "reservation): jobs queued behind it are placed elsewhere.")
 
 
 class UltraServerList(Wire):

@@ -282,3 +282,24 @@ def test_demo_stream_keeps_the_fleet_busy_and_bounded(tmp_path: Path) -> None:
         [usage] = fleet.client.get("/v1/accounting/namespaces").json()
         assert usage["namespace"] == "demo" and usage["chip_hours"] > 0
         assert usage["finished_jobs"] >= 1 and usage["mean_completion_time_s"] > 0
+
+
+def test_embedded_fleet_shows_the_backfill_reservation(fleet: Fleet) -> None:
+    # 8 UltraServers, each 100 chips used: a 144-chip gang waits and reserves one of them;
+    # a 40-chip job behind it goes to another UltraServer, never the reserved one.
+    for i in range(8):
+        fleet.submit(f"r{i}", 100)
+    fleet.advance(1)
+    fleet.submit("big", 144)
+    fleet.advance(1)
+    big = fleet.job("big")
+    assert big["status"]["phase"] == "Pending" and "reserved for it" in big["status"]["message"]
+    items = fleet.client.get("/v1/ultraservers").json()["items"]
+    reserved = [u["name"] for u in items if u.get("reservedFor") == f"tj/{NS}/big"]
+    assert len(reserved) == 1
+    assert all(u.get("reservedFor") in (None, f"tj/{NS}/big") for u in items)
+    fleet.submit("mid", 40)
+    fleet.advance(1)
+    mid = fleet.job("mid")
+    assert mid["status"]["phase"] == "Running"
+    assert mid["status"]["allocation"]["ultraServers"] != reserved

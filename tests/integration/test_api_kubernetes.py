@@ -96,6 +96,12 @@ def test_jobs_round_trip_through_the_custom_resources(
     _poll_until(backend, ours, "the allocation to show in capacity")
     view = client.get(f"/v1/ultraservers/{ultraserver}").json()
     assert view["chips"] == 144 and view["network"] == ["block-900"]
+    assert view["reservedFor"] is None
+    # The operator's backfill reservation, as it writes it, shows through.
+    kube_env.kubectl("patch", "ultraserver", ultraserver, "--subresource=status", "--type=merge",
+                     "-p", json.dumps({"status": {"reservedFor": f"tj/{ns}/big"}}))
+    _poll_until(backend, lambda: client.get(f"/v1/ultraservers/{ultraserver}").json().get(
+        "reservedFor") == f"tj/{ns}/big", "the reservation to show")
 
     records = _poll_until(
         backend, lambda: [r for r in client.get("/v1/accounting/jobs", params={"namespace": ns}).json()
