@@ -8,7 +8,7 @@ released before returning; the allocator is left as it was.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 from ultraplane.api.backends import nofit_view, placement_view, request_of
 from ultraplane.api.errors import ApiError
@@ -27,12 +27,30 @@ def dry_run(
     *,
     running: Mapping[JobKey, int],
     job_name: Callable[[str], str] = str,
+    reservation: tuple[Sequence[str], int] | None = None,
 ) -> DryRunResult:
     """Placement, alternatives and, when nothing fits, the preemption plan at `body.priority`.
 
     `running` maps preemptible running jobs (allocator keys) to their priority;
-    `job_name` turns an allocator key into the name a user knows.
+    `job_name` turns an allocator key into the name a user knows. `reservation` is the
+    scheduler's current backfill reservation, (UltraServers, priority of the job it is for):
+    a request that would queue behind that job (priority not above it) is answered without
+    those UltraServers, as the scheduler would place it.
     """
+    held: Sequence[str] = ()
+    if reservation is not None and body.priority <= reservation[1]:
+        held = reservation[0]
+    with allocator.held_back(held):
+        return _dry_run(allocator, body, running=running, job_name=job_name)
+
+
+def _dry_run(
+    allocator: Allocator,
+    body: DryRunRequest,
+    *,
+    running: Mapping[JobKey, int],
+    job_name: Callable[[str], str],
+) -> DryRunResult:
     request = request_of(body)
     taken: list[JobKey] = []
     alternatives: list[Placement] = []

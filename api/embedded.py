@@ -62,6 +62,7 @@ class EmbeddedBackend:
         self.scheduler = Scheduler(self.allocator)
         self.reserved: dict[str, str] = {}  # UltraServer -> waiting job held back for (last cycle)
         self._shown_reserved: dict[str, str] = {}
+        self.reservation: tuple[tuple[str, ...], int] | None = None  # (UltraServers, priority)
         self.runtime = JobRuntime(self.topology, clock=clock, time_scale=settings.time_scale)
         self.jobs: dict[str, JobState] = {}  # uid -> state
         self.runner = JobRunner(self)
@@ -293,7 +294,7 @@ class EmbeddedBackend:
             owners = {key: f"{j.namespace}/{j.name}" for j in self.jobs.values() for key in j.held}
             return dry_run(
                 self.allocator, request, running=running,
-                job_name=lambda key: owners.get(key, key),
+                job_name=lambda key: owners.get(key, key), reservation=self.reservation,
             )
 
     def day(self, t_s: float) -> str:

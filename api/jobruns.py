@@ -95,6 +95,9 @@ class JobRunner:
         result = self.b.scheduler.cycle()
         self.b.reserved = {} if result.reserved is None else dict.fromkeys(
             result.reserved[2], str(result.reserved[0]))
+        holder = None if result.reserved is None else self._by_sched_key(result.reserved[0])
+        self.b.reservation = None if holder is None else (
+            tuple(self.b.reserved), holder.priority)
         for victim, by in result.preempted:
             job = self._by_sched_key(victim)
             if job is not None:

@@ -36,7 +36,7 @@ from ultraplane.api.schemas import (
 from ultraplane.api.settings import Settings
 
 from ultraplane.allocator import AllocationConflict, Allocator
-from ultraplane.ids import ChipId, JobKey, UltraServerName
+from ultraplane.ids import ChipId, JobKey, UltraServerName, job_key
 from ultraplane.resources import InferenceJobSpec, TrainingJobSpec, UltraServer
 from ultraplane.topology import Topology
 from ultraplane.topology import UltraServer as CoreUltraServer
@@ -92,6 +92,7 @@ class KubernetesBackend:
         self.views: list[UltraServerView] = []
         self.capacity_report: dict[str, Any] = {}
         self.priorities: dict[JobKey, int] = {}
+        self.reservation: tuple[tuple[str, ...], int] | None = None  # (UltraServers, priority)
         self.phases: dict[tuple[str, str], int] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -149,9 +150,13 @@ class KubernetesBackend:
         allocator = Allocator(Topology(tuple(core)))
         priorities: dict[JobKey, int] = {}
         phases: dict[tuple[str, str], int] = {}
+        waiting: dict[str, int] = {}  # job key -> priority of jobs not holding chips
         records = []
         for kind, obj in jobs:
             meta, spec, status = obj["metadata"], obj.get("spec") or {}, obj.get("status") or {}
+            if status.get("phase") in (None, "", "Pending", "Preempted"):
+                waiting[job_key(kind, meta["namespace"], meta["name"])] = int(
+                    spec.get("priority") or 0)
             key = JobKey(f"{meta['namespace']}/{meta['name']}")
             phase = str(status.get("phase") or "Pending")
             phases[(kind, phase)] = phases.get((kind, phase), 0) + 1
@@ -164,8 +169,16 @@ class KubernetesBackend:
                 except (AllocationConflict, ValueError) as exc:
                     log.warning("job %s holds chips the snapshot cannot place: %s", key, exc)
             records.append(self._usage(kind, obj, phase))
+        # The operator's backfill reservation, from UltraServer.status.reservedFor.
+        reserved_by: dict[str, list[str]] = {}
+        for us, st in views:
+            if st.get("reservedFor"):
+                reserved_by.setdefault(str(st["reservedFor"]), []).append(us.metadata.name)
+        reservation = next(((tuple(names), waiting[holder]) for holder, names
+                            in reserved_by.items() if holder in waiting), None)
         with self.lock:
             self.allocator, self.priorities, self.phases = allocator, priorities, phases
+            self.reservation = reservation
             self.views = [self._view(us, status) for us, status in views]
             self.capacity_report = capacity_json(allocator.capacity())
         with self.engine.begin() as conn:
@@ -281,7 +294,8 @@ class KubernetesBackend:
 
     def dry_run(self, request: DryRunRequest) -> DryRunResult:
         with self.lock:
-            return dry_run(self.allocator, request, running=self.priorities)
+            return dry_run(self.allocator, request, running=self.priorities,
+                           reservation=self.reservation)
 
     def _errors(self, field: str, kind: JobKind, namespace: str, name: str) -> Any:
         return _ApiErrors(field, kind, namespace, name)

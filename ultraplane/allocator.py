@@ -376,8 +376,10 @@ class Allocator:
     def held_back(self, ultraservers: Iterable[str]) -> Iterator[tuple[str, ...]]:
         """Take these UltraServers out of placement (and preemption) while the block runs, and
         give back exactly the ones this turned off: an UltraServer already unschedulable stays
-        so. Jobs on them keep their chips; releases inside the block return chips as usual."""
-        turned = tuple(n for n in dict.fromkeys(ultraservers) if self._get(n).us.schedulable)
+        so, and names this allocator does not know are ignored. Jobs on them keep their chips;
+        releases inside the block return chips as usual."""
+        turned = tuple(n for n in dict.fromkeys(ultraservers)
+                       if n in self._slots and self._slots[n].us.schedulable)
         self._fence(turned, schedulable=False)
         try:
             yield turned

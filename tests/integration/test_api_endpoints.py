@@ -285,8 +285,8 @@ def test_demo_stream_keeps_the_fleet_busy_and_bounded(tmp_path: Path) -> None:
 
 
 def test_embedded_fleet_shows_the_backfill_reservation(fleet: Fleet) -> None:
-    # 8 UltraServers, each 100 chips used: a 144-chip gang waits and reserves one of them;
-    # a 40-chip job behind it goes to another UltraServer, never the reserved one.
+    # 8 UltraServers, each 100 chips used: a 144-chip gang waits and reserves one of them.
+    # Seven 30-chip jobs behind it fill the other seven (14 free each), never the reserved one.
     for i in range(8):
         fleet.submit(f"r{i}", 100)
     fleet.advance(1)
@@ -298,8 +298,30 @@ def test_embedded_fleet_shows_the_backfill_reservation(fleet: Fleet) -> None:
     reserved = [u["name"] for u in items if u.get("reservedFor") == f"tj/{NS}/big"]
     assert len(reserved) == 1
     assert all(u.get("reservedFor") in (None, f"tj/{NS}/big") for u in items)
+    for i in range(7):
+        fleet.submit(f"f{i}", 30)
+    fleet.advance(1)
+    for i in range(7):
+        job = fleet.job(f"f{i}")
+        assert job["status"]["allocation"]["ultraServers"] != reserved, job["status"]
+
+    # A dry run answers as the scheduler would place: a 40-chip request queued behind the gang
+    # (same priority) does not fit, since only the reserved UltraServer has room; one that
+    # outranks the gang goes there.
+    def dry(priority: int) -> dict[str, Any]:
+        r = fleet.client.post("/v1/placements:dryRun", json={
+            "chips": 40, "requiredLevel": "ultraserver", "priority": priority,
+            "alternatives": 0})
+        assert r.status_code == 200, r.text
+        return dict(r.json())
+
+    behind = dry(0)
+    assert not behind["fits"] and behind["reason"]["kind"] == "NoCapacity"
+    ahead = dry(10)
+    assert ahead["fits"] and ahead["placement"]["ultraServers"] == reserved
     fleet.submit("mid", 40)
     fleet.advance(1)
-    mid = fleet.job("mid")
-    assert mid["status"]["phase"] == "Running"
-    assert mid["status"]["allocation"]["ultraServers"] != reserved
+    assert fleet.job("mid")["status"]["phase"] == "Pending"
+    # The dry runs left the fleet as it was: the reserved UltraServer still has 44 free.
+    one = fleet.client.get(f"/v1/ultraservers/{reserved[0]}").json()
+    assert one["freeChips"] == 44 and one["reservedFor"] == f"tj/{NS}/big"

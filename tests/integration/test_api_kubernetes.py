@@ -102,6 +102,19 @@ def test_jobs_round_trip_through_the_custom_resources(
                      "-p", json.dumps({"status": {"reservedFor": f"tj/{ns}/big"}}))
     _poll_until(backend, lambda: client.get(f"/v1/ultraservers/{ultraserver}").json().get(
         "reservedFor") == f"tj/{ns}/big", "the reservation to show")
+    # Once the job it names is there and waiting, dry runs queued behind it (priority <= 3)
+    # avoid the reserved UltraServer.
+    big = {**SPEC, "chips": 144, "priority": 3, "topology": {"requiredLevel": "ultraserver"}}
+    assert client.post(base, json={"metadata": {"name": "big"}, "spec": big}).status_code == 201
+    _poll_until(backend, lambda: backend.reservation == ((ultraserver,), 3), "the reservation")
+    for priority, may_use in ((3, False), (4, True)):
+        r = client.post("/v1/placements:dryRun", json={
+            "chips": 4, "requiredLevel": "server", "priority": priority, "alternatives": 5})
+        assert r.status_code == 200, r.text
+        got = r.json()
+        used = {u for p in [got.get("placement") or {}, *got["alternatives"]]
+                for u in p.get("ultraServers", [])}
+        assert may_use or ultraserver not in used, (priority, used)
 
     records = _poll_until(
         backend, lambda: [r for r in client.get("/v1/accounting/jobs", params={"namespace": ns}).json()
@@ -118,7 +131,9 @@ def test_jobs_round_trip_through_the_custom_resources(
     assert gone.status_code == 200 and gone.json()["status"]["phase"] == "Running"
     assert client.get(f"{base}/llm").status_code == 404
     backend.poll()
-    assert [r["name"] for r in client.get("/v1/accounting/jobs", params={"namespace": ns}).json()] == ["llm"]
+    # llm's row outlives the job; big (still waiting) has one too.
+    assert sorted(r["name"] for r in client.get(
+        "/v1/accounting/jobs", params={"namespace": ns}).json()) == ["big", "llm"]
 
 
 def test_inference_jobs_and_unknown_namespace(
