@@ -14,11 +14,12 @@ large gang. A high-priority job that does not fit evicts lower-priority work ins
 Backfill reservation (`reservation=True`, the default): best-effort FIFO alone starves large
 gangs, because the small jobs behind them keep taking the chips that free up. So the first job
 of a cycle that needs whole UltraServers and still does not fit (after any preemption) reserves
-the domain where it would start soonest, the UltraServer or network block of its size with the
-most free chips: for the rest of the cycle, jobs behind it are placed (and preempt) only
-outside that domain. Running jobs there keep their chips; as they end, the domain drains and the
-gang starts. One reservation per cycle, for single-gang jobs (Slurm's backfill reservation for
-the top job); the cost is the reserved domain's free chips while it drains.
+where it would start soonest: the k UltraServers its gang needs, inside one domain its required
+level allows, with the most free chips between them (`Allocator.reservation`; a replicated job
+gets such a set per replica). For the rest of the cycle, jobs behind it are placed (and
+preempt) only elsewhere. Running jobs there keep their chips; as they end, the UltraServers
+drain and the gang starts. One reservation per cycle (Slurm's backfill reservation for the top
+job); the cost is the reserved UltraServers' free chips while they drain.
 
 Replicated jobs (an InferenceJob's replicas) are one queue entry with one gang per replica, each
 held in the allocator under `key#i`. They are admitted whole or not at all: if a later replica
@@ -233,7 +234,7 @@ class Scheduler:
         for index, job in enumerate(queue):
             outcome = self._place(job, result)
             if isinstance(outcome, NoFit):
-                if (self.reservation and result.reserved is None and job.replicas is None
+                if (self.reservation and result.reserved is None
                         and outcome.kind == "NoCapacity"):
                     outcome = self._reserve(job, outcome, result,
                                             fences if index + 1 < len(queue) else None)
@@ -248,17 +249,29 @@ class Scheduler:
 
     def _reserve(self, job: QueuedJob, nofit: NoFit, result: CycleResult,
                  fences: ExitStack | None) -> NoFit:
-        """Hold back, for the rest of this cycle, the domain where `job` would start soonest
-        (`fences` None: nothing is queued behind it, so there is nothing to hold back from)."""
-        found = self.allocator.reservation(job.request)
-        if found is None:
-            return nofit
-        name, ultraservers = found
-        if fences is not None:
-            fences.enter_context(self.allocator.held_back(ultraservers))
-        result.reserved = (job.key, name, ultraservers)
-        what = (f"UltraServer {name}" if ultraservers == (name,)
-                else f"the {len(ultraservers)} UltraServers of {name}")
+        """Hold back, for the rest of this cycle, where `job` would start soonest: one domain
+        per gang (each replica of a replicated job gets its own), or nothing unless every gang
+        gets one. `fences` None: nothing is queued behind it, so nothing is held back."""
+        picked: list[tuple[str, tuple[str, ...]]] = []
+        hold = ExitStack()
+        with hold:
+            for _ in range(job.replicas or 1):
+                found = self.allocator.reservation(job.request)
+                if found is None:
+                    return nofit
+                picked.append(found)
+                hold.enter_context(self.allocator.held_back(found[1]))
+            if fences is not None:
+                fences.enter_context(hold.pop_all())
+        names = tuple(n for _, members in picked for n in members)
+        result.reserved = (job.key, ", ".join(d for d, _ in picked), names)
+        if len(names) == 1:
+            what = f"UltraServer {names[0]}"
+        elif len(picked) == 1:
+            what = f"the {len(names)} UltraServers of {picked[0][0]}"
+        else:
+            shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+            what = f"UltraServers {shown}"
         return NoFit(nofit.kind, f"{nofit.message}; {what} reserved for it: jobs queued behind "
                      "it are placed elsewhere until it starts", nofit.blocking)
 

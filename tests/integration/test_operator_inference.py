@@ -127,3 +127,40 @@ def test_a_failed_chip_replaces_only_the_replica_on_it(op: Harness) -> None:
     assert after[0]["chips"] == before[0]["chips"]
     assert victim not in after[1]["chips"] and len(set(after[1]["chips"])) == 16
     assert victim not in status["allocation"]["chips"]
+
+
+def test_whole_ultraserver_replicas_reserve_one_ultraserver_each(op: Harness) -> None:
+    # gen2-a [ r0 100 | 44 ]  gen2-b [ r1 100 | 44 ]  gen2-c [ r2 110 | 34 ]
+    # serve: 2 replicas x 144 waits and reserves a and b; a 40-chip job behind it waits too
+    # (it would fit only in a or b); when r0 and r1 succeed, serve starts on a and b.
+    names = [f"{op.ns}-{x}" for x in "abc"]
+    for n in names:
+        op.ultraserver(n)
+    op.start()
+    for i, chips in enumerate((100, 100, 110)):
+        op.job(f"r{i}", chips, topology={"requiredLevel": "ultraserver"})
+        op.phase(f"r{i}", "Admitted")
+    manifest = f"""
+apiVersion: ultraplane.dev/v1alpha1
+kind: InferenceJob
+metadata: {{name: serve, namespace: {op.ns}}}
+spec:
+  replicas: 2
+  chipsPerReplica: 144
+  topology: {{requiredLevel: ultraserver}}
+  model: {{name: llama}}
+  load: {{requestsPerSecond: 50}}
+"""
+    op.env.kubectl("apply", "-f", "-", input=manifest)
+    key = f"ij/{op.ns}/serve"
+    held = op.wait("serve's reservation", lambda: sorted(
+        n for n in names if (op.get_ultraserver(n).get("status") or {}).get("reservedFor") == key))
+    assert len(held) == 2
+    assert "reserved for it" in inference_phase(op, "serve", "Pending")["status"]["message"]
+    op.job("mid", 40, topology={"requiredLevel": "ultraserver"})
+    assert op.phase("mid", "Pending")["status"]["reason"] == "NoCapacity"
+    for i, name in enumerate(names):
+        if name in held:
+            op.set_status(f"r{i}", {"phase": "Succeeded"})
+    body = inference_phase(op, "serve", "Admitted")
+    assert sorted(body["status"]["allocation"]["ultraServers"]) == held

@@ -147,7 +147,7 @@ def test_multi_ultraserver_gang_reserves_a_whole_network_block() -> None:
     assert key == "small" and not set(placement.ultraservers) & set(reserved)
 
 
-def test_small_gangs_and_replicated_jobs_reserve_nothing() -> None:
+def test_small_gangs_reserve_nothing() -> None:
     sched = fleet_of(1)
     sched.submit(job("r", 140))
     sched.cycle()
@@ -155,10 +155,40 @@ def test_small_gangs_and_replicated_jobs_reserve_nothing() -> None:
     sched.submit(job("one", 1, 0, 2))
     result = sched.cycle()
     assert result.reserved is None and [k for k, _ in result.admitted] == ["one"]
-    sched.submit(QueuedJob(JobKey("rep"), PlacementRequest(chips=144), 0, 3, replicas=2))
-    sched.submit(job("two", 2, 0, 4))
+
+
+def test_replicated_job_reserves_one_ultraserver_per_replica_or_none() -> None:
+    # gen2-0000 [r0 100 | 44]  gen2-0001 [r1 100 | 44]  gen2-0002 [r2 110 | 34]
+    # rep = 2 replicas of 144: it reserves the two freest; small (30) goes to gen2-0002.
+    sched = fleet_of(3)
+    for i, chips in enumerate((100, 100, 110)):
+        sched.submit(job(f"r{i}", chips, 0, i))
+        sched.cycle()
+    rep = QueuedJob(JobKey("rep"), PlacementRequest(chips=144, required_level="ultraserver"),
+                    0, 10, replicas=2)
+    sched.submit(rep)
+    sched.submit(job("small", 30, 0, 11))
     result = sched.cycle()
-    assert result.reserved is None and [k for k, _ in result.admitted] == ["two"]
+    assert result.reserved == ("rep", "gen2-0000, gen2-0001", ("gen2-0000", "gen2-0001"))
+    assert [(k, p.ultraservers) for k, p in result.admitted] == [("small", ("gen2-0002",))]
+    ((_, nofit, _),) = result.pending
+    assert "UltraServers gen2-0000, gen2-0001 reserved for it" in nofit.message
+    sched.cancel(JobKey("r0"))
+    sched.cancel(JobKey("r1"))
+    ((key, placements),) = sched.cycle().admitted_replicas
+    assert key == "rep" and sorted(p.ultraservers for p in placements) == [
+        ("gen2-0000",), ("gen2-0001",)]
+    # Three replicas of 144 on a 3-UltraServer fleet where one is cordoned: only two sets can
+    # be found, so nothing is reserved and the job behind it still runs.
+    sched = fleet_of(3)
+    sched.allocator.set_schedulable("gen2-0002", False)
+    sched.submit(job("r", 100))
+    sched.cycle()
+    sched.submit(QueuedJob(JobKey("three"), PlacementRequest(chips=144), 0, 1, replicas=3))
+    sched.submit(job("tiny", 4, 0, 2))
+    result = sched.cycle()
+    assert result.reserved is None and [k for k, _ in result.admitted] == ["tiny"]
+    assert not sched.allocator.topology.ultraservers[2].schedulable  # its cordon is kept
 
 
 def test_placement_is_a_gang_of_the_requested_size() -> None:
