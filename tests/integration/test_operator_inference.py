@@ -130,16 +130,19 @@ def test_a_failed_chip_replaces_only_the_replica_on_it(op: Harness) -> None:
 
 
 def test_whole_ultraserver_replicas_reserve_one_ultraserver_each(op: Harness) -> None:
-    # gen2-a [ r0 100 | 44 ]  gen2-b [ r1 100 | 44 ]  gen2-c [ r2 110 | 34 ]
-    # serve: 2 replicas x 144 waits and reserves a and b; a 40-chip job behind it waits too
-    # (it would fit only in a or b); when r0 and r1 succeed, serve starts on a and b.
+    # Three UltraServers holding 100, 100 and 110 chips (44, 44 and 34 free). serve (2
+    # replicas x 144) waits and reserves the two with 44 free; a 40-chip job behind it waits
+    # too (it would fit only there); when their jobs succeed, serve starts on exactly those.
     names = [f"{op.ns}-{x}" for x in "abc"]
     for n in names:
         op.ultraserver(n)
     op.start()
+    on: dict[str, str] = {}  # UltraServer -> the job on it (the operator picks which)
     for i, chips in enumerate((100, 100, 110)):
         op.job(f"r{i}", chips, topology={"requiredLevel": "ultraserver"})
-        op.phase(f"r{i}", "Admitted")
+        (us,) = op.phase(f"r{i}", "Admitted")["status"]["allocation"]["ultraServers"]
+        on[us] = f"r{i}"
+    assert sorted(on) == names
     manifest = f"""
 apiVersion: ultraplane.dev/v1alpha1
 kind: InferenceJob
@@ -159,8 +162,8 @@ spec:
     assert "reserved for it" in inference_phase(op, "serve", "Pending")["status"]["message"]
     op.job("mid", 40, topology={"requiredLevel": "ultraserver"})
     assert op.phase("mid", "Pending")["status"]["reason"] == "NoCapacity"
-    for i, name in enumerate(names):
-        if name in held:
-            op.set_status(f"r{i}", {"phase": "Succeeded"})
+    assert sorted(us for us, j in on.items() if j != "r2") == held
+    for us in held:
+        op.set_status(on[us], {"phase": "Succeeded"})
     body = inference_phase(op, "serve", "Admitted")
     assert sorted(body["status"]["allocation"]["ultraServers"]) == held
