@@ -281,7 +281,8 @@ class Scheduler:
         placed: list[tuple[JobKey, Placement]] = []
         evicted: list[tuple[QueuedJob, dict[JobKey, Placement]]] = []
         for index, part in enumerate(parts):
-            outcome = self._failed.get(job.request) or self.allocator.allocate(part, job.request)
+            known = self._failed.get(job.request)
+            outcome = known if known is not None else self.allocator.allocate(part, job.request)
             if isinstance(outcome, NoFit) and index == 0:
                 self._failed[job.request] = outcome
             if (isinstance(outcome, NoFit) and self.preemption and outcome.kind == "NoCapacity"
