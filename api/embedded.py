@@ -39,7 +39,7 @@ from ultraplane.api.settings import Settings
 from ultraplane.simulator.runtime import JobRuntime
 
 from ultraplane.allocator import Allocator
-from ultraplane.ids import ChipId
+from ultraplane.ids import ChipId, JobKey
 from ultraplane.scheduling import Scheduler
 
 log = logging.getLogger("ultraplane.api.embedded")
@@ -60,8 +60,7 @@ class EmbeddedBackend:
         self.topology, preset = build_topology(settings)
         self.allocator = Allocator(self.topology)
         self.scheduler = Scheduler(self.allocator)
-        self.reserved: dict[str, str] = {}  # UltraServer -> waiting job held back for (last cycle)
-        self._shown_reserved: dict[str, str] = {}
+        self.reserved: dict[str, JobKey] = {}  # UltraServer -> job held back for (last cycle)
         self.reservation: tuple[tuple[str, ...], int] | None = None  # (UltraServers, priority)
         self.runtime = JobRuntime(self.topology, clock=clock, time_scale=settings.time_scale)
         self.jobs: dict[str, JobState] = {}  # uid -> state
@@ -149,8 +148,7 @@ class EmbeddedBackend:
                 self.demo.step(now)
             # Phase changes mark jobs dirty; only then did chips or per-chip power change.
             if (self._ticks == 0 or any(j.dirty for j in self.jobs.values())
-                    or self.reserved != self._shown_reserved):
-                self._shown_reserved = dict(self.reserved)
+                    or self.reserved != self.fleet.reserved()):
                 self.fleet.refresh(self.jobs, self.runtime, self.reserved)
             else:
                 self.fleet.energy_kwh = float(self.runtime.fleet().energy_kwh)

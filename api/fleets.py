@@ -54,6 +54,10 @@ class FleetView:
         self.energy_kwh = 0.0
         self.version = 0
 
+    def reserved(self) -> dict[str, str]:
+        """UltraServer -> job, as the views last refreshed show the reservation."""
+        return {v.name: v.reserved_for for v in self.ultraservers if v.reserved_for}
+
     def refresh(self, jobs: Mapping[str, Any], runtime: Any,
                 reserved: Mapping[str, str] | None = None) -> None:
         # job keys, as the operator's UltraServer.status.jobs, so both backends list jobs alike

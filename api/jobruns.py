@@ -93,8 +93,7 @@ class JobRunner:
             if job is not None and job.running:
                 self._on_event(job, event, now)
         result = self.b.scheduler.cycle()
-        self.b.reserved = {} if result.reserved is None else dict.fromkeys(
-            result.reserved[2], str(result.reserved[0]))
+        self.b.reserved = result.held_for()
         holder = None if result.reserved is None else self._by_sched_key(result.reserved[0])
         self.b.reservation = None if holder is None else (
             tuple(self.b.reserved), holder.priority)

@@ -154,18 +154,18 @@ class KubernetesBackend:
         records = []
         for kind, obj in jobs:
             meta, spec, status = obj["metadata"], obj.get("spec") or {}, obj.get("status") or {}
-            if status.get("phase") in (None, "", "Pending", "Preempted"):
-                waiting[job_key(kind, meta["namespace"], meta["name"])] = int(
-                    spec.get("priority") or 0)
             key = JobKey(f"{meta['namespace']}/{meta['name']}")
             phase = str(status.get("phase") or "Pending")
+            priority = int(spec.get("priority") or 0)
             phases[(kind, phase)] = phases.get((kind, phase), 0) + 1
+            if phase in ("Pending", "Preempted"):
+                waiting[job_key(kind, meta["namespace"], meta["name"])] = priority
             chips = _chips_of(status)
             if phase in HOLDING and chips:
                 try:
                     allocator.assign(key, [ChipId(c) for c in chips])
                     if spec.get("preemptible", True):
-                        priorities[key] = int(spec.get("priority") or 0)
+                        priorities[key] = priority
                 except (AllocationConflict, ValueError) as exc:
                     log.warning("job %s holds chips the snapshot cannot place: %s", key, exc)
             records.append(self._usage(kind, obj, phase))

@@ -104,7 +104,7 @@ class Controller(Observations):
         self.ghosts: set[str] = set()
         self.written_positions: dict[JobKey, tuple[str, int | None]] = {}
         self.written_us: dict[str, dict[str, Any]] = {}
-        self.reserved: dict[str, str] = {}  # UltraServer -> job it is held back for (last cycle)
+        self.reserved: dict[str, JobKey] = {}  # UltraServer -> job held back for (last cycle)
         self.buffered: dict[JobKey, tuple[dict[str, Any], bool]] = {}
         self.removing: dict[JobKey, dict[str, Any]] = {}
         self.ready = False
@@ -157,8 +157,7 @@ class Controller(Observations):
         self.cycles += 1
         started = asyncio.get_running_loop().time()
         result = self.scheduler.cycle()
-        self.reserved = {} if result.reserved is None else dict.fromkeys(
-            result.reserved[2], str(result.reserved[0]))
+        self.reserved = result.held_for()
         for victim, by in result.preempted:
             self.outbox[victim] = Transition(
                 "preempt", "Preempted", f"Preempted by higher-priority job {by}; requeued.")

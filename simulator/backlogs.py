@@ -39,24 +39,21 @@ class Backlog:
     def take(self, free: int) -> list[QueuedJob]:
         """Pop, in (priority desc, seq) order, every job that fits in the `free` chips left."""
         out: list[QueuedJob] = []
-        while self._n:
-            best: tuple[int, int, int] | None = None
-            for (prio, size), bucket in self._buckets.items():
-                if bucket and size <= free and (best is None or (-prio, bucket[0][0]) < best[:2]):
-                    best = (-prio, bucket[0][0], size)
-            if best is None:
-                break
-            _, _, job = heapq.heappop(self._buckets[(-best[0], best[2])])
-            self._n -= 1
-            free -= best[2]
+        while (job := self._pop(0, free)) is not None:
+            free -= job.request.chips
             out.append(job)
         return out
 
     def pop_first(self, min_chips: int) -> QueuedJob | None:
         """Pop the first job, in (priority desc, seq) order, of at least `min_chips` chips."""
+        return self._pop(min_chips, None)
+
+    def _pop(self, low: int, high: int | None) -> QueuedJob | None:
+        """Pop the first job, in (priority desc, seq) order, of `low` to `high` chips."""
         best: tuple[int, int, int] | None = None
         for (prio, size), bucket in self._buckets.items():
-            if bucket and size >= min_chips and (best is None or (-prio, bucket[0][0]) < best[:2]):
+            if (bucket and low <= size and (high is None or size <= high)
+                    and (best is None or (-prio, bucket[0][0]) < best[:2])):
                 best = (-prio, bucket[0][0], size)
         if best is None:
             return None

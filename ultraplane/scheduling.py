@@ -89,6 +89,12 @@ class CycleResult:
     pending: list[tuple[JobKey, NoFit, int]] = field(default_factory=list)
     reserved: tuple[JobKey, str, tuple[str, ...]] | None = None
 
+    def held_for(self) -> dict[str, JobKey]:
+        """UltraServer -> the job its chips are reserved for (empty without a reservation)."""
+        if self.reserved is None:
+            return {}
+        return dict.fromkeys(self.reserved[2], self.reserved[0])
+
 
 class Scheduler:
     """A priority queue of `QueuedJob`s admitted through one `Allocator`."""
