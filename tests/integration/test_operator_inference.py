@@ -22,6 +22,22 @@ def inference_phase(op: Harness, name: str, phase: str) -> dict[str, Any]:
     return dict(op.wait(f"InferenceJob {name} to be {phase}", check))
 
 
+def apply_serve(op: Harness, *, chips_per_replica: int) -> None:
+    """`kubectl apply` InferenceJob serve: 2 replicas, each inside one UltraServer."""
+    manifest = f"""
+apiVersion: ultraplane.dev/v1alpha1
+kind: InferenceJob
+metadata: {{name: serve, namespace: {op.ns}}}
+spec:
+  replicas: 2
+  chipsPerReplica: {chips_per_replica}
+  topology: {{requiredLevel: ultraserver}}
+  model: {{name: llama}}
+  load: {{requestsPerSecond: 50}}
+"""
+    op.env.kubectl("apply", "-f", "-", input=manifest)
+
+
 def allocated(op: Harness, us: str) -> int:
     return int(((op.get_ultraserver(us).get("status") or {}).get("allocated") or {})
                .get("chips", -1))
@@ -33,18 +49,7 @@ def test_inference_replicas_are_admitted_whole_and_freed_on_delete(op: Harness) 
     op.ultraserver(f"{op.ns}-a")
     op.ultraserver(f"{op.ns}-b")
     op.start()
-    manifest = f"""
-apiVersion: ultraplane.dev/v1alpha1
-kind: InferenceJob
-metadata: {{name: serve, namespace: {op.ns}}}
-spec:
-  replicas: 2
-  chipsPerReplica: 100
-  topology: {{requiredLevel: ultraserver}}
-  model: {{name: llama}}
-  load: {{requestsPerSecond: 50}}
-"""
-    op.env.kubectl("apply", "-f", "-", input=manifest)
+    apply_serve(op, chips_per_replica=100)
     body = inference_phase(op, "serve", "Admitted")
     status = body["status"]
     replicas = status["allocation"]["replicas"]
@@ -143,18 +148,7 @@ def test_whole_ultraserver_replicas_reserve_one_ultraserver_each(op: Harness) ->
         (us,) = op.phase(f"r{i}", "Admitted")["status"]["allocation"]["ultraServers"]
         on[us] = f"r{i}"
     assert sorted(on) == names
-    manifest = f"""
-apiVersion: ultraplane.dev/v1alpha1
-kind: InferenceJob
-metadata: {{name: serve, namespace: {op.ns}}}
-spec:
-  replicas: 2
-  chipsPerReplica: 144
-  topology: {{requiredLevel: ultraserver}}
-  model: {{name: llama}}
-  load: {{requestsPerSecond: 50}}
-"""
-    op.env.kubectl("apply", "-f", "-", input=manifest)
+    apply_serve(op, chips_per_replica=144)
     key = f"ij/{op.ns}/serve"
     held = op.wait("serve's reservation", lambda: sorted(
         n for n in names if (op.get_ultraserver(n).get("status") or {}).get("reservedFor") == key))
