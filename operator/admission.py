@@ -32,9 +32,9 @@ from ultraplane.operator.requests import (
     view_job,
 )
 
-from ultraplane.allocator import Allocator, NoFit, Placement
+from ultraplane.admissions import Admissions, Pending
+from ultraplane.allocator import Allocator, Placement
 from ultraplane.ids import JobKey, kind_of_job_key
-from ultraplane.scheduling import Scheduler
 from ultraplane.topology import Topology
 
 log = logging.getLogger("ultraplane.operator")
@@ -97,7 +97,8 @@ class Controller(Observations):
         self.position_seconds = position_seconds
         self.inventory = Inventory()
         self.allocator = Allocator(Topology(()))
-        self.scheduler = Scheduler(self.allocator, reservation=reservation)
+        self.admissions = Admissions(self.allocator, reservation=reservation)
+        self.scheduler = self.admissions.scheduler
         self.bodies: dict[JobKey, dict[str, Any]] = {}
         self.outbox: dict[JobKey, Transition] = {}
         self.finalizers: dict[JobKey, bool] = {}
@@ -156,24 +157,25 @@ class Controller(Observations):
     async def run_cycle(self) -> None:
         self.cycles += 1
         started = asyncio.get_running_loop().time()
-        result = self.scheduler.cycle()
-        self.reserved = result.held_for()
-        for victim, by in result.preempted:
-            self.outbox[victim] = Transition(
-                "preempt", "Preempted", f"Preempted by higher-priority job {by}; requeued.")
+        decisions = self.admissions.cycle()
+        self.reserved = decisions.held_for()
+        for victim in decisions.preempted:
+            self.outbox[victim.key] = Transition(
+                "preempt", "Preempted",
+                f"Preempted by higher-priority job {victim.by}; requeued.")
+        for failed in decisions.failed:
+            self.outbox[failed.key] = Transition("fail", failed.reason, failed.message)
         now = asyncio.get_running_loop().time()
         refresh = now - self._last_positions >= self.position_seconds
         if refresh:
             self._last_positions = now
         stale = False
-        for key, nofit, position in result.pending:
-            stale |= self._pending(key, nofit, position, refresh)
+        for waiting in decisions.pending:
+            stale |= self._pending(waiting, refresh)
         if stale:  # positions moved; write them once the refresh interval has passed
             asyncio.get_running_loop().call_later(self.position_seconds, self.wake.set)
-        admissions = {key: Transition("admit", "Admitted", placements=(placement,))
-                      for key, placement in result.admitted}
-        admissions.update({key: Transition("admit", "Admitted", placements=placements)
-                           for key, placements in result.admitted_replicas})
+        admissions = {a.key: Transition("admit", "Admitted", placements=a.placements)
+                      for a in decisions.admitted}
         self._collect_ghosts()
         # Evictions first (an admission may take a victim's chips); a job's own finalizer is
         # chained with its admission below, so one slow batch of finalizers never holds back
@@ -192,20 +194,18 @@ class Controller(Observations):
         else:  # coalesce UltraServer writes: at most one round per interval
             loop.call_later(self.us_seconds, self.wake.set)
         log.debug("cycle %d: %d admitted, %d preempted, %d pending in %.3fs", self.cycles,
-                  len(admissions), len(result.preempted), len(result.pending),
+                  len(admissions), len(decisions.preempted), len(decisions.pending),
                   loop.time() - started)
 
-    def _pending(self, key: JobKey, nofit: NoFit, position: int, refresh: bool) -> bool:
+    def _pending(self, waiting: Pending, refresh: bool) -> bool:
         """Queue a Pending write if needed; True when a position is left stale for now."""
-        if nofit.kind == "Unsatisfiable" and len(self.inventory) > 0:
-            self.scheduler.cancel(key)
-            self.outbox[key] = Transition("fail", "Unsatisfiable", nofit.message)
-            return False
+        key, position = waiting.key, waiting.position
         if key in self.outbox:  # an eviction to write first; its Pending write comes next cycle
             return True
         last = self.written_positions.get(key)
-        if last is None or last[0] != nofit.kind or (refresh and moved(last[1], position)):
-            self.outbox[key] = Transition("pending", nofit.kind, nofit.message, position=position)
+        if last is None or last[0] != waiting.reason or (refresh and moved(last[1], position)):
+            self.outbox[key] = Transition("pending", waiting.reason, waiting.message,
+                                          position=position)
             return False
         return moved(last[1], position)
 
