@@ -192,17 +192,18 @@ class Admissions:
         if job is None:
             return f"job {key} holds no chips"
         for part, chips in lost.items():
-            swapped: Placement | NoFit | None = None
+            why = ""
             if not job.request.whole_servers:
                 swapped = self.allocator.replace(part, chips)
                 if isinstance(swapped, Placement):
                     continue
                 if job.replicas is None:
                     return swapped.message
+                why = f"{swapped.message}; "
             self.allocator.release(part)
             fresh = self.allocator.allocate(part, job.request)
             if isinstance(fresh, NoFit):
-                return fresh.message if swapped is None else f"{swapped.message}; {fresh.message}"
+                return why + fresh.message
         return Admitted(key, self.scheduler.placements(key), job.replicas is not None)
 
     # -- the cycle ---------------------------------------------------------------------
