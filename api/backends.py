@@ -29,10 +29,10 @@ from ultraplane.api.settings import Settings
 
 from ultraplane.allocator import CapacityReport, NoFit, Placement, PlacementRequest
 from ultraplane.capacities import DomainCapacity
+from ultraplane.conversions import placement_request
 from ultraplane.resources import InferenceJobSpec, TrainingJobSpec
 
 JobSpec = TrainingJobSpec | InferenceJobSpec
-PLURALS: dict[JobKind, str] = {"TrainingJob": "trainingjobs", "InferenceJob": "inferencejobs"}
 
 
 class Backend(Protocol):
@@ -121,18 +121,10 @@ def placement_status(placement: Placement) -> dict[str, Any]:
 def requests_of(spec: JobSpec) -> list[PlacementRequest]:
     """One gang request per training job, one per inference replica."""
     wire = spec.model_dump(mode="json", by_alias=True, exclude_none=True)
-    topo = wire.get("topology") or {}
-    common = {
-        "required_level": topo.get("requiredLevel"),
-        "preferred_level": topo.get("preferredLevel"),
-        "whole_servers": bool(topo.get("wholeServers", False)),
-        "profile": wire.get("profile"),
-    }
     if isinstance(spec, InferenceJobSpec):
-        replicas = int(wire.get("replicas", 1))
-        per = int(wire["chipsPerReplica"])
-        return [PlacementRequest(chips=per, **common) for _ in range(replicas)]
-    return [PlacementRequest(chips=int(wire["chips"]), **common)]
+        request = placement_request(wire, "InferenceJob")
+        return [request] * int(wire.get("replicas", 1))
+    return [placement_request(wire, "TrainingJob")]
 
 
 def request_of(body: DryRunRequest) -> PlacementRequest:

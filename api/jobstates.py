@@ -16,6 +16,7 @@ from ultraplane.api.models import Job
 from ultraplane.api.schemas import JobKind, JobResource, ObjectMeta
 
 from ultraplane.allocator import PlacementRequest
+from ultraplane.conversions import queued_job
 from ultraplane.ids import JobKey, job_key
 from ultraplane.resources import InferenceJobSpec, TrainingJobSpec
 from ultraplane.scheduling import QueuedJob
@@ -63,8 +64,8 @@ class JobState:
     @cached_property
     def queued(self) -> QueuedJob:
         """The job's queue entry: one gang, or (InferenceJob) one per replica, admitted whole."""
-        return QueuedJob(self.key, self.requests[0], self.priority, self.seq, self.preemptible,
-                         None if self.kind == "TrainingJob" else len(self.requests))
+        wire = self.spec.model_dump(mode="json", by_alias=True, exclude_none=True)
+        return queued_job(self.kind, self.namespace, self.name, wire, self.seq)
 
     @property
     def sched_keys(self) -> list[JobKey]:

@@ -22,7 +22,7 @@ from typing import Any
 from sqlalchemy import Engine
 from ultraplane.api import store
 from ultraplane.api.accounting import usage_of
-from ultraplane.api.backends import PLURALS, JobSpec, capacity_json, not_found, total_chips
+from ultraplane.api.backends import JobSpec, capacity_json, not_found, total_chips
 from ultraplane.api.dryruns import dry_run
 from ultraplane.api.errors import ApiError
 from ultraplane.api.schemas import (
@@ -36,13 +36,20 @@ from ultraplane.api.schemas import (
 from ultraplane.api.settings import Settings
 
 from ultraplane.allocator import AllocationConflict, Allocator
-from ultraplane.ids import ChipId, JobKey, UltraServerName, job_key
+from ultraplane.conversions import (
+    GROUP,
+    HOLDING_PHASES,
+    PLURALS,
+    VERSION,
+    allocated_chips,
+    held_parts,
+    ultraserver_from_spec,
+)
+from ultraplane.ids import JobKey, UltraServerName, job_key
 from ultraplane.resources import InferenceJobSpec, TrainingJobSpec, UltraServer
 from ultraplane.topology import Topology
 from ultraplane.topology import UltraServer as CoreUltraServer
 
-GROUP, VERSION = "ultraplane.dev", "v1alpha1"
-HOLDING = frozenset({"Admitted", "Running"})
 log = logging.getLogger("ultraplane.api.kubernetes")
 
 
@@ -55,14 +62,6 @@ def _ts(value: Any) -> float | None:
 def _items(response: Any) -> list[dict[str, Any]]:
     """The `items` of a kubernetes client list call (typed `object` by the client)."""
     return list(response["items"])
-
-
-def _chips_of(status: dict[str, Any]) -> list[str]:
-    allocation = status.get("allocation") or {}
-    chips = list(allocation.get("chips") or [])
-    for replica in allocation.get("replicas") or []:
-        chips.extend(replica.get("chips") or [])
-    return chips
 
 
 class KubernetesBackend:
@@ -139,13 +138,7 @@ class KubernetesBackend:
             except ValueError as exc:
                 log.warning("skipping UltraServer %s: %s", obj.get("metadata", {}).get("name"), exc)
                 continue
-            us_spec = us.spec
-            core.append(CoreUltraServer(
-                UltraServerName(us.metadata.name), str(us_spec.profile), tuple(us_spec.network),
-                failed_chips=frozenset(us_spec.failed_chips),
-                cordoned_servers=frozenset(us_spec.cordoned_servers),
-                schedulable=us_spec.schedulable, servers=us_spec.servers,
-            ))
+            core.append(ultraserver_from_spec(us.metadata.name, us.spec))
             views.append((us, obj.get("status") or {}))
         allocator = Allocator(Topology(tuple(core)))
         priorities: dict[JobKey, int] = {}
@@ -154,20 +147,27 @@ class KubernetesBackend:
         records = []
         for kind, obj in jobs:
             meta, spec, status = obj["metadata"], obj.get("spec") or {}, obj.get("status") or {}
-            key = JobKey(f"{meta['namespace']}/{meta['name']}")
+            key = job_key(kind, meta["namespace"], meta["name"])
             phase = str(status.get("phase") or "Pending")
             priority = int(spec.get("priority") or 0)
             phases[(kind, phase)] = phases.get((kind, phase), 0) + 1
             if phase in ("Pending", "Preempted"):
-                waiting[job_key(kind, meta["namespace"], meta["name"])] = priority
-            chips = _chips_of(status)
-            if phase in HOLDING and chips:
+                waiting[key] = priority
+            if phase in HOLDING_PHASES:
+                # One allocator key per replica (its own chips), never the union again.
+                parts = held_parts(kind, meta["namespace"], meta["name"], status)
+                placed: list[JobKey] = []
                 try:
-                    allocator.assign(key, [ChipId(c) for c in chips])
-                    if spec.get("preemptible", True):
-                        priorities[key] = priority
+                    for part, chips in parts.items():
+                        allocator.assign(part, chips)
+                        placed.append(part)
                 except (AllocationConflict, ValueError) as exc:
                     log.warning("job %s holds chips the snapshot cannot place: %s", key, exc)
+                    for part in placed:
+                        allocator.release(part)
+                    placed.clear()
+                if placed and spec.get("preemptible", True):
+                    priorities.update(dict.fromkeys(placed, priority))
             records.append(self._usage(kind, obj, phase))
         # The operator's backfill reservation, from UltraServer.status.reservedFor.
         reserved_by: dict[str, list[str]] = {}
@@ -191,7 +191,7 @@ class KubernetesBackend:
         try:
             chips = total_chips(model.model_validate(spec))
         except ValueError:
-            chips = len(_chips_of(status))
+            chips = len(allocated_chips(status))
         finished = _ts(status.get("completionTime")) if phase in ("Succeeded", "Failed") else None
         return usage_of(
             job_uid=meta.get("uid") or f"{meta['namespace']}/{meta['name']}", kind=kind,

@@ -11,7 +11,6 @@ from typing import Any
 from fastapi import APIRouter, Depends, Query, status
 from starlette.concurrency import run_in_threadpool
 from ultraplane.api.auth import require_read, require_write
-from ultraplane.api.backends import PLURALS
 from ultraplane.api.deps import BackendDep, NamePath, NamespacePath
 from ultraplane.api.errors import ErrorBody
 from ultraplane.api.schemas import (
@@ -21,6 +20,8 @@ from ultraplane.api.schemas import (
     JobResource,
     TrainingJobCreate,
 )
+
+from ultraplane.conversions import PLURALS
 
 ERRORS: dict[int | str, dict[str, Any]] = {
     401: {"model": ErrorBody}, 403: {"model": ErrorBody}, 404: {"model": ErrorBody},

@@ -13,7 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ultraplane.ids import ChipId, UltraServerName
+from ultraplane import conversions
+from ultraplane.ids import ChipId
 from ultraplane.topology import UltraServer
 
 DRAIN_POLICIES = ("Wait", "Requeue")
@@ -39,25 +40,13 @@ class InventoryChange:
 
 
 def ultraserver_from_body(body: Mapping[str, Any]) -> ServerEntry:
-    """Build the core's frozen `UltraServer` from an object body (bad entries are dropped)."""
-    meta = body.get("metadata") or {}
-    spec = body.get("spec") or {}
-    cordoned = frozenset(
-        int(s) for s in spec.get("cordonedServers") or [] if isinstance(s, int) and s >= 0
-    )
-    us = UltraServer(
-        name=UltraServerName(str(meta.get("name", ""))),
-        profile=str(spec.get("profile") or "trn3-gen2"),
-        network=tuple(str(n) for n in spec.get("network") or []),
-        failed_chips=frozenset(str(c) for c in spec.get("failedChips") or []),
-        cordoned_servers=cordoned,
-        schedulable=bool(spec.get("schedulable", True)),
-    )
-    policy = str(spec.get("drainPolicy") or "Wait")
+    """The core's frozen `UltraServer` of an object body (`ultraplane.conversions`), plus the
+    operator's fields; raises ValueError naming the field of a bad spec."""
+    us, spec = conversions.ultraserver_from_body(body)
     return ServerEntry(
         ultraserver=us,
-        drain_policy=policy if policy in DRAIN_POLICIES else "Wait",
-        resource_version=str(meta.get("resourceVersion", "")),
+        drain_policy=str(spec.drain_policy.value),
+        resource_version=str((body.get("metadata") or {}).get("resourceVersion", "")),
     )
 
 

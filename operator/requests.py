@@ -15,28 +15,51 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ultraplane.allocator import PlacementRequest
+from ultraplane.conversions import (
+    GROUP,
+    HOLDING_PHASES,
+    INFERENCE,
+    PLURALS,
+    TERMINAL_PHASES,
+    TRAINING,
+    ULTRASERVERS,
+    VERSION,
+    InvalidJobError,
+    creation_seq,
+    placement_request,
+    queued_job,
+    replica_chips,
+)
 from ultraplane.ids import ChipId, JobKey, job_key, kind_of_job_key
 from ultraplane.scheduling import QueuedJob
-from ultraplane.topology import parse_level
 
-GROUP = "ultraplane.dev"
-VERSION = "v1alpha1"
-TRAINING = "trainingjobs"
-INFERENCE = "inferencejobs"
-PLURALS = {"TrainingJob": TRAINING, "InferenceJob": INFERENCE}
-ULTRASERVERS = "ultraservers"
+__all__ = [
+    "FAILURE_POLICIES",
+    "FINALIZER",
+    "FLEET_LABEL",
+    "GROUP",
+    "HOLDING_PHASES",
+    "INFERENCE",
+    "PLURALS",
+    "TERMINAL_PHASES",
+    "TRAINING",
+    "ULTRASERVERS",
+    "VERSION",
+    "InvalidJobError",
+    "JobView",
+    "creation_seq",
+    "kind_of",
+    "placement_request",
+    "plural_of_key",
+    "replica_chips",
+    "view_job",
+]
+
 FINALIZER = "ultraplane.dev/release-chips"
 FLEET_LABEL = "ultraplane.dev/fleet"
 FAILURE_POLICIES = ("RestartAll", "ReplaceAffected", "Fail")
-TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
-HOLDING_PHASES = frozenset({"Admitted", "Running"})
 
 Body = Mapping[str, Any]
-
-
-class InvalidJobError(ValueError):
-    """The manifest passed the CRD schema but cannot be scheduled; the message names the field."""
 
 
 @dataclass(frozen=True)
@@ -73,53 +96,6 @@ def kind_of(body: Body, default: str = "TrainingJob") -> str:
     return kind if kind in PLURALS else default
 
 
-def creation_seq(meta: Mapping[str, Any]) -> int:
-    """FIFO rank from the creation timestamp (seconds); names break ties in `QueuedJob.order`."""
-    stamp = str(meta.get("creationTimestamp") or "")
-    digits = "".join(ch for ch in stamp if ch.isdigit())
-    return int(digits) if digits else 0
-
-
-def _positive(spec: Mapping[str, Any], field: str) -> int:
-    value = spec.get(field)
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise InvalidJobError(f"spec.{field} must be a positive integer, got {value!r}.")
-    return value
-
-
-def placement_request(spec: Mapping[str, Any], kind: str = "TrainingJob") -> PlacementRequest:
-    """The gang of a TrainingJob, or of one replica of an InferenceJob."""
-    chips = _positive(spec, "chipsPerReplica" if kind == "InferenceJob" else "chips")
-    topo = spec.get("topology") or {}
-    required = topo.get("requiredLevel")
-    preferred = topo.get("preferredLevel")
-    for field, level in (("requiredLevel", required), ("preferredLevel", preferred)):
-        if level is not None:
-            try:
-                parse_level(str(level))
-            except ValueError as exc:
-                raise InvalidJobError(f"spec.topology.{field}: {exc}") from exc
-    return PlacementRequest(
-        chips=chips,
-        required_level=required,
-        preferred_level=preferred,
-        whole_servers=bool(topo.get("wholeServers", False)),
-        profile=spec.get("profile"),
-    )
-
-
-def replica_chips(allocation: Mapping[str, Any]) -> tuple[tuple[ChipId, ...], ...]:
-    """Chips of each replica, by index; a gap in the indices yields an empty replica."""
-    by_index: dict[int, tuple[ChipId, ...]] = {}
-    for replica in allocation.get("replicas") or []:
-        index = replica.get("index")
-        if isinstance(index, int) and index >= 0:
-            by_index[index] = tuple(ChipId(c) for c in replica.get("chips") or [])
-    if not by_index:
-        return ()
-    return tuple(by_index.get(i, ()) for i in range(max(by_index) + 1))
-
-
 def view_job(body: Body, kind: str | None = None) -> JobView:
     """Read a TrainingJob or InferenceJob body; never raises (a bad spec is in `error`)."""
     kind = kind or kind_of(body)
@@ -132,15 +108,7 @@ def view_job(body: Body, kind: str | None = None) -> JobView:
     queued: QueuedJob | None = None
     error: str | None = None
     try:
-        priority = spec.get("priority", 0)
-        if not isinstance(priority, int) or isinstance(priority, bool):
-            raise InvalidJobError(f"spec.priority must be an integer, got {priority!r}.")
-        replicas = _positive({"replicas": 1, **spec}, "replicas") \
-            if kind == "InferenceJob" else None
-        queued = QueuedJob(
-            key, placement_request(spec, kind), priority, creation_seq(meta),
-            bool(spec.get("preemptible", True)), replicas,
-        )
+        queued = queued_job(kind, namespace, name, spec, creation_seq(meta))
     except InvalidJobError as exc:
         error = str(exc)
     # An InferenceJob has no failurePolicy: a replica on a failed chip is replaced, and the

@@ -16,10 +16,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ultraplane.simulator.kubelets import PLURALS, Patch, VirtualKubelet
+from ultraplane.simulator.kubelets import Patch, VirtualKubelet
 from ultraplane.simulator.metrics import SimulatorMetrics
 
-GROUP, VERSION = "ultraplane.dev", "v1alpha1"
+from ultraplane.conversions import GROUP, PLURALS, VERSION
+
 log = logging.getLogger("ultraplane.simulator")
 
 

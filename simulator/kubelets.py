@@ -23,11 +23,11 @@ from typing import Any
 
 from ultraplane.simulator.runtime import JobRuntime, JobRuntimeStatus
 
-from ultraplane.ids import UltraServerName, job_key, local_ref, parse_chip_id
+from ultraplane import conversions
+from ultraplane.ids import job_key, local_ref, parse_chip_id
 from ultraplane.topology import Topology, UltraServer
 
 ACTIVE = ("Admitted", "Running")
-PLURALS = {"TrainingJob": "trainingjobs", "InferenceJob": "inferencejobs"}
 
 
 def _iso(t: float) -> str:
@@ -44,22 +44,16 @@ def _get(body: Mapping[str, Any], *path: str) -> Any:
 
 
 def allocated_chips(body: Mapping[str, Any]) -> tuple[str, ...]:
-    """Chip ids of a job's allocation (inference: every replica's chips)."""
-    alloc = _get(body, "status", "allocation") or {}
-    chips = list(alloc.get("chips") or [])
-    for replica in alloc.get("replicas") or []:
-        chips.extend(c for c in replica.get("chips") or [] if c not in chips)
-    return tuple(chips)
+    """Chip ids of a job's allocation (inference: every replica's chips, once)."""
+    return conversions.allocated_chips(body.get("status") or {})
 
 
-def ultraserver_of(body: Mapping[str, Any]) -> UltraServer:
-    spec = body.get("spec") or {}
-    return UltraServer(
-        UltraServerName(body["metadata"]["name"]), str(spec.get("profile", "trn3-gen2")),
-        tuple(spec.get("network") or ()), frozenset(spec.get("failedChips") or ()),
-        frozenset(spec.get("cordonedServers") or ()), bool(spec.get("schedulable", True)),
-        spec.get("servers"),
-    )
+def ultraserver_of(body: Mapping[str, Any]) -> UltraServer | None:
+    """The core UltraServer of a body, or None for one the schema would not admit."""
+    try:
+        return conversions.ultraserver_from_body(body)[0]
+    except ValueError:
+        return None
 
 
 def _conditions(current: list[Mapping[str, Any]], s: JobRuntimeStatus, now: float) -> list[dict[str, Any]]:
@@ -114,7 +108,7 @@ class VirtualKubelet:
 
     # -- inputs --------------------------------------------------------------------------
     def sync_ultraservers(self, bodies: Iterable[Mapping[str, Any]]) -> None:
-        servers = [ultraserver_of(b) for b in bodies]
+        servers = [u for u in map(ultraserver_of, bodies) if u is not None]
         if tuple(sorted(f"{u.name}:{u.profile}:{u.servers}" for u in servers)) != self._names:
             self._names = tuple(sorted(f"{u.name}:{u.profile}:{u.servers}" for u in servers))
             self.runtime.reshape(Topology(tuple(servers)))

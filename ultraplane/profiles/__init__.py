@@ -30,6 +30,8 @@ __all__ = [
 
 
 class Precision(StrEnum):
+    """Numeric precision the job computes in; picks the chip's TFLOPS figure."""
+
     MXFP4 = "MXFP4"
     MXFP8 = "MXFP8"
     FP8 = "FP8"

@@ -15,6 +15,10 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
+from ultraplane.profiles import (
+    Precision as Precision,  # defined once, with the hardware figures it picks
+)
+
 GROUP = "ultraplane.dev"
 VERSION = "v1alpha1"
 API_VERSION = f"{GROUP}/{VERSION}"
@@ -62,18 +66,6 @@ class ProfileName(StrEnum):
     TRN3_GEN1 = "trn3-gen1"
     TRN3_GEN2 = "trn3-gen2"
     TRN4_PROJECTED = "trn4-projected"
-
-
-class Precision(StrEnum):
-    """Numeric precision the job computes in; picks the chip's TFLOPS figure."""
-
-    MXFP4 = "MXFP4"
-    MXFP8 = "MXFP8"
-    FP8 = "FP8"
-    BF16 = "BF16"
-    FP16 = "FP16"
-    TF32 = "TF32"
-    FP32 = "FP32"
 
 
 class Level(StrEnum):
