@@ -130,7 +130,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
             fresh = Controller(kube, clock=utcnow, emit=post_event,
                                namespaces=CONFIG.namespaces or None, fleet=CONFIG.fleet,
                                concurrency=CONFIG.concurrency, reservation=CONFIG.reservation,
-                            stats_seconds=CONFIG.stats_seconds)
+                               stats_seconds=CONFIG.stats_seconds)
             controller.__dict__.update({k: v for k, v in fresh.__dict__.items()
                                         if k not in ("wake", "_limit", "_pool")})
             controller.leader = True
