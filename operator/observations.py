@@ -54,7 +54,7 @@ class Observations:
     admissions: Admissions
     bodies: dict[JobKey, dict[str, Any]]
     outbox: dict[JobKey, Transition]
-    finalizers: dict[JobKey, bool]
+    unfinalize: set[JobKey]
     ghosts: set[str]
     written_positions: dict[JobKey, tuple[str, int | None]]
     buffered: dict[JobKey, tuple[dict[str, Any], bool]]
@@ -104,12 +104,10 @@ class Observations:
         self.bodies[key] = dict(body)
         if view.deleting:
             self.forget(key)
-            if view.has_finalizer:
+            if view.has_finalizer:  # left by an earlier version: let the deletion finish
                 self.removing[key] = dict(body)
-                self.finalizers[key] = False
+                self.unfinalize.add(key)
             return
-        if not view.has_finalizer:
-            self.finalizers[key] = True
         if view.phase in TERMINAL_PHASES:
             self.scheduler.cancel(key)
             self.outbox.pop(key, None)
