@@ -81,7 +81,7 @@ def capacity_json(report: CapacityReport) -> dict[str, Any]:
         return DomainCapacityView(
             name=d.name, level=d.level, total=d.total, allocated=d.allocated, free=d.free,
             unusable=d.unusable, free_whole_servers=d.free_whole_servers,
-            free_whole_racks=d.free_whole_racks, free_whole_ultra_servers=d.free_whole_ultraservers)
+            free_whole_racks=d.free_whole_racks, freeWholeUltraServers=d.free_whole_ultraservers)
 
     view = CapacityView(
         cluster=domain(report.cluster),

@@ -286,7 +286,7 @@ class EmbeddedBackend:
     def dry_run(self, request: DryRunRequest) -> DryRunResult:
         with self.lock:
             running = {
-                key: job.priority
+                JobKey(key): job.priority
                 for job in self.jobs.values() if job.held and job.preemptible
                 for key in job.held
             }

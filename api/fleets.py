@@ -24,7 +24,7 @@ from ultraplane.topology import Topology, build_fleet
 def build_topology(settings: Settings) -> tuple[Topology, dict[JobKey, list[str]]]:
     """The fleet from `--cluster FILE` (with its preset allocations) or `--fleet PROFILE:N`."""
     if settings.cluster:
-        from ultraplane.topology import load_cluster_file
+        from ultraplane.clusterfiles import load_cluster_file
 
         cluster = load_cluster_file(settings.cluster)
         return cluster.topology, {JobKey(k): list(v) for k, v in cluster.allocations.items()}

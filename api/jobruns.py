@@ -61,8 +61,8 @@ class JobRunner:
             if job.finished:
                 continue
             if job.held:
-                chips = [[ChipId(c) for c in job.held.get(k, ())] for k in job.sched_keys]
-                outcome = self.b.admissions.readopt(job.queued, chips)
+                parts = [[ChipId(c) for c in job.held.get(k, ())] for k in job.sched_keys]
+                outcome = self.b.admissions.readopt(job.queued, parts)
                 if isinstance(outcome, Requeued):
                     log.warning("cannot re-adopt %s (%s); requeueing it", job.key,
                                 outcome.message)

@@ -6,7 +6,7 @@ import annotations` here: the body annotation is the closure's model class, whic
 FastAPI must see as a class, not as a string to resolve in module globals.)
 """
 
-from typing import Any
+from typing import Any, cast
 
 from fastapi import APIRouter, Depends, Query, status
 from starlette.concurrency import run_in_threadpool
@@ -56,9 +56,10 @@ def job_router(kind: JobKind, create_model: type[TrainingJobCreate] | type[Infer
                  status_code=status.HTTP_201_CREATED, dependencies=[Depends(require_write)],
                  summary=f"Create a {kind} (the body's spec is the CRD spec)")
     async def create(namespace: NamespacePath, body: create_model, backend: BackendDep) -> JobResource:  # type: ignore[valid-type]
-        return await run_in_threadpool(
-            backend.create_job, kind, namespace, body.metadata.name, body.spec, body.metadata.labels
-        )
+        created = cast(TrainingJobCreate | InferenceJobCreate, body)
+        return await run_in_threadpool(backend.create_job, kind, namespace,
+                                       created.metadata.name, created.spec,
+                                       created.metadata.labels)
 
     @router.delete(f"/namespaces/{{namespace}}/{plural}/{{name}}", response_model=JobResource,
                    dependencies=[Depends(require_write)],

@@ -14,7 +14,8 @@ from typing import Any
 from alembic import command
 from alembic.config import Config
 from sqlalchemy import Connection, Engine, Table, delete, event, func, insert
-from sqlmodel import Session, col, create_engine, select
+from sqlalchemy import select as sa_select
+from sqlmodel import Session, SQLModel, col, create_engine, select
 from ultraplane.api.models import (
     AccountingCreate,
     AccountingRecord,
@@ -115,9 +116,15 @@ def _upsert(conn: Connection, table: Table, rows: list[dict[str, Any]], keys: li
         conn.execute(insert(table), [row])
 
 
+def table_of(model: type[SQLModel]) -> Table:
+    """The SQLAlchemy table of a `table=True` model (set by SQLModel's metaclass)."""
+    table: Table = model.__table__  # type: ignore[attr-defined]
+    return table
+
+
 def write_jobs(conn: Connection, *, rows: list[dict[str, Any]], removed: list[str]) -> None:
     """Delete `removed` uids, then insert or update `rows` (full job rows, keyed by uid)."""
-    table = Job.__table__
+    table = table_of(Job)
     if removed:
         conn.execute(delete(table).where(table.c.uid.in_(removed)))
     _upsert(conn, table, rows, ["uid"])
@@ -133,13 +140,13 @@ def write_accounting(
          "chip_hours": hours, "energy_kwh": kwh}
         for r, split in records for day, (hours, kwh) in split.items()
     ]
-    _upsert(conn, AccountingRecord.__table__, totals, ["job_uid"])
-    _upsert(conn, DailyUsage.__table__, days, ["job_uid", "day"])
+    _upsert(conn, table_of(AccountingRecord), totals, ["job_uid"])
+    _upsert(conn, table_of(DailyUsage), days, ["job_uid", "day"])
 
 
 def write_values(conn: Connection, *, values: dict[str, str]) -> None:
     rows = [{"key": k, "value": v} for k, v in values.items()]
-    _upsert(conn, KeyValue.__table__, rows, ["key"])
+    _upsert(conn, table_of(KeyValue), rows, ["key"])
 
 
 # --- small persistent values -----------------------------------------------------------------
@@ -215,9 +222,10 @@ def list_accounting(
 
 
 def usage_by_namespace(session: Session) -> list[NamespaceUsage]:
-    rows = session.exec(
-        select(
-            AccountingRecord.namespace,
+    # six columns: more than sqlmodel's typed `select` overloads, so SQLAlchemy's own
+    rows = session.execute(
+        sa_select(
+            col(AccountingRecord.namespace),
             func.count(col(AccountingRecord.id)),
             func.count(col(AccountingRecord.finished_s)),
             func.coalesce(func.sum(AccountingRecord.chip_hours), 0.0),

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 from ultraplane.operator.requests import (
     FINALIZER,
@@ -25,6 +25,16 @@ MERGE = "application/merge-patch+json"
 APPLY = "application/apply-patch+yaml"
 FIELD_MANAGER = "ultraplane-nodes"
 log = logging.getLogger("ultraplane.operator")
+
+
+
+def _body(result: object) -> dict[str, Any]:
+    """A custom-objects call's JSON body (the client types it `object`)."""
+    return dict(cast(Mapping[str, Any], result))
+
+
+def _items(result: object) -> list[dict[str, Any]]:
+    return list(cast(Mapping[str, Any], result).get("items", []))
 
 
 class Conflict(Exception):
@@ -52,9 +62,9 @@ class KubeClient:
         import kubernetes
 
         try:
-            kubernetes.config.load_incluster_config()
+            kubernetes.config.load_incluster_config()  # type: ignore[no-untyped-call]
         except kubernetes.config.ConfigException:
-            kubernetes.config.load_kube_config()
+            kubernetes.config.load_kube_config()  # type: ignore[no-untyped-call]
         config = kubernetes.client.Configuration.get_default_copy()
         config.connection_pool_maxsize = pool_size
         self._api_client = kubernetes.client.ApiClient(config)
@@ -67,7 +77,7 @@ class KubeClient:
         selector = f"{FLEET_LABEL}={fleet}" if fleet else None
         result = self.custom.list_cluster_custom_object(
             GROUP, VERSION, ULTRASERVERS, label_selector=selector)
-        return list(result.get("items", []))
+        return _items(result)
 
     def list_jobs(self, namespaces: list[str] | None) -> list[dict[str, Any]]:
         """Every TrainingJob and InferenceJob, each with its `kind` set."""
@@ -83,18 +93,18 @@ class KubeClient:
         try:
             if not namespaces:
                 result = self.custom.list_cluster_custom_object(GROUP, VERSION, plural)
-                return list(result.get("items", []))
+                return _items(result)
             items: list[dict[str, Any]] = []
             for ns in namespaces:
                 result = self.custom.list_namespaced_custom_object(GROUP, VERSION, ns, plural)
-                items.extend(result.get("items", []))
+                items.extend(_items(result))
             return items
         except Exception as exc:
             raise _translate(exc) from exc
 
     def get_job(self, plural: str, namespace: str, name: str) -> dict[str, Any]:
         try:
-            return dict(self.custom.get_namespaced_custom_object(
+            return _body(self.custom.get_namespaced_custom_object(
                 GROUP, VERSION, namespace, plural, name))
         except Exception as exc:
             raise _translate(exc) from exc
@@ -107,7 +117,7 @@ class KubeClient:
         if resource_version:
             body["metadata"] = {"resourceVersion": resource_version}
         try:
-            return dict(self.custom.patch_namespaced_custom_object_status(
+            return _body(self.custom.patch_namespaced_custom_object_status(
                 GROUP, VERSION, namespace, plural, name, body, _content_type=MERGE))
         except Exception as exc:
             raise _translate(exc) from exc
@@ -117,7 +127,7 @@ class KubeClient:
         kept = [f for f in finalizers if f != FINALIZER] + ([FINALIZER] if present else [])
         body = {"metadata": {"finalizers": kept, "resourceVersion": resource_version}}
         try:
-            return dict(self.custom.patch_namespaced_custom_object(
+            return _body(self.custom.patch_namespaced_custom_object(
                 GROUP, VERSION, namespace, plural, name, body, _content_type=MERGE))
         except Exception as exc:
             raise _translate(exc) from exc
@@ -142,7 +152,7 @@ class KubeClient:
                                                _continue=token, _preload_content=False)
             except Exception as exc:
                 raise _translate(exc) from exc
-            page = json.loads(response.data)
+            page = json.loads(response.data)  # type: ignore[attr-defined]  # raw response
             items.extend(page.get("items", []))
             token = (page.get("metadata") or {}).get("continue")
             if not token:
@@ -151,11 +161,11 @@ class KubeClient:
     def list_owned_ultraservers(self, selector: str) -> list[dict[str, Any]]:
         result = self.custom.list_cluster_custom_object(
             GROUP, VERSION, ULTRASERVERS, label_selector=selector)
-        return list(result.get("items", []))
+        return _items(result)
 
     def get_ultraserver(self, name: str) -> dict[str, Any]:
         try:
-            return dict(self.custom.get_cluster_custom_object(GROUP, VERSION, ULTRASERVERS, name))
+            return _body(self.custom.get_cluster_custom_object(GROUP, VERSION, ULTRASERVERS, name))
         except Exception as exc:
             raise _translate(exc) from exc
 

@@ -104,12 +104,13 @@ def simulate(fleet: str | None, cluster_file: Path | None, traces: tuple[Path, .
         fleet_name = fleet
         held: dict[str, list[str]] = {}
     else:
-        from ultraplane.topology import load_cluster_file
+        from ultraplane.clusterfiles import load_cluster_file
 
         assert cluster_file is not None
         try:
             loaded = load_cluster_file(str(cluster_file))
-            topology, held = loaded.topology, dict(loaded.allocations)
+            topology = loaded.topology
+            held = {str(k): [str(c) for c in v] for k, v in loaded.allocations.items()}
         except (ValueError, OSError) as exc:
             raise click.BadParameter(str(exc), param_hint="'--cluster'") from None
         fleet_name = str(cluster_file)

@@ -28,9 +28,9 @@ def _client() -> Any:
     from kubernetes import client, config
 
     try:
-        config.load_incluster_config()
+        config.load_incluster_config()  # type: ignore[no-untyped-call]
     except config.ConfigException:
-        config.load_kube_config()
+        config.load_kube_config()  # type: ignore[no-untyped-call]
     return client.CustomObjectsApi()
 
 

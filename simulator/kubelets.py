@@ -155,8 +155,8 @@ class VirtualKubelet:
                 continue
             self.jobs[key] = Tracked(kind, meta["namespace"], meta["name"], ident, self.clock(),
                                      body=body)
-        for key in [k for k in self.jobs if k not in seen]:
-            self._forget(key)
+        for gone in [k for k in self.jobs if k not in seen]:
+            self._forget(gone)
         return out
 
     def _forget(self, key: str) -> None:

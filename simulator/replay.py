@@ -35,7 +35,7 @@ from ultraplane.simulator.traces import TraceJob
 
 from ultraplane.admissions import Admissions, Admitted
 from ultraplane.allocator import Allocator, NoFit, Placement, PlacementRequest
-from ultraplane.ids import JobKey
+from ultraplane.ids import ChipId, JobKey
 from ultraplane.scheduling import QueuedJob
 
 POLICIES = ("ultraplane", "first-fit")
@@ -346,7 +346,7 @@ class Replay:
             self._done()
             return
         if policy == "ReplaceAffected":
-            placed = self.admissions.replace(key, {key: lost})
+            placed = self.admissions.replace(key, {key: [ChipId(c) for c in lost]})
             if isinstance(placed, Admitted):
                 self._start(run, placed.placements[0], t)
                 return

@@ -13,7 +13,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import total_ordering
-from typing import TYPE_CHECKING
 
 from ultraplane.ids import UltraServerName, parse_local_ref
 from ultraplane.profiles import Profile, load_profile
@@ -27,7 +26,6 @@ __all__ = [
     "Topology",
     "UltraServer",
     "build_fleet",
-    "load_cluster_file",
     "network_from_labels",
     "parse_level",
 ]
@@ -204,24 +202,3 @@ def build_fleet(
         UltraServer(UltraServerName(f"{stem}-{i:04d}"), spec.name, (f"block-{i // per_block:03d}",))
         for i in range(count)
     ))
-
-
-def load_cluster_file(path: str) -> ClusterFile:
-    """See `ultraplane.clusterfiles` (kept there so this module stays the static tree)."""
-    from ultraplane.clusterfiles import load_cluster_file as load
-
-    return load(path)
-
-
-def __getattr__(name: str) -> object:
-    # `ClusterFile` / `ClusterFileError` live in ultraplane.clusterfiles (which imports this
-    # module); resolving them lazily keeps `from ultraplane.topology import ...` working.
-    if name in ("ClusterFile", "ClusterFileError"):
-        from ultraplane import clusterfiles
-
-        return getattr(clusterfiles, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-if TYPE_CHECKING:  # pragma: no cover
-    from ultraplane.clusterfiles import ClusterFile, ClusterFileError  # noqa: F401

@@ -104,7 +104,7 @@ def test_bad_options_exit_2_naming_the_field(tmp_path: Path, args: list[str], fi
 
 
 def test_cluster_file_instead_of_fleet(tmp_path: Path) -> None:
-    from ultraplane.topology import load_cluster_file
+    from ultraplane.clusterfiles import load_cluster_file
 
     cluster = Path(__file__).resolve().parents[2] / "examples" / "cluster.yaml"
     trace = write(tmp_path, "a,0,100,8\n")

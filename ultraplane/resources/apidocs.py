@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from ultraplane.resources.kinds import KINDS, root_schema
 from ultraplane.resources.schemas import walk
 
 
@@ -47,8 +48,6 @@ def _cell(text: str) -> str:
 
 
 def render_reference() -> str:
-    from ultraplane.resources.crdgen import KINDS, root_schema
-
     lines = [
         "# API reference (`ultraplane.dev/v1alpha1`)",
         "",

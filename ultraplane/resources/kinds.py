@@ -1,0 +1,123 @@
+"""The custom resource kinds: their models, names and `kubectl get` columns, and their schemas.
+
+Kept apart from `crdgen` (which renders the CRD files) and `apidocs` (which renders the API
+reference) so both read the kinds from here and neither imports the other.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel
+
+from ultraplane.resources.commons import GROUP
+from ultraplane.resources.inferencejobs import InferenceJob, InferenceJobSpec, InferenceJobStatus
+from ultraplane.resources.schemas import structural
+from ultraplane.resources.trainingjobs import TrainingJob, TrainingJobSpec, TrainingJobStatus
+from ultraplane.resources.ultraservers import UltraServer, UltraServerSpec, UltraServerStatus
+
+__all__ = ["CATEGORY", "KINDS", "Kind", "root_schema"]
+
+CATEGORY = "ultraplane"
+
+
+@dataclass(frozen=True)
+class Kind:
+    """One custom resource kind and how `kubectl get` shows it."""
+
+    kind: str
+    plural: str
+    short: str
+    scope: str
+    root: type[BaseModel]
+    spec: type[BaseModel]
+    status: type[BaseModel]
+    columns: tuple[tuple[str, str, str, str], ...]  # name, type, jsonPath, description
+
+    @property
+    def name(self) -> str:
+        return f"{self.plural}.{GROUP}"
+
+
+_AGE = ("Age", "date", ".metadata.creationTimestamp", "Time since creation.")
+
+KINDS: tuple[Kind, ...] = (
+    Kind(
+        "UltraServer",
+        "ultraservers",
+        "us",
+        "Cluster",
+        UltraServer,
+        UltraServerSpec,
+        UltraServerStatus,
+        (
+            ("Profile", "string", ".spec.profile", "Hardware profile."),
+            ("Chips", "integer", ".status.capacity.chips", "Healthy chips."),
+            ("Free", "integer", ".status.free.chips", "Free healthy chips."),
+            ("Utilization", "number", ".status.utilization", "Fraction of chips allocated."),
+            ("Power", "number", ".status.powerWatts", "Power draw in watts."),
+            ("Schedulable", "boolean", ".spec.schedulable", "Open to new placements."),
+            ("Reserved", "string", ".status.reservedFor",
+             "Waiting job this UltraServer is held back for (backfill reservation)."),
+            _AGE,
+        ),
+    ),
+    Kind(
+        "TrainingJob",
+        "trainingjobs",
+        "tj",
+        "Namespaced",
+        TrainingJob,
+        TrainingJobSpec,
+        TrainingJobStatus,
+        (
+            ("Phase", "string", ".status.phase", "Lifecycle phase."),
+            ("Chips", "integer", ".spec.chips", "Chips of the gang."),
+            (
+                "UltraServers",
+                "string",
+                ".status.allocation.ultraServers",
+                "UltraServers holding the chips.",
+            ),
+            ("Progress", "number", ".status.progressPercent", "Work done, percent."),
+            _AGE,
+        ),
+    ),
+    Kind(
+        "InferenceJob",
+        "inferencejobs",
+        "ij",
+        "Namespaced",
+        InferenceJob,
+        InferenceJobSpec,
+        InferenceJobStatus,
+        (
+            ("Phase", "string", ".status.phase", "Lifecycle phase."),
+            ("Replicas", "integer", ".spec.replicas", "Model replicas."),
+            ("Chips", "integer", ".spec.chipsPerReplica", "Chips per replica."),
+            ("Tokens/s", "number", ".status.tokensPerSecond", "Output tokens per second."),
+            _AGE,
+        ),
+    ),
+)
+
+
+def root_schema(k: Kind) -> dict[str, Any]:
+    """The openAPIV3Schema of a kind: apiVersion/kind/metadata plus spec and status."""
+    root: dict[str, Any] = {
+        "type": "object",
+        "description": (k.root.__doc__ or "").strip(),
+        "required": ["spec"],
+        "properties": {
+            "apiVersion": {"type": "string", "description": "ultraplane.dev/v1alpha1"},
+            "kind": {"type": "string", "description": k.kind},
+            "metadata": {"type": "object"},
+            "spec": structural(k.spec),
+            "status": structural(k.status, defaults=False),
+        },
+    }
+    extra = k.root.model_config.get("json_schema_extra")
+    if isinstance(extra, dict) and "x-kubernetes-validations" in extra:
+        root["x-kubernetes-validations"] = extra["x-kubernetes-validations"]
+    return root
