@@ -129,7 +129,8 @@ class Allocator:
     def reservation(self, request: PlacementRequest) -> tuple[str, tuple[str, ...]] | None:
         """Where a gang of whole UltraServers that does not fit now would start soonest, as
         (domain name, UltraServer names): inside the domains of `preemption_domains`, the k
-        UltraServers the gang needs with the most free chips between them (the freest first,
+        sound UltraServers (no failed chip, no cordon: the only ones such a gang can take) the
+        gang needs with the most free chips between them (the freest first,
         then id order; the first domain on a tie). None for gangs smaller than one UltraServer
         (they need no UltraServer to drain) and when no domain can ever hold the request.
 
@@ -138,8 +139,14 @@ class Allocator:
         """
         best: tuple[int, str, tuple[str, ...]] | None = None
         for name, members in self._domains(request, whole_only=True):
-            slots = [self._slots[n] for n in members]
+            # Ranked by usable capacity: a gang of whole UltraServers only ever starts on sound
+            # ones (no failed chip, no cordon), so one with a failed chip is never worth holding.
+            slots = [self._slots[n] for n in members if self._slots[n].sound]
+            if not slots:
+                continue
             k = -(-request.chips // slots[0].cpu)
+            if len(slots) < k:
+                continue
             top = sorted(slots, key=lambda s: (-s.total, s.order))[:k]
             free = sum(s.total for s in top)
             if best is None or free > best[0]:

@@ -109,3 +109,22 @@ def test_replace_affected_keeps_whole_servers_whole() -> None:
     assert len(servers) == 2  # two whole servers of four chips
     o_server = {c.rsplit("/", 1)[0] for c in d.placements(JobKey("o"))[0].chip_ids}
     assert not servers & o_server
+
+
+def test_reservation_skips_an_ultraserver_that_can_never_host_the_gang() -> None:
+    # gen2-0000 [a 36 | 108 free]   gen2-0001 [143 free: one failed chip, no job]
+    # big (144) waits: it can only ever start on gen2-0000 (a whole, sound UltraServer), so
+    # that is what is reserved, not the one with more free chips; small (36) behind it
+    # backfills on gen2-0001.
+    d = driver(2)
+    d.submit(job("a", 36))
+    (a,) = d.cycle().admitted
+    assert a.placements[0].ultraservers == ("gen2-0000",)
+    d.allocator.set_chip_failed(ChipId("gen2-0001/s00/c00"), True)
+    d.submit(job("big", 144, seq=1))
+    d.submit(job("small", 36, seq=2))
+    decisions = d.cycle()
+    assert decisions.reservation is not None
+    assert decisions.reservation.ultraservers == ("gen2-0000",)
+    (small,) = decisions.admitted
+    assert small.key == "small" and small.placements[0].ultraservers == ("gen2-0001",)
