@@ -104,8 +104,8 @@ step_install() {
 # baseline that `cleanup` compares against after every job is deleted.
 step_apply() {
     local fleet=() jobs=() f us free
-    # examples/ also holds files that are not Kubernetes manifests (cluster.yaml is for
-    # `ultraplane place`): only files of the ultraplane.dev API are applied.
+    # Every examples/*.yaml is a manifest (--cluster files live in examples/clusters/); the
+    # check stays so a stray file is named instead of failing kubectl.
     for f in "$EXAMPLES"/*.yaml; do
         grep -q '^apiVersion: ultraplane.dev/' "$f" || { log "not a manifest, skipped: ${f##*/}"; continue; }
         if grep -q '^kind: UltraServer' "$f"; then fleet+=("$f"); else jobs+=("$f"); fi

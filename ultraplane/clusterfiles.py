@@ -4,7 +4,7 @@ Why a file format in the core: the `ultraplane place` dry run, tests and the doc
 "this cluster, with these jobs, where would a new job go?" without a Kubernetes API. Field
 names follow the CRDs (`failedChips`, `cordonedServers`); snake_case is accepted too. Every
 error names the field (`ultraservers[2].profile: ...`), because a traceback is no answer to a
-typo. Format and an example: docs/allocator.md, examples/cluster.yaml.
+typo. Format and an example: docs/allocator.md, examples/clusters/cluster.yaml.
 """
 
 from __future__ import annotations

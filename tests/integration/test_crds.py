@@ -24,12 +24,9 @@ pytestmark = pytest.mark.kube
 
 ROOT = Path(__file__).resolve().parents[2]
 CORPUS = Path(__file__).resolve().parent / "invalid_manifests"
-# examples/ also holds non-Kubernetes files (e.g. cluster.yaml for `ultraplane place`).
-EXAMPLES = [
-    p
-    for p in sorted((ROOT / "examples").glob("*.yaml"))
-    if all("apiVersion" in d for d in yaml.safe_load_all(p.read_text()) if d)
-]
+# Every examples/*.yaml is a manifest: `kubectl apply -f examples/` applies them all
+# (`--cluster` files live in examples/clusters/, which kubectl does not descend into).
+EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
 
 
 def _corpus() -> list[tuple[Path, str]]:
@@ -94,6 +91,18 @@ def test_every_example_applies(kube_env: Any, kube_namespace: str, path: Path) -
         if docs[0]["kind"] == "UltraServer":
             names = [f"ultraserver/{d['metadata']['name']}" for d in docs]
             kube_env.kubectl("delete", *names, "--wait=false", "--ignore-not-found", check=False)
+
+
+def test_kubectl_apply_f_examples_applies_the_whole_folder(
+    kube_env: Any, kube_namespace: str
+) -> None:
+    # What the README tells a new user to do; a server-side dry run leaves nothing behind.
+    out = kube_env.kubectl("apply", "--dry-run=server", "-n", kube_namespace,
+                           "-f", str(ROOT / "examples")).stdout
+    for path in EXAMPLES:
+        for doc in yaml.safe_load_all(path.read_text()):
+            if doc:
+                assert f"{doc['kind'].lower()}.ultraplane.dev/{doc['metadata']['name']}" in out
 
 
 def test_printer_columns_show_phase_chips_ultraservers_progress(

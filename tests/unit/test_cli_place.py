@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from ultraplane.placing_cli import place, profiles
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "cluster.yaml"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "clusters" / "cluster.yaml"
 
 
 def run(*args: str) -> tuple[int, str]:

@@ -244,12 +244,17 @@ def rules_rank(level: str) -> int:
 # --- examples are valid --------------------------------------------------------------------
 
 
-# examples/ also holds non-Kubernetes files (e.g. cluster.yaml for `ultraplane place`).
-EXAMPLES = [
-    p
-    for p in sorted((ROOT / "examples").glob("*.yaml"))
-    if all("apiVersion" in d for d in yaml.safe_load_all(p.read_text()) if d)
-]
+# Every examples/*.yaml is a manifest: `kubectl apply -f examples/` applies them all
+# (`--cluster` files live in examples/clusters/, which kubectl does not descend into).
+EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
+
+
+def test_kubectl_apply_f_examples_sees_only_ultraplane_manifests() -> None:
+    for path in EXAMPLES:
+        for doc in yaml.safe_load_all(path.read_text()):
+            if doc:
+                assert str(doc.get("apiVersion", "")).startswith("ultraplane.dev/"), path.name
+                assert doc.get("kind") in ("UltraServer", "TrainingJob", "InferenceJob"), path.name
 
 
 def test_the_four_required_examples_exist() -> None:

@@ -106,7 +106,7 @@ def test_bad_options_exit_2_naming_the_field(tmp_path: Path, args: list[str], fi
 def test_cluster_file_instead_of_fleet(tmp_path: Path) -> None:
     from ultraplane.clusterfiles import load_cluster_file
 
-    cluster = Path(__file__).resolve().parents[2] / "examples" / "cluster.yaml"
+    cluster = Path(__file__).resolve().parents[2] / "examples" / "clusters" / "cluster.yaml"
     trace = write(tmp_path, "a,0,100,8\n")
     out = tmp_path / "o"
     res = run("--cluster", str(cluster), "--trace", str(trace), "--out", str(out), "--no-progress",
