@@ -58,3 +58,24 @@ def test_restart_trusts_job_status_and_never_double_allocates() -> None:
         assert second.allocator.allocations().keys() == {"tj/ns/a"}
 
     asyncio.run(scenario())
+
+
+def test_an_edit_to_a_pending_jobs_spec_is_picked_up_without_a_restart() -> None:
+    # gen2-0000 [a 100 | 44 free]; w waits for 100 chips; its spec is edited to 40: it fits.
+    async def scenario() -> None:
+        kube = FakeKube()
+        c = controller(kube)
+        kube.add_job("a", 100)
+        await c.sync()
+        await settle(c)
+        c.observe_job(kube.add_job("w", 100))
+        await settle(c)
+        assert kube.jobs["w"]["status"]["phase"] == "Pending"
+        obj = kube.jobs["w"]
+        obj["spec"]["chips"] = 40
+        c.observe_job(kube.bump(obj))
+        await settle(c)
+        assert kube.jobs["w"]["status"]["phase"] == "Admitted"
+        assert len(kube.jobs["w"]["status"]["allocation"]["chips"]) == 40
+
+    asyncio.run(scenario())
