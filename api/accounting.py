@@ -58,14 +58,29 @@ def usage_of(
     finished_s: float | None,
     now_s: float,
     energy_kwh: float,
+    chip_hours: float | None = None,
 ) -> tuple[AccountingCreate, dict[str, tuple[float, float]]]:
-    """The accounting row of one job and its per-day split, as of `now_s`."""
+    """The accounting row of one job and its per-day split, as of `now_s`.
+
+    `chip_hours`, when the job's status reports it (`status.chipHours`, written on the clock
+    that `energy_kwh` uses: simulated time under the simulator), is the total; the timestamps
+    only apportion it over days, as they apportion the energy. Without it, chip-hours come
+    from the timestamps.
+    """
     end_s = finished_s if finished_s is not None else now_s
     days: dict[str, tuple[float, float]] = {}
-    chip_hours = 0.0
+    total = 0.0
     if started_s is not None:
         days = split_by_day(started_s, max(end_s, started_s), chips=chips, energy_kwh=energy_kwh)
-        chip_hours = sum(hours for hours, _ in days.values())
+        total = sum(hours for hours, _ in days.values())
+    if chip_hours is not None:
+        if total > 0:
+            days = {d: (h * chip_hours / total, e) for d, (h, e) in days.items()}
+        elif chip_hours > 0:
+            day = day_of(started_s if started_s is not None else now_s)
+            days = {day: (chip_hours, days.get(day, (0.0, energy_kwh))[1])}
+        total = chip_hours
+    chip_hours = total
     completion = None
     if finished_s is not None and submitted_s is not None:
         completion = max(0.0, finished_s - submitted_s)

@@ -228,7 +228,7 @@ class JobRunner:
                                ("tokensPerMegawatt", "tokens_per_megawatt")):
                 value = getattr(status, attr, None)
                 if value is not None:
-                    fields[wire] = value
+                    fields[wire] = round(value, 1) if wire == "tokensPerSecond" else value
         job.status.update(fields)
 
     def _close_attempt(self, job: JobState, stopped: Any) -> None:

@@ -116,7 +116,9 @@ class JobState:
                 labels=self.labels,
             ),
             spec=self.spec.model_dump(mode="json", by_alias=True, exclude_none=True),
-            status=self.status,
+            # an InferenceJob's size, every replica together, as the CRD's Chips column shows it
+            status=self.status if self.kind == "TrainingJob" else {**self.status,
+                                                                   "chips": self.chips},
         )
 
     def to_row(self, row: Job | None = None) -> Job:

@@ -199,6 +199,8 @@ class KubernetesBackend:
             submitted_s=_ts(meta.get("creationTimestamp")), started_s=_ts(status.get("startTime")),
             finished_s=finished, now_s=self.clock(),
             energy_kwh=float(status.get("energyKWh") or 0.0),
+            # the simulator's figure, on the clock of energyKWh; absent: from the timestamps
+            chip_hours=None if status.get("chipHours") is None else float(status["chipHours"]),
         )
 
     @staticmethod

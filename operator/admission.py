@@ -99,6 +99,14 @@ def quantile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else 0.0
 
 
+def total_chips(spec: Mapping[str, Any]) -> int | None:
+    """An InferenceJob's chips, every replica together (None for a spec that cannot say)."""
+    replicas, per = spec.get("replicas", 1), spec.get("chipsPerReplica")
+    if isinstance(replicas, int) and isinstance(per, int):
+        return replicas * per
+    return None
+
+
 def moved(old: int | None, new: int) -> bool:
     """Whether a written queue position is worth rewriting: exact near the head of the queue,
     within 10% further back (a queue of thousands would otherwise rewrite every job per cycle)."""
@@ -310,6 +318,8 @@ class Controller(Observations):
             meta = body["metadata"]
             plural = plural_of_key(key)
             status = self._status(current, change, replicated=plural == INFERENCE)
+            if plural == INFERENCE:  # the job's size for the Chips column (replicas x per replica)
+                status["chips"] = total_chips(body.get("spec") or {})
             try:
                 new = await self._call(self.kube.patch_job_status, plural, meta["namespace"],
                                        meta["name"], status, meta.get("resourceVersion", ""))

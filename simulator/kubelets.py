@@ -181,13 +181,15 @@ class VirtualKubelet:
             "phase": s.phase, "startTime": _iso(t.start_wall),
             "progressPercent": round(s.progress_percent, 3), "utilization": round(s.utilization, 4),
             "powerWatts": round(s.power_watts, 1), "energyKWh": round(s.energy_kwh, 6),
+            "chipHours": round(s.chip_hours, 6),  # simulated time, as energyKWh
         }
         if t.kind == "TrainingJob":
             status["progress"] = {"completedSteps": s.completed_steps,
                                   "checkpointedSteps": s.checkpointed_steps,
                                   "percent": round(s.progress_percent, 3)}
         else:
-            status.update({"tokensPerSecond": s.tokens_per_second, "p50LatencyMs": s.p50_latency_ms,
+            tps = None if s.tokens_per_second is None else round(s.tokens_per_second, 1)
+            status.update({"tokensPerSecond": tps, "p50LatencyMs": s.p50_latency_ms,
                            "sloMet": s.slo_met, "tokensPerMegawatt": s.tokens_per_megawatt})
         if s.phase != "Running":
             status["completionTime"] = _iso(now)

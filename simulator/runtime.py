@@ -52,6 +52,7 @@ class JobRuntimeStatus:
     slo_met: bool | None = None
     tokens_per_megawatt: float | None = None
     message: str = ""
+    chip_hours: float = 0.0  # every attempt of the key, simulated time (as energy_kwh)
 
 
 @dataclass(frozen=True)
@@ -63,13 +64,14 @@ class FleetStatus:
 
 
 class _Attempt:
-    __slots__ = ("chips", "end", "energy_before_j", "halted", "key", "phase", "plan", "resume",
-                 "start", "status_msg")
+    __slots__ = ("chip_hours_before", "chips", "end", "energy_before_j", "halted", "key", "phase",
+                 "plan", "resume", "start", "status_msg")
 
     def __init__(self, key: str, plan: Plan, chips: tuple[str, ...], start: float, resume: int,
-                 energy_before_j: float) -> None:
+                 energy_before_j: float, chip_hours_before: float = 0.0) -> None:
         self.key, self.plan, self.chips, self.start, self.resume = key, plan, chips, start, resume
         self.energy_before_j = energy_before_j
+        self.chip_hours_before = chip_hours_before
         self.phase: Phase = "Running"
         self.end: float | None = None  # when it stopped drawing busy power
         self.halted = False  # lost a chip; frozen at its checkpoint until stopped
@@ -90,6 +92,7 @@ class JobRuntime:
         self._last = self._wall0  # simulated time of the last advance
         self._jobs: dict[str, _Attempt] = {}
         self._carry_j: dict[str, float] = {}  # energy of earlier attempts of a key
+        self._carry_ch: dict[str, float] = {}  # chip-hours of earlier attempts of a key
         self._failed: set[str] = set(self.shape.failed)
         self._pending: list[JobEvent] = []
         self._fleet_j = 0.0
@@ -120,7 +123,8 @@ class JobRuntime:
         plan = plan_job(read_spec(spec), chips, self.shape, self.assumptions)
         resume = max(0, min(int(resume_steps), plan.total_steps))
         carry = self._carry_j.pop(key, 0.0)
-        self._jobs[key] = _Attempt(key, plan, chips, self._last, resume, carry)
+        self._jobs[key] = _Attempt(key, plan, chips, self._last, resume, carry,
+                                   self._carry_ch.pop(key, 0.0))
         for c in chips:
             self._chip_job[c] = key
 
@@ -134,6 +138,7 @@ class JobRuntime:
             job.end = self._last
         status = self.status(key)
         self._carry_j[key] = status.energy_kwh * 3.6e6
+        self._carry_ch[key] = status.chip_hours
         self._release(job)
         del self._jobs[key]
         return status
@@ -232,6 +237,7 @@ class JobRuntime:
             end_time_s=None if running or job.halted else job.end, total_steps=plan.total_steps,
             p50_latency_ms=plan.latency_ms, slo_met=plan.slo_met,
             tokens_per_megawatt=plan.tokens_per_megawatt, message=job.status_msg,
+            chip_hours=job.chip_hours_before + len(job.chips) * busy_s / 3600.0,
         )
 
     def keys(self) -> list[str]:

@@ -170,6 +170,7 @@ def test_inference_job_places_each_replica(fleet: Fleet) -> None:
     replicas = job["status"]["allocation"]["replicas"]
     assert [rep["index"] for rep in replicas] == [0, 1]
     assert all(len(rep["chips"]) == 16 for rep in replicas)
+    assert job["status"]["chips"] == 32  # every replica together, as the CRD's Chips column
     assert not set(replicas[0]["chips"]) & set(replicas[1]["chips"])
     assert job["status"]["tokensPerSecond"] > 0
 

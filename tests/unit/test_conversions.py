@@ -124,3 +124,27 @@ def test_one_ultraserver_reading_for_every_adapter() -> None:
     assert conversions.held_parts("InferenceJob", "ns", "same", INFERENCE["status"]) == {
         "ij/ns/same#0": tuple(chips(1)), "ij/ns/same#1": tuple(chips(2))}
     assert conversions.allocated_chips(INFERENCE["status"]) == tuple(chips(1) + chips(2))
+
+
+def test_kubernetes_accounting_takes_chip_hours_from_the_simulated_clock(
+        tmp_path: Path) -> None:
+    # One wall hour between startTime and completionTime, but the simulator (time scale 60)
+    # ran 60 simulated hours: 4 chips x 60 h = 240 chip-hours, next to the energy of 60 h.
+    from sqlmodel import Session
+    from ultraplane.api import store
+
+    done = copy.deepcopy(TRAINING)
+    done["status"].update({"phase": "Succeeded", "startTime": "2026-01-01T00:00:00Z",
+                           "completionTime": "2026-01-01T01:00:00Z", "chipHours": 240.0,
+                           "energyKWh": 102.95})
+    engine = make_engine(f"sqlite:///{tmp_path / 'acct.db'}")
+    migrate(engine)
+    backend = KubernetesBackend(Settings(backend="kubernetes", db=str(engine.url)), engine,
+                                clock=lambda: 1_767_232_800.0, api_client=object())
+    backend.custom = FakeCustomObjects({  # type: ignore[assignment]
+        conversions.ULTRASERVERS: [US], conversions.TRAINING: [done]})
+    backend.poll()
+    with Session(engine) as session:
+        (row,) = store.list_accounting(session)
+    assert row.chip_hours == pytest.approx(240.0)
+    assert row.energy_kwh == pytest.approx(102.95)

@@ -46,6 +46,7 @@ def test_two_replicas_are_admitted_each_inside_its_level_on_distinct_chips() -> 
         kube, c = await admitted_fleet(2, ("serve", 2, 100, 0))
         status = kube.ijobs["serve"]["status"]
         assert status["phase"] == "Admitted" and status["attempt"] == 1
+        assert status["chips"] == 200  # the Chips column: every replica, not one
         reps = replicas_of(kube.ijobs["serve"])
         assert [r["index"] for r in reps] == [0, 1]
         for r in reps:

@@ -160,3 +160,17 @@ def test_a_training_and_an_inference_job_may_share_a_name() -> None:
     kinds = {p.kind: p.body["status"] for p in k.tick() if p.name == "train"}
     assert kinds["TrainingJob"]["phase"] == "Running" and kinds["InferenceJob"]["phase"] == "Running"
     assert "tokensPerSecond" in kinds["InferenceJob"] and "progress" in kinds["TrainingJob"]
+
+
+def test_chip_hours_are_written_on_the_simulated_clock_like_energy() -> None:
+    # time_scale 100: 5 wall seconds are 500 simulated seconds of 4 chips = 0.556 chip-hours
+    # (the wall clock would say 0.0056), as energyKWh counts 500 simulated seconds of power.
+    k, clock = kubelet()
+    k.sync_jobs([train(), serve()])
+    clock.t += 5
+    st = by_name(k.tick())
+    assert st["train"]["chipHours"] == pytest.approx(4 * 500 / 3600, rel=1e-4)
+    busy_w = st["train"]["powerWatts"]
+    assert st["train"]["energyKWh"] == pytest.approx(busy_w * 500 / 3.6e6, rel=1e-3)
+    tps = st["serve"]["tokensPerSecond"]
+    assert tps == round(tps, 1)  # shown as 500.0, not a raw float

@@ -142,6 +142,10 @@ class InferenceJobStatus(JobStatus):
     allocation: InferenceAllocation | None = Field(
         default=None, description="Chips held by the job."
     )
+    chips: int | None = Field(
+        default=None, ge=0, description="Chips of every replica together (replicas x "
+        "chipsPerReplica): the job's size, as the Chips column shows it."
+    )
     tokens_per_second: float | None = Field(
         default=None, ge=0, description="Output tokens per second served (simulated)."
     )

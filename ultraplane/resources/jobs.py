@@ -71,3 +71,8 @@ class JobStatus(StatusModel):
     energy_kwh: float | None = Field(
         default=None, ge=0, alias="energyKWh", description="Energy used so far, in kWh."
     )
+    chip_hours: float | None = Field(
+        default=None, ge=0,
+        description="Chip-hours used so far, over every attempt, on the same clock as energyKWh "
+        "(simulated time under the simulator).",
+    )

@@ -95,7 +95,8 @@ KINDS: tuple[Kind, ...] = (
         (
             ("Phase", "string", ".status.phase", "Lifecycle phase."),
             ("Replicas", "integer", ".spec.replicas", "Model replicas."),
-            ("Chips", "integer", ".spec.chipsPerReplica", "Chips per replica."),
+            ("Chips", "integer", ".status.chips", "Chips of all replicas."),
+            ("Per Replica", "integer", ".spec.chipsPerReplica", "Chips per replica."),
             ("Tokens/s", "number", ".status.tokensPerSecond", "Output tokens per second."),
             _AGE,
         ),
