@@ -57,7 +57,8 @@ class Kube(Protocol):
 
 @dataclass(frozen=True)
 class Transition:
-    """A status change to persist: `kind` is admit | replace | pending | preempt | restart | fail.
+    """A status change to persist: `kind` is admit | replace | pending | preempt | restart | fail
+    | finish (a job the simulator finished: its chips are released, so is its allocation).
 
     `placements` (admit, replace) holds one placement for a TrainingJob, one per replica for an
     InferenceJob.
@@ -143,6 +144,7 @@ class Controller(Observations):
         self.unfinalize: set[JobKey] = set()  # deleting jobs still carrying our old finalizer
         self.ghosts: set[str] = set()
         self.written_positions: dict[JobKey, tuple[str, int | None]] = {}
+        self.reserved_messages: dict[JobKey, str] = {}  # Pending messages naming a reservation
         self.written_us: dict[str, dict[str, Any]] = {}
         self.reserved: dict[str, JobKey] = {}  # UltraServer -> job held back for (last cycle)
         self.buffered: dict[JobKey, tuple[dict[str, Any], bool]] = {}
@@ -268,7 +270,13 @@ class Controller(Observations):
         if key in self.outbox:  # an eviction to write first; its Pending write comes next cycle
             return True
         last = self.written_positions.get(key)
-        if last is None or last[0] != waiting.reason or (refresh and moved(last[1], position)):
+        # The job a reservation is for is told where (its message names the UltraServers the
+        # Reserved column shows): rewrite it when that changes or the reservation ends.
+        said = self.reserved_messages.get(key)
+        holder = key in self.reserved.values()
+        stale = (holder and said != waiting.message) or (not holder and said is not None)
+        if (last is None or last[0] != waiting.reason or stale
+                or (refresh and moved(last[1], position))):
             self.outbox[key] = Transition("pending", waiting.reason, waiting.message,
                                           position=position)
             return False
@@ -313,7 +321,7 @@ class Controller(Observations):
             if body is None:
                 return False
             current = body.get("status") or {}
-            if current.get("phase") in TERMINAL_PHASES and change.kind != "fail":
+            if current.get("phase") in TERMINAL_PHASES and change.kind not in ("fail", "finish"):
                 return False
             meta = body["metadata"]
             plural = plural_of_key(key)
@@ -345,9 +353,15 @@ class Controller(Observations):
                 self.written_positions[key] = (change.reason, change.position)
             else:
                 self.written_positions.pop(key, None)
+            if change.kind == "pending" and key in self.reserved.values():
+                self.reserved_messages[key] = change.message
+            else:
+                self.reserved_messages.pop(key, None)
             if change.kind != "pending" or current.get("phase") != "Pending":
-                self.emit(new, "Normal" if change.kind in ("admit", "pending") else "Warning",
-                          status["reason"], status["message"])
+                normal = change.kind in ("admit", "pending") or (
+                    change.kind == "finish" and current.get("phase") == "Succeeded")
+                self.emit(new, "Normal" if normal else "Warning", status["reason"],
+                          status["message"])
             return True
         return False
 
@@ -368,6 +382,8 @@ class Controller(Observations):
             return statuses.pending(current, change.reason, change.message, change.position, now)
         if change.kind == "fail":
             return statuses.failed(current, change.reason, change.message, now)
+        if change.kind == "finish":
+            return statuses.finished(current)
         return statuses.preempted(current, change.reason, change.message, now,
                                   restart=change.kind == "restart")
 

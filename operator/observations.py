@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ultraplane.operator.inventory import Inventory, InventoryChange, ultraserver_from_body
@@ -62,6 +62,7 @@ class Observations:
     wake: asyncio.Event
 
     removing: dict[JobKey, dict[str, Any]]
+    emit: Callable[[Mapping[str, Any], str, str, str], None]
     fleet: str | None
 
     # -- jobs --------------------------------------------------------------------------
@@ -108,9 +109,19 @@ class Observations:
                 self.removing[key] = dict(body)
                 self.unfinalize.add(key)
             return
+        was = str(((old or {}).get("status") or {}).get("phase") or "")
+        if view.phase == "Running" and old is not None and was != "Running":
+            # the simulator (or a workload) started it: every transition posts an Event
+            self.emit(body, "Normal", "Running", "The job is running on its chips.")
         if view.phase in TERMINAL_PHASES:
             self.scheduler.cancel(key)
             self.outbox.pop(key, None)
+            if (body.get("status") or {}).get("allocation"):
+                from ultraplane.operator.admission import Transition
+
+                # Its chips are free: a finished job no longer names them (the write posts the
+                # Succeeded or Failed Event).
+                self.outbox[key] = Transition("finish", view.phase)
             return
         if self.scheduler.is_running(key):
             return

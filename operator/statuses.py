@@ -62,7 +62,7 @@ def admitted(current: Mapping[str, Any], placement: Placement, now: datetime,
         "allocation": allocation(placement),
         "admittedTime": stamp(now),
         "attempt": int(current.get("attempt") or 0) + 1,
-        "conditions": condition(current, "Admitted", True, reason, message, now),
+        "conditions": readmitted(current, reason, message, now),
     }
 
 
@@ -100,7 +100,7 @@ def admitted_replicas(current: Mapping[str, Any], placements: Sequence[Placement
         "allocation": alloc,
         "admittedTime": stamp(now),
         "attempt": int(current.get("attempt") or 0) + 1,
-        "conditions": condition(current, "Admitted", True, reason, message, now),
+        "conditions": readmitted(current, reason, message, now),
     }
 
 
@@ -133,6 +133,29 @@ def preempted(current: Mapping[str, Any], reason: str, message: str, now: dateti
     else:
         status["preemptions"] = int(current.get("preemptions") or 0) + 1
     return status
+
+
+def finished(current: Mapping[str, Any]) -> Status:
+    """Succeeded or Failed (the simulator's write): the chips are free again, so the status no
+    longer names them; phase, reason and message stay the simulator's."""
+    phase = str(current.get("phase") or "Succeeded")
+    return {
+        "phase": phase,
+        "reason": phase,
+        "message": str(current.get("message") or f"The job {phase.lower()}; its chips are free."),
+        "queuePosition": None,
+        "allocation": None,
+    }
+
+
+def readmitted(current: Mapping[str, Any], reason: str, message: str,
+               now: datetime) -> list[dict[str, Any]]:
+    """Conditions of an admission: Admitted True, and Preempted False if it was preempted."""
+    conditions = condition(current, "Admitted", True, reason, message, now)
+    if any(c.get("type") == "Preempted" and c.get("status") == "True" for c in conditions):
+        conditions = condition({"conditions": conditions}, "Preempted", False, reason,
+                               message, now)
+    return conditions
 
 
 def failed(current: Mapping[str, Any], reason: str, message: str, now: datetime) -> Status:

@@ -357,10 +357,15 @@ class Allocator:
                 return NoFit("NoCapacity", f"no {pool.profile} UltraServer is schedulable now")
             best = min(live, key=lambda s: s.order)
         inside = "" if required == CLUSTER else f" inside one {required.name}"
+        holders = _jobs_on([best])
+        # Name a remedy only where there is one: an UltraServer with no jobs is short of
+        # healthy, uncordoned chips, and no release would help.
+        remedy = ("releasing its jobs would free space" if holders else
+                  "it runs no jobs: the rest of its chips are failed or cordoned")
         return NoFit("NoCapacity", (
             f"no room for {c} chips{inside} on {pool.profile} UltraServers now; the freest, "
-            f"{best.us.name}, has {best.total} free chips; releasing its jobs would free space"
-        ), _jobs_on([best]))
+            f"{best.us.name}, has {best.total} free chips; {remedy}"
+        ), holders)
 
     # -- health and inventory ------------------------------------------------------------
     def set_chip_failed(self, chip: ChipId | str, failed: bool) -> None:

@@ -128,3 +128,17 @@ def test_reservation_skips_an_ultraserver_that_can_never_host_the_gang() -> None
     assert decisions.reservation.ultraservers == ("gen2-0000",)
     (small,) = decisions.admitted
     assert small.key == "small" and small.placements[0].ultraservers == ("gen2-0001",)
+
+
+def test_a_pending_message_offers_no_release_where_no_job_runs() -> None:
+    # gen2-0000 [no job; servers 0-8 cordoned: 108 usable]; a 120-chip job cannot fit.
+    from ultraplane.ids import UltraServerName
+    from ultraplane.topology import Topology, UltraServer
+
+    us = UltraServer(UltraServerName("gen2-0000"), "trn3-gen2", ("block-000",),
+                     cordoned_servers=frozenset(range(9)))
+    d = Admissions(Allocator(Topology((us,))))
+    d.submit(job("w", 120))
+    (waiting,) = d.cycle().pending
+    assert "releasing its jobs" not in waiting.message
+    assert "runs no jobs" in waiting.message
