@@ -146,8 +146,14 @@ def test_ultraserver_and_inferencejob_columns(kube_env: Any, kube_namespace: str
         kube_env.kubectl("delete", "ultraserver", "columns-demo-us", "--wait=false", check=False)
     # An empty list prints no table, so make one job first.
     _apply(kube_env, kube_namespace, (ROOT / "examples/inferencejob.yaml").read_text())
-    header = kube_env.kubectl("get", "-n", kube_namespace, "ij").stdout.splitlines()[0].split()
-    assert header == ["NAME", "PHASE", "REPLICAS", "CHIPS", "TOKENS/S", "AGE"]
+    _patch_status(kube_env, kube_namespace, "inferencejob", "chat-70b",
+                  {"phase": "Running", "chips": 64, "tokensPerSecond": 20012.5})
+    out = kube_env.kubectl("get", "-n", kube_namespace, "ij").stdout.splitlines()
+    assert out[0].split() == ["NAME", "PHASE", "REPLICAS", "CHIPS", "CHIPS/REPLICA", "TOKENS/S",
+                              "AGE"]
+    # CHIPS is the job's size (4 replicas x 16), not one replica's.
+    assert out[1].split()[1:5] == ["Running", "4", "64", "16"]
+    assert "20012.5" in out[1]
 
 
 def test_category_lists_every_kind(kube_env: Any, kube_namespace: str) -> None:

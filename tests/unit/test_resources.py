@@ -115,7 +115,7 @@ def test_spec_lists_and_strings_are_bounded_for_the_cel_cost_budget(plural: str)
          ["Profile", "Chips", "Free", "Utilization", "Power", "Schedulable", "Reserved", "Age"]),
         ("trainingjobs", "tj", "Namespaced", ["Phase", "Chips", "UltraServers", "Progress", "Age"]),
         ("inferencejobs", "ij", "Namespaced",
-         ["Phase", "Replicas", "Chips", "Per Replica", "Tokens/s", "Age"]),
+         ["Phase", "Replicas", "Chips", "Chips/Replica", "Tokens/s", "Age"]),
     ],
 )  # fmt: skip
 def test_names_columns_and_status_subresource(

@@ -96,7 +96,7 @@ KINDS: tuple[Kind, ...] = (
             ("Phase", "string", ".status.phase", "Lifecycle phase."),
             ("Replicas", "integer", ".spec.replicas", "Model replicas."),
             ("Chips", "integer", ".status.chips", "Chips of all replicas."),
-            ("Per Replica", "integer", ".spec.chipsPerReplica", "Chips per replica."),
+            ("Chips/Replica", "integer", ".spec.chipsPerReplica", "Chips per replica."),
             ("Tokens/s", "number", ".status.tokensPerSecond", "Output tokens per second."),
             _AGE,
         ),
