@@ -1,4 +1,8 @@
-"""The admission loop: watch events update a cache, one loop runs the scheduler and writes status.
+"""The admission loop: watch events update a cache, one loop runs the driver and writes status.
+
+The controller is three layers, each a module: `observations` (the cache the watch events
+update), this module (the cycle: what the driver's decisions mean for the outbox) with
+`transitions` (what each decision writes), and `writers` (the only code that calls the API).
 
 Why one loop and not a cycle per event: 5,000 jobs created at once must not cost 5,000 cycles.
 Handlers only record what they saw (`observe_*`) and wake the loop; the loop waits a short batch
@@ -20,55 +24,22 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any
 
-from ultraplane.operator import statuses
 from ultraplane.operator.inventory import Inventory
-from ultraplane.operator.kube import Conflict, Gone
-from ultraplane.operator.observations import Observations
-from ultraplane.operator.requests import (
-    INFERENCE,
-    TERMINAL_PHASES,
-    plural_of_key,
-    view_job,
-)
+from ultraplane.operator.requests import view_job
+from ultraplane.operator.transitions import Transition, moved
+from ultraplane.operator.writers import Kube, Writers
 
 from ultraplane.admissions import Admissions, Pending
-from ultraplane.allocator import Allocator, Placement
-from ultraplane.ids import JobKey, kind_of_job_key
+from ultraplane.allocator import Allocator
+from ultraplane.ids import JobKey
 from ultraplane.topology import Topology
+
+__all__ = ["Controller", "CycleStats", "Kube", "Transition", "moved"]
 
 log = logging.getLogger("ultraplane.operator")
 Emit = Callable[[Mapping[str, Any], str, str, str], None]
-
-
-class Kube(Protocol):
-    """The API calls of the operator; `plural` is `trainingjobs` or `inferencejobs`."""
-
-    def list_ultraservers(self, fleet: str | None) -> list[dict[str, Any]]: ...
-    def list_jobs(self, namespaces: list[str] | None) -> list[dict[str, Any]]: ...
-    def get_job(self, plural: str, namespace: str, name: str) -> dict[str, Any]: ...
-    def patch_job_status(self, plural: str, namespace: str, name: str,
-                         status: Mapping[str, Any], resource_version: str) -> dict[str, Any]: ...
-    def set_finalizer(self, plural: str, namespace: str, name: str, finalizers: list[str],
-                      present: bool, resource_version: str) -> dict[str, Any]: ...
-    def patch_ultraserver_status(self, name: str, status: Mapping[str, Any]) -> None: ...
-
-
-@dataclass(frozen=True)
-class Transition:
-    """A status change to persist: `kind` is admit | replace | pending | preempt | restart | fail
-    | finish (a job the simulator finished: its chips are released, so is its allocation).
-
-    `placements` (admit, replace) holds one placement for a TrainingJob, one per replica for an
-    InferenceJob.
-    """
-
-    kind: str
-    reason: str
-    message: str = ""
-    placements: tuple[Placement, ...] = ()
-    position: int | None = None
 
 
 @dataclass
@@ -100,26 +71,9 @@ def quantile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else 0.0
 
 
-def total_chips(spec: Mapping[str, Any]) -> int | None:
-    """An InferenceJob's chips, every replica together (None for a spec that cannot say)."""
-    replicas, per = spec.get("replicas", 1), spec.get("chipsPerReplica")
-    if isinstance(replicas, int) and isinstance(per, int):
-        return replicas * per
-    return None
-
-
-def moved(old: int | None, new: int) -> bool:
-    """Whether a written queue position is worth rewriting: exact near the head of the queue,
-    within 10% further back (a queue of thousands would otherwise rewrite every job per cycle)."""
-    if old is None:
-        return True
-    if new <= 50 or old <= 50:
-        return old != new
-    return abs(new - old) >= max(10, old // 10)
-
-
-class Controller(Observations):
-    """Owns the allocator and scheduler of one operator replica (the leader)."""
+class Controller(Writers):
+    """Owns the allocator and scheduler of one operator replica (the leader): the cache
+    (`observations`), the cycle (here) and the writers (`writers`)."""
 
     def __init__(self, kube: Kube, *, clock: Callable[[], datetime], emit: Emit,
                  namespaces: list[str] | None = None, fleet: str | None = None,
@@ -165,8 +119,8 @@ class Controller(Observations):
     # -- startup / recovery ------------------------------------------------------------
     async def sync(self) -> None:
         """Rebuild state from the API server: allocations live in job status, not in memory."""
-        servers = await self._call(self.kube.list_ultraservers, self.fleet)
-        jobs = await self._call(self.kube.list_jobs, self.namespaces)
+        servers = await self.list_fleet()
+        jobs = await self.list_all_jobs()
         for body in servers:
             self.observe_ultraserver(body, settle=False)
         # Jobs holding chips first, so a waiting job never takes a chip that is already theirs.
@@ -211,7 +165,7 @@ class Controller(Observations):
         before the list started and absent from it (or present with another uid) is gone. A job
         first seen during the list is left alone, since the list may predate it."""
         known = {key: body["metadata"].get("uid") for key, body in self.bodies.items()}
-        listed = await self._call(self.kube.list_jobs, self.namespaces)
+        listed = await self.list_all_jobs()
         present = {view_job(b).key: b["metadata"].get("uid") for b in listed}
         gone = [k for k, uid in known.items()
                 if present.get(k) != uid and (self.bodies.get(k) or {}).get(
@@ -247,7 +201,7 @@ class Controller(Observations):
         self._collect_ghosts()
         # Evictions first: an admission may take a victim's chips.
         await self.flush()
-        ok = await self._gather(admissions)
+        ok = await self.write_all(admissions)
         for key, done in ok.items():
             if not done and self.scheduler.is_running(key):
                 self.scheduler.requeue(key)
@@ -281,172 +235,6 @@ class Controller(Observations):
                                           position=position)
             return False
         return moved(last[1], position)
-
-    async def flush(self) -> None:
-        """Write evictions (everything that must precede admissions), and let the deletion of
-        jobs that still carry an earlier version's finalizer finish."""
-        batch = {k: t for k, t in self.outbox.items() if t.kind != "pending"}
-        for key in batch:
-            del self.outbox[key]
-        unfinalize, self.unfinalize = self.unfinalize, set()
-        _, results = await asyncio.gather(
-            asyncio.gather(*(self._unfinalize(k) for k in unfinalize)),
-            self._gather(batch))
-        for key, done in results.items():
-            # Retry evictions that did not land; never retry onto a job that has gone.
-            if not done and key in self.bodies:
-                self.outbox.setdefault(key, batch[key])
-                self.wake.set()
-
-    async def flush_pending(self) -> None:
-        """Reasons and queue positions: informative only, so written after the admissions."""
-        batch, self.outbox = self.outbox, {}
-        pending = {k: t for k, t in batch.items() if t.kind == "pending"}
-        self.outbox.update({k: t for k, t in batch.items() if t.kind != "pending"})
-        await self._gather(pending)
-
-    async def _gather(self, batch: Mapping[JobKey, Transition]) -> dict[JobKey, bool]:
-        keys = list(batch)
-        done = await asyncio.gather(*(self._write(k, batch[k]) for k in keys))
-        return dict(zip(keys, done, strict=True))
-
-    # -- writes ------------------------------------------------------------------------
-    async def _call(self, fn: Callable[..., Any], *args: Any) -> Any:
-        async with self._limit:
-            return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
-
-    async def _write(self, key: JobKey, change: Transition) -> bool:
-        for _ in range(4):
-            body = self.bodies.get(key)
-            if body is None:
-                return False
-            current = body.get("status") or {}
-            if current.get("phase") in TERMINAL_PHASES and change.kind not in ("fail", "finish"):
-                return False
-            meta = body["metadata"]
-            plural = plural_of_key(key)
-            status = self._status(current, change, replicated=plural == INFERENCE)
-            if plural == INFERENCE:  # the job's size for the Chips column (replicas x per replica)
-                status["chips"] = total_chips(body.get("spec") or {})
-            try:
-                new = await self._call(self.kube.patch_job_status, plural, meta["namespace"],
-                                       meta["name"], status, meta.get("resourceVersion", ""))
-            except Conflict:
-                try:
-                    fresh = await self._call(self.kube.get_job, plural, meta["namespace"],
-                                             meta["name"])
-                except Gone:
-                    self.forget(key)
-                    return False
-                self.remember(key, fresh)
-                if view_job(fresh, kind_of_job_key(key)).deleting:
-                    return False
-                continue
-            except Gone:
-                self.forget(key)
-                return False
-            except Exception as exc:
-                log.warning("status write for %s failed: %s", key, exc)
-                return False
-            self.remember(key, new)
-            if change.kind == "pending":
-                self.written_positions[key] = (change.reason, change.position)
-            else:
-                self.written_positions.pop(key, None)
-            if change.kind == "pending" and key in self.reserved.values():
-                self.reserved_messages[key] = change.message
-            else:
-                self.reserved_messages.pop(key, None)
-            if change.kind != "pending" or current.get("phase") != "Pending":
-                normal = change.kind in ("admit", "pending") or (
-                    change.kind == "finish" and current.get("phase") == "Succeeded")
-                self.emit(new, "Normal" if normal else "Warning", status["reason"],
-                          status["message"])
-            return True
-        return False
-
-    def _status(self, current: Mapping[str, Any], change: Transition, *,
-                replicated: bool = False) -> dict[str, Any]:
-        now = self.clock()
-        if change.kind in ("admit", "replace"):
-            assert change.placements
-            if replicated:
-                status = statuses.admitted_replicas(current, change.placements, now,
-                                                    change.reason)
-            else:
-                status = statuses.admitted(current, change.placements[0], now, change.reason)
-            if change.kind == "replace":
-                status["restarts"] = int(current.get("restarts") or 0) + 1
-            return status
-        if change.kind == "pending":
-            return statuses.pending(current, change.reason, change.message, change.position, now)
-        if change.kind == "fail":
-            return statuses.failed(current, change.reason, change.message, now)
-        if change.kind == "finish":
-            return statuses.finished(current)
-        return statuses.preempted(current, change.reason, change.message, now,
-                                  restart=change.kind == "restart")
-
-    async def _unfinalize(self, key: JobKey) -> None:
-        body = self.removing.get(key)
-        if body is None:
-            return
-        meta = body["metadata"]
-        plural = plural_of_key(key)
-        try:
-            await self._call(self.kube.set_finalizer, plural, meta["namespace"], meta["name"],
-                             list(meta.get("finalizers") or []), False,
-                             meta.get("resourceVersion", ""))
-        except Gone:
-            self.removing.pop(key, None)
-            return
-        except Exception as exc:  # a conflict: retry on the fresh body
-            log.debug("finalizer removal for %s deferred: %s", key, exc)
-            self.wake.set()
-            self.unfinalize.add(key)
-            try:
-                self.removing[key] = await self._call(self.kube.get_job, plural,
-                                                      meta["namespace"], meta["name"])
-            except Gone:
-                self.removing.pop(key, None)
-            return
-        self.removing.pop(key, None)
-
-    async def flush_ultraservers(self) -> None:
-        """Write allocated/free for every UltraServer whose figures changed (every replica of
-        an InferenceJob counts; `jobs` names jobs, not replicas)."""
-        report = self.allocator.capacity()
-        jobs_by_us: dict[str, set[str]] = {}
-        servers_by_us: dict[str, set[str]] = {}
-        for part, placement in self.allocator.allocations().items():
-            key = self._owner(part)
-            for us in placement.ultraservers:
-                jobs_by_us.setdefault(us, set()).add(key)
-            for server in placement.servers:
-                servers_by_us.setdefault(server.split("/")[0], set()).add(server)
-        now = self.clock()
-        writes = []
-        for cap in report.ultraservers:
-            entry = self.inventory.get(cap.name)
-            if entry is None:
-                continue
-            status = statuses.ultraserver(cap, list(jobs_by_us.get(cap.name, ())), now)
-            status["allocated"]["servers"] = len(servers_by_us.get(cap.name, ()))
-            status["capacity"]["servers"] = entry.ultraserver.server_count
-            status["reservedFor"] = self.reserved.get(cap.name)  # None: merge patch removes it
-            compare = {k: v for k, v in status.items() if k != "heartbeatTime"}
-            if self.written_us.get(cap.name) != compare:
-                self.written_us[cap.name] = compare
-                writes.append(self._write_us(cap.name, status))
-        await asyncio.gather(*writes)
-
-    async def _write_us(self, name: str, status: dict[str, Any]) -> None:
-        status.pop("heartbeatTime", None)
-        try:
-            await self._call(self.kube.patch_ultraserver_status, name, status)
-        except Exception as exc:
-            log.debug("UltraServer %s status write failed: %s", name, exc)
-            self.written_us.pop(name, None)
 
     def _collect_ghosts(self) -> None:
         for name in list(self.ghosts):

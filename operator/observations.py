@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ultraplane.operator.inventory import Inventory, InventoryChange, ultraserver_from_body
 from ultraplane.operator.requests import (
@@ -26,14 +26,12 @@ from ultraplane.operator.requests import (
     TERMINAL_PHASES,
     view_job,
 )
+from ultraplane.operator.transitions import Transition
 
 from ultraplane.admissions import Admissions, Admitted, Requeued
 from ultraplane.allocator import AllocationConflict, Allocator
 from ultraplane.ids import ChipId, JobKey, kind_of_job_key
 from ultraplane.scheduling import Scheduler
-
-if TYPE_CHECKING:
-    from ultraplane.operator.admission import Transition
 
 log = logging.getLogger("ultraplane.operator")
 
@@ -117,16 +115,12 @@ class Observations:
             self.scheduler.cancel(key)
             self.outbox.pop(key, None)
             if (body.get("status") or {}).get("allocation"):
-                from ultraplane.operator.admission import Transition
-
                 # Its chips are free: a finished job no longer names them (the write posts the
                 # Succeeded or Failed Event).
                 self.outbox[key] = Transition("finish", view.phase)
             return
         if self.scheduler.is_running(key):
             return
-        from ultraplane.operator.admission import Transition
-
         if view.queued is None:
             self.scheduler.cancel(key)
             self.outbox[key] = Transition("fail", "InvalidSpec", view.error or "invalid spec")
@@ -232,8 +226,6 @@ class Observations:
         if policy == "ReplaceAffected":
             replaced = self.admissions.replace(job, parts)
             if isinstance(replaced, Admitted):
-                from ultraplane.operator.admission import Transition
-
                 self.outbox[job] = Transition("replace", "ChipReplaced", message,
                                               replaced.placements)
                 return
@@ -241,8 +233,6 @@ class Observations:
         self._evict(job, "restart", "ChipFailed", message)
 
     def _evict(self, job: JobKey, kind: str, reason: str, message: str) -> None:
-        from ultraplane.operator.admission import Transition
-
         if kind == "fail":
             self.scheduler.cancel(job)
         else:

@@ -1,0 +1,85 @@
+"""What the operator persists for each decision: a `Transition`, and the job status it becomes.
+
+Why a module of its own: the cycle (`admission`) decides which transitions to queue and the
+writers (`writers`) send them; what a transition *means* on the wire (which status fields, which
+conditions, which kind of Event) is pure and tested on its own, with no API client in sight.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from ultraplane.operator import statuses
+
+from ultraplane.allocator import Placement
+
+__all__ = ["Transition", "event_type", "moved", "status_of", "total_chips"]
+
+
+@dataclass(frozen=True)
+class Transition:
+    """A status change to persist: `kind` is admit | replace | pending | preempt | restart | fail
+    | finish (a job the simulator finished: its chips are released, so is its allocation).
+
+    `placements` (admit, replace) holds one placement for a TrainingJob, one per replica for an
+    InferenceJob.
+    """
+
+    kind: str
+    reason: str
+    message: str = ""
+    placements: tuple[Placement, ...] = ()
+    position: int | None = None
+
+
+def total_chips(spec: Mapping[str, Any]) -> int | None:
+    """An InferenceJob's chips, every replica together (None for a spec that cannot say)."""
+    replicas, per = spec.get("replicas", 1), spec.get("chipsPerReplica")
+    if isinstance(replicas, int) and isinstance(per, int):
+        return replicas * per
+    return None
+
+
+def moved(old: int | None, new: int) -> bool:
+    """Whether a written queue position is worth rewriting: exact near the head of the queue,
+    within 10% further back (a queue of thousands would otherwise rewrite every job per cycle)."""
+    if old is None:
+        return True
+    if new <= 50 or old <= 50:
+        return old != new
+    return abs(new - old) >= max(10, old // 10)
+
+
+def status_of(current: Mapping[str, Any], change: Transition, now: datetime, *,
+              replicated: bool = False) -> dict[str, Any]:
+    """The status merge patch of `change` on a job whose status is `current`."""
+    if change.kind in ("admit", "replace"):
+        assert change.placements
+        if replicated:
+            status = statuses.admitted_replicas(current, change.placements, now, change.reason)
+        else:
+            status = statuses.admitted(current, change.placements[0], now, change.reason)
+        if change.kind == "replace":
+            status["restarts"] = int(current.get("restarts") or 0) + 1
+        return status
+    if change.kind == "pending":
+        return statuses.pending(current, change.reason, change.message, change.position, now)
+    if change.kind == "fail":
+        return statuses.failed(current, change.reason, change.message, now)
+    if change.kind == "finish":
+        return statuses.finished(current)
+    return statuses.preempted(current, change.reason, change.message, now,
+                              restart=change.kind == "restart")
+
+
+def event_type(change: Transition, phase_before: str) -> str | None:
+    """The Event a written transition posts (`Normal` / `Warning`), or None: a Pending job
+    whose reason or position moved posts nothing (every transition, not every rewrite)."""
+    if change.kind == "pending" and phase_before == "Pending":
+        return None
+    normal = change.kind in ("admit", "pending") or (
+        change.kind == "finish" and phase_before == "Succeeded")
+    return "Normal" if normal else "Warning"

@@ -1,0 +1,211 @@
+"""The operator's writers: the only code that calls the Kubernetes API.
+
+Why one place: every call goes through one bounded thread pool (`concurrency` at a time), and
+the rules that keep a restart safe live here next to the calls they guard: a status write is
+a merge patch guarded by `resourceVersion` (409 -> re-read and retry, or give up on a job that
+is being deleted), a job that is gone is forgotten, and what was written is remembered so the
+next cycle rewrites only what changed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
+from typing import Any, Protocol
+
+from ultraplane.operator import statuses
+from ultraplane.operator.kube import Conflict, Gone
+from ultraplane.operator.observations import Observations
+from ultraplane.operator.requests import INFERENCE, TERMINAL_PHASES, plural_of_key, view_job
+from ultraplane.operator.transitions import Transition, event_type, status_of, total_chips
+
+from ultraplane.ids import JobKey, kind_of_job_key
+
+log = logging.getLogger("ultraplane.operator")
+
+
+class Kube(Protocol):
+    """The API calls of the operator; `plural` is `trainingjobs` or `inferencejobs`."""
+
+    def list_ultraservers(self, fleet: str | None) -> list[dict[str, Any]]: ...
+    def list_jobs(self, namespaces: list[str] | None) -> list[dict[str, Any]]: ...
+    def get_job(self, plural: str, namespace: str, name: str) -> dict[str, Any]: ...
+    def patch_job_status(self, plural: str, namespace: str, name: str,
+                         status: Mapping[str, Any], resource_version: str) -> dict[str, Any]: ...
+    def set_finalizer(self, plural: str, namespace: str, name: str, finalizers: list[str],
+                      present: bool, resource_version: str) -> dict[str, Any]: ...
+    def patch_ultraserver_status(self, name: str, status: Mapping[str, Any]) -> None: ...
+
+
+class Writers(Observations):
+    """Reads and writes of the API server, on top of the cache they keep current."""
+
+    kube: Kube
+    clock: Callable[[], datetime]
+    namespaces: list[str] | None
+    unfinalize: set[JobKey]
+    reserved: dict[str, JobKey]
+    reserved_messages: dict[JobKey, str]
+    written_us: dict[str, dict[str, Any]]
+    _pool: ThreadPoolExecutor
+    _limit: asyncio.Semaphore
+
+    # -- reads -------------------------------------------------------------------------
+    async def list_fleet(self) -> list[dict[str, Any]]:
+        result: list[dict[str, Any]] = await self._call(self.kube.list_ultraservers, self.fleet)
+        return result
+
+    async def list_all_jobs(self) -> list[dict[str, Any]]:
+        result: list[dict[str, Any]] = await self._call(self.kube.list_jobs, self.namespaces)
+        return result
+
+    # -- batches, in the order a cycle needs them --------------------------------------
+    async def flush(self) -> None:
+        """Write evictions (everything that must precede admissions), and let the deletion of
+        jobs that still carry an earlier version's finalizer finish."""
+        batch = {k: t for k, t in self.outbox.items() if t.kind != "pending"}
+        for key in batch:
+            del self.outbox[key]
+        unfinalize, self.unfinalize = self.unfinalize, set()
+        _, results = await asyncio.gather(
+            asyncio.gather(*(self._unfinalize(k) for k in unfinalize)),
+            self.write_all(batch))
+        for key, done in results.items():
+            # Retry evictions that did not land; never retry onto a job that has gone.
+            if not done and key in self.bodies:
+                self.outbox.setdefault(key, batch[key])
+                self.wake.set()
+
+    async def flush_pending(self) -> None:
+        """Reasons and queue positions: informative only, so written after the admissions."""
+        batch, self.outbox = self.outbox, {}
+        pending = {k: t for k, t in batch.items() if t.kind == "pending"}
+        self.outbox.update({k: t for k, t in batch.items() if t.kind != "pending"})
+        await self.write_all(pending)
+
+    async def write_all(self, batch: Mapping[JobKey, Transition]) -> dict[JobKey, bool]:
+        keys = list(batch)
+        done = await asyncio.gather(*(self._write(k, batch[k]) for k in keys))
+        return dict(zip(keys, done, strict=True))
+
+    # -- single writes -----------------------------------------------------------------
+    async def _call(self, fn: Callable[..., Any], *args: Any) -> Any:
+        async with self._limit:
+            return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
+
+    async def _write(self, key: JobKey, change: Transition) -> bool:
+        for _ in range(4):
+            body = self.bodies.get(key)
+            if body is None:
+                return False
+            current = body.get("status") or {}
+            if current.get("phase") in TERMINAL_PHASES and change.kind not in ("fail", "finish"):
+                return False
+            meta = body["metadata"]
+            plural = plural_of_key(key)
+            status = status_of(current, change, self.clock(), replicated=plural == INFERENCE)
+            if plural == INFERENCE:  # the job's size for the Chips column (replicas x per replica)
+                status["chips"] = total_chips(body.get("spec") or {})
+            try:
+                new = await self._call(self.kube.patch_job_status, plural, meta["namespace"],
+                                       meta["name"], status, meta.get("resourceVersion", ""))
+            except Conflict:
+                try:
+                    fresh = await self._call(self.kube.get_job, plural, meta["namespace"],
+                                             meta["name"])
+                except Gone:
+                    self.forget(key)
+                    return False
+                self.remember(key, fresh)
+                if view_job(fresh, kind_of_job_key(key)).deleting:
+                    return False
+                continue
+            except Gone:
+                self.forget(key)
+                return False
+            except Exception as exc:
+                log.warning("status write for %s failed: %s", key, exc)
+                return False
+            self.remember(key, new)
+            self._written(key, change)
+            kind = event_type(change, str(current.get("phase") or ""))
+            if kind is not None:
+                self.emit(new, kind, status["reason"], status["message"])
+            return True
+        return False
+
+    def _written(self, key: JobKey, change: Transition) -> None:
+        """Remember what a job's status now says, so the next cycle rewrites only changes."""
+        if change.kind == "pending":
+            self.written_positions[key] = (change.reason, change.position)
+        else:
+            self.written_positions.pop(key, None)
+        if change.kind == "pending" and key in self.reserved.values():
+            self.reserved_messages[key] = change.message
+        else:
+            self.reserved_messages.pop(key, None)
+
+    async def _unfinalize(self, key: JobKey) -> None:
+        body = self.removing.get(key)
+        if body is None:
+            return
+        meta = body["metadata"]
+        plural = plural_of_key(key)
+        try:
+            await self._call(self.kube.set_finalizer, plural, meta["namespace"], meta["name"],
+                             list(meta.get("finalizers") or []), False,
+                             meta.get("resourceVersion", ""))
+        except Gone:
+            self.removing.pop(key, None)
+            return
+        except Exception as exc:  # a conflict: retry on the fresh body
+            log.debug("finalizer removal for %s deferred: %s", key, exc)
+            self.wake.set()
+            self.unfinalize.add(key)
+            try:
+                self.removing[key] = await self._call(self.kube.get_job, plural,
+                                                      meta["namespace"], meta["name"])
+            except Gone:
+                self.removing.pop(key, None)
+            return
+        self.removing.pop(key, None)
+
+    # -- UltraServers ------------------------------------------------------------------
+    async def flush_ultraservers(self) -> None:
+        """Write allocated/free for every UltraServer whose figures changed (every replica of
+        an InferenceJob counts; `jobs` names jobs, not replicas)."""
+        report = self.allocator.capacity()
+        jobs_by_us: dict[str, set[str]] = {}
+        servers_by_us: dict[str, set[str]] = {}
+        for part, placement in self.allocator.allocations().items():
+            key = self._owner(part)
+            for us in placement.ultraservers:
+                jobs_by_us.setdefault(us, set()).add(key)
+            for server in placement.servers:
+                servers_by_us.setdefault(server.split("/")[0], set()).add(server)
+        now = self.clock()
+        writes = []
+        for cap in report.ultraservers:
+            entry = self.inventory.get(cap.name)
+            if entry is None:
+                continue
+            status = statuses.ultraserver(cap, list(jobs_by_us.get(cap.name, ())), now)
+            status["allocated"]["servers"] = len(servers_by_us.get(cap.name, ()))
+            status["capacity"]["servers"] = entry.ultraserver.server_count
+            status["reservedFor"] = self.reserved.get(cap.name)  # None: merge patch removes it
+            compare = {k: v for k, v in status.items() if k != "heartbeatTime"}
+            if self.written_us.get(cap.name) != compare:
+                self.written_us[cap.name] = compare
+                writes.append(self._write_us(cap.name, status))
+        await asyncio.gather(*writes)
+
+    async def _write_us(self, name: str, status: dict[str, Any]) -> None:
+        status.pop("heartbeatTime", None)
+        try:
+            await self._call(self.kube.patch_ultraserver_status, name, status)
+        except Exception as exc:
+            log.debug("UltraServer %s status write failed: %s", name, exc)
+            self.written_us.pop(name, None)
