@@ -59,6 +59,11 @@ def _ts(value: Any) -> float | None:
     return datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp()
 
 
+def user_name(key: str) -> str:
+    """`namespace/name` of an allocator key (`tj/ns/name`, or a replica `ij/ns/name#1`)."""
+    return key.split("#", 1)[0].split("/", 1)[-1]
+
+
 def _items(response: Any) -> list[dict[str, Any]]:
     """The `items` of a kubernetes client list call (typed `object` by the client)."""
     return list(response["items"])
@@ -297,7 +302,7 @@ class KubernetesBackend:
     def dry_run(self, request: DryRunRequest) -> DryRunResult:
         with self.lock:
             return dry_run(self.allocator, request, running=self.priorities,
-                           reservation=self.reservation)
+                           job_name=user_name, reservation=self.reservation)
 
     def _errors(self, field: str, kind: JobKind, namespace: str, name: str) -> Any:
         return _ApiErrors(field, kind, namespace, name)

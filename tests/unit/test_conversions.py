@@ -148,3 +148,11 @@ def test_kubernetes_accounting_takes_chip_hours_from_the_simulated_clock(
         (row,) = store.list_accounting(session)
     assert row.chip_hours == pytest.approx(240.0)
     assert row.energy_kwh == pytest.approx(102.95)
+
+
+def test_a_dry_run_names_victims_as_users_know_them(snapshot: KubernetesBackend) -> None:
+    result = snapshot.dry_run(DryRunRequest(chips=72, required_level="ultraserver",
+                                            priority=10))
+    victims = result.model_dump(by_alias=True).get("preemption") or {}
+    named = victims.get("victims") or []
+    assert named and set(named) <= {"ns/same"}
