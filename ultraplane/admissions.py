@@ -45,7 +45,7 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Admitted:
     """`key` holds chips now: one placement, or one per replica in index order."""
 
@@ -58,7 +58,7 @@ class Admitted:
         return tuple(c for p in self.placements for c in p.chip_ids)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Preempted:
     """`key` lost its chips to `by` and waits again (with its original FIFO rank)."""
 
@@ -66,7 +66,7 @@ class Preempted:
     by: JobKey
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Pending:
     """`key` waits: `reason` is the NoFit kind (`NoCapacity`), `position` is 1-based."""
 
@@ -76,7 +76,7 @@ class Pending:
     position: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Failed:
     """`key` left the queue for good (`reason` `Unsatisfiable`: it can never fit the fleet)."""
 
@@ -85,7 +85,7 @@ class Failed:
     message: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Reserved:
     """The UltraServers held back for the waiting job `key` until it starts."""
 
@@ -121,7 +121,7 @@ class Decisions:
         return dict.fromkeys(self.reservation.ultraservers, self.reservation.key)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Readopted:
     """`key` holds its persisted chips again."""
 
@@ -129,7 +129,7 @@ class Readopted:
     placements: tuple[Placement, ...]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Requeued:
     """`key`'s persisted chips could not be re-adopted (`message` says why); it waits again."""
 
@@ -214,9 +214,11 @@ class Admissions:
         decisions.preempted = [Preempted(v, by) for v, by in result.preempted]
         decisions.admitted = [Admitted(k, (p,)) for k, p in result.admitted]
         decisions.admitted += [Admitted(k, ps, True) for k, ps in result.admitted_replicas]
-        known_fleet = len(self.allocator.topology) > 0
+        known_fleet: bool | None = None  # built only when needed (it copies the topology)
         position = 0
         for key, nofit, _ in result.pending:
+            if nofit.kind == "Unsatisfiable" and known_fleet is None:
+                known_fleet = len(self.allocator.topology) > 0
             if nofit.kind == "Unsatisfiable" and known_fleet:
                 self.scheduler.cancel(key)
                 decisions.failed.append(Failed(key, nofit.kind, nofit.message))
