@@ -146,6 +146,8 @@ class Controller(Observations):
         self.cycles = 0
         self.cycle_stats = CycleStats(every=stats_seconds)
         self._positions: asyncio.Task[None] | None = None
+        # position writes may take an eighth of the writers: admissions keep the rest
+        self._position_limit = asyncio.Semaphore(max(1, concurrency // 8))
         self._last_positions = 0.0
         self._last_us = 0.0
         self.us_seconds = us_seconds
@@ -309,9 +311,15 @@ class Controller(Observations):
     async def flush_pending(self) -> None:
         """Reasons and queue positions: informative only, so written after the admissions."""
         batch, self.outbox = self.outbox, {}
-        pending = {k: t for k, t in batch.items() if t.kind == "pending"}
+        pending = sorted(((k, t) for k, t in batch.items() if t.kind == "pending"),
+                         key=lambda kt: kt[1].position or 0)  # the head of the queue first
         self.outbox.update({k: t for k, t in batch.items() if t.kind != "pending"})
-        await self._gather(pending)
+
+        async def one(key: JobKey, change: Transition) -> None:
+            async with self._position_limit:
+                await self._write(key, change)
+
+        await asyncio.gather(*(one(k, t) for k, t in pending))
         if any(t.kind == "pending" for t in self.outbox.values()):
             self.wake.set()  # queued while this round ran
 
