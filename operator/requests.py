@@ -17,8 +17,8 @@ from typing import Any
 
 from ultraplane.allocator import PlacementRequest
 from ultraplane.ids import ChipId, JobKey, job_key, kind_of_job_key
+from ultraplane.placements import request_from_topology
 from ultraplane.scheduling import QueuedJob
-from ultraplane.topology import parse_level
 
 GROUP = "ultraplane.dev"
 VERSION = "v1alpha1"
@@ -90,22 +90,12 @@ def _positive(spec: Mapping[str, Any], field: str) -> int:
 def placement_request(spec: Mapping[str, Any], kind: str = "TrainingJob") -> PlacementRequest:
     """The gang of a TrainingJob, or of one replica of an InferenceJob."""
     chips = _positive(spec, "chipsPerReplica" if kind == "InferenceJob" else "chips")
-    topo = spec.get("topology") or {}
-    required = topo.get("requiredLevel")
-    preferred = topo.get("preferredLevel")
-    for field, level in (("requiredLevel", required), ("preferredLevel", preferred)):
-        if level is not None:
-            try:
-                parse_level(str(level))
-            except ValueError as exc:
-                raise InvalidJobError(f"spec.topology.{field}: {exc}") from exc
-    return PlacementRequest(
-        chips=chips,
-        required_level=required,
-        preferred_level=preferred,
-        whole_servers=bool(topo.get("wholeServers", False)),
-        profile=spec.get("profile"),
-    )
+    try:
+        return request_from_topology(chips, spec.get("topology"), spec.get("profile"))
+    except ValueError as exc:
+        if not str(exc).startswith("topology."):
+            raise
+        raise InvalidJobError(f"spec.{exc}") from exc
 
 
 def replica_chips(allocation: Mapping[str, Any]) -> tuple[tuple[ChipId, ...], ...]:

@@ -35,6 +35,7 @@ from ultraplane.simulator.traces import TraceJob
 
 from ultraplane.allocator import Allocator, NoFit, Placement, PlacementRequest
 from ultraplane.ids import JobKey
+from ultraplane.placements import request_from_topology
 from ultraplane.scheduling import QueuedJob, Scheduler
 
 POLICIES = ("ultraplane", "first-fit")
@@ -198,8 +199,8 @@ class Replay:
         rec = JobRecord(job.job_id, job.submit_s, chips)
         self.result.records.append(rec)
         self.runs[job.job_id] = _Run(job, chips, rec)
-        level = job.topology if job.topology not in (None, "cluster") else None
-        request = PlacementRequest(chips=chips, required_level=level)
+        request = request_from_topology(
+            chips, {"requiredLevel": job.topology} if job.topology else None)
         never = self._never(request)
         if never is not None:  # larger than the fleet could ever hold: a verdict now
             rec.status, rec.reason = "rejected", never

@@ -148,7 +148,7 @@ class Allocator:
 
     def _domains(self, request: PlacementRequest, *, whole_only: bool
                  ) -> list[tuple[str, tuple[str, ...]]]:
-        required = parse_level(request.required_level) if request.required_level else CLUSTER
+        required = self._required(request)
         out: list[tuple[str, tuple[str, ...]]] = []
         for pool in self._pools.values():
             if request.profile not in (None, pool.profile) or self._never(pool, request, required):
@@ -269,10 +269,10 @@ class Allocator:
             # inventory: cached until the inventory changes.
             if len(self._plans) > 4096:
                 self._plans.clear()
-            required = parse_level(request.required_level) if request.required_level else CLUSTER
             preferred = parse_level(request.preferred_level) if request.preferred_level else None
             pools = [p for p in self._pools.values()
                      if p.slots and request.profile in (None, p.profile)]
+            required = self._required(request, pools)
             plan = self._plans[request] = (
                 required, preferred, pools, [self._never(p, request, required) for p in pools])
         required, preferred, pools, reasons = plan
@@ -300,6 +300,21 @@ class Allocator:
             return min(found, key=lambda f: f[:2])[2]
         pool = next(p for p, never in zip(pools, reasons, strict=True) if not never)
         return self._no_capacity(pool, request, required)
+
+    def _required(self, request: PlacementRequest, pools: Iterable[Pool] | None = None) -> Level:
+        """The level the search never crosses. Locality by default: a gang that fits in one
+        UltraServer (of some pool it may use) stays inside one NeuronSwitch domain unless its
+        mode is `Unconstrained`; pools whose UltraServers are too small for it are then
+        ruled out by `_never`, so it never spans several small UltraServers either."""
+        required = parse_level(request.required_level) if request.required_level else CLUSTER
+        if request.mode == "Unconstrained" or required <= ULTRASERVER:
+            return required
+        if pools is None:
+            pools = [p for p in self._pools.values()
+                     if p.slots and request.profile in (None, p.profile)]
+        if request.chips <= max((p.cpu for p in pools), default=0):
+            return ULTRASERVER
+        return required
 
     def _domain_count(self, pool: Pool, depth: int) -> int:
         """Most UltraServers of `pool` in one network domain at `depth` (healthy or not)."""
@@ -472,7 +487,7 @@ class Allocator:
                 for s, m in pairs]
         kept = [p for p in kept if p[2]]
         request = rec.request or PlacementRequest(chips=rec.placement.chips)
-        required = parse_level(request.required_level) if request.required_level else CLUSTER
+        required = self._required(request)
         if kept:
             near = nearby(kept, self._pool(kept[0][0]).slots, required, need)
             found: tuple[Level, Held] | NoFit = (
