@@ -52,7 +52,7 @@ class ReplayConfig:
     faults: FaultPlan = field(default_factory=FaultPlan)
     tokens_per_step: float = 4_194_304.0  # assumption for trace rows that name a model
     heatmap_bins: int = 240
-    large_job_chips: int = 32
+    large_job_chips: int | None = None  # None: one UltraServer of the fleet (144 on Gen2)
     reservation: bool = True  # backfill reservation for the first waiting whole-UltraServer gang
     assumptions: Assumptions = DEFAULT_ASSUMPTIONS
 
@@ -196,7 +196,7 @@ class Replay:
     def _submit(self, seq: int, job: TraceJob) -> None:
         chips = job.gpus * self.cfg.chips_per_gpu
         self._submitted += 1
-        rec = JobRecord(job.job_id, job.submit_s, chips)
+        rec = JobRecord(job.job_id, job.submit_s, chips, duration_s=job.duration_s)
         self.result.records.append(rec)
         self.runs[job.job_id] = _Run(job, chips, rec)
         request = request_from_topology(
@@ -293,6 +293,7 @@ class Replay:
             run.started_once = True
             run.record.start_s = t
         run.record.ultraservers = len(placement.ultraservers)
+        run.record.max_ultraservers = max(run.record.max_ultraservers, len(placement.ultraservers))
         self.result.placements.append((job.job_id, t, "start", placement.chip_ids))
         end = t + self._wall_needed(run)
         run.end_token = self.engine.schedule(end, END, Event("end", job.job_id))
