@@ -36,10 +36,12 @@ class Backlog:
     def sizes(self) -> Iterator[int]:
         return (size for (_, size), b in self._buckets.items() if b)
 
-    def take(self, free: int) -> list[QueuedJob]:
-        """Pop, in (priority desc, seq) order, every job that fits in the `free` chips left."""
+    def take(self, free: int, *, hole: int | None = None, whole: int = 0) -> list[QueuedJob]:
+        """Pop, in (priority desc, seq) order, every job that fits in the `free` chips left;
+        with `hole`, a job of at most `whole` chips (one UltraServer) must also fit in the
+        biggest free hole of one UltraServer."""
         out: list[QueuedJob] = []
-        while (job := self._pop(0, free)) is not None:
+        while (job := self._pop(0, free, hole, whole)) is not None:
             free -= job.request.chips
             out.append(job)
         return out
@@ -48,11 +50,13 @@ class Backlog:
         """Pop the first job, in (priority desc, seq) order, of at least `min_chips` chips."""
         return self._pop(min_chips, None)
 
-    def _pop(self, low: int, high: int | None) -> QueuedJob | None:
+    def _pop(self, low: int, high: int | None, hole: int | None = None,
+             whole: int = 0) -> QueuedJob | None:
         """Pop the first job, in (priority desc, seq) order, of `low` to `high` chips."""
         best: tuple[int, int, int] | None = None
         for (prio, size), bucket in self._buckets.items():
             if (bucket and low <= size and (high is None or size <= high)
+                    and (hole is None or size > whole or size <= hole)
                     and (best is None or (-prio, bucket[0][0]) < best[:2])):
                 best = (-prio, bucket[0][0], size)
         if best is None:

@@ -236,8 +236,16 @@ class Replay:
     def _cycle(self, t: float) -> None:
         # The backlog stands in for the Scheduler's queue (which would hold every waiting job):
         # it hands over what could fit in the free chips left by the waiting jobs that could.
+        # Only waiting jobs that could fit count against what is handed over: a gang larger
+        # than the biggest hole in one UltraServer (it stays in one NeuronSwitch domain) is
+        # blocked and takes no chips, so it must not hold back the smaller jobs behind it.
         free = self._free()
-        for job in self.backlog.take(free - sum(c for c in self._waiting.values() if c <= free)):
+        hole = max((self.shape.chips_of[n] - b for n, b in self.ledger.busy_of.items()),
+                   default=0)
+        whole = self._whole_chips
+        budget = free - sum(c for c in self._waiting.values()
+                            if c <= (hole if c <= whole else free))
+        for job in self.backlog.take(budget, hole=hole, whole=whole):
             self._wait(job)
         if self.cfg.reservation and self._one_priority:
             # The first whole-UltraServer job must be in the Scheduler even when it cannot fit,
