@@ -244,7 +244,7 @@ class Replay:
                    default=0)
         whole = self._whole_chips
         budget = free - sum(c for c in self._waiting.values()
-                            if c <= (hole if c <= whole else free))
+                            if c <= (hole if c <= whole else free))  # (split-able: approx.)
         for job in self.backlog.take(budget, hole=hole, whole=whole):
             self._wait(job)
         if self.cfg.reservation and self._one_priority:
