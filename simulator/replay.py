@@ -208,7 +208,12 @@ class Replay:
             rec.status, rec.reason = "rejected", never
             self._done()
             return
-        queued = QueuedJob(JobKey(job.job_id), request, job.priority, seq)
+        # What the scheduler may predict with: the run time at the tightest placement, with
+        # the checkpoints a training job writes (the replay charges them).
+        expected = job.duration_s
+        if job.kind == "training":
+            expected += (job.duration_s // self.cfg.checkpoint_interval_s) * self.a.checkpoint_cost_s
+        queued = QueuedJob(JobKey(job.job_id), request, job.priority, seq, expected_s=expected)
         if self._one_priority:
             self.backlog.add(queued)
         else:  # preemption needs every waiting job in front of the Scheduler
@@ -256,7 +261,7 @@ class Replay:
                     self.backlog.add(head)  # an older one is waiting there already
                 else:
                     self._wait(head)
-        decisions = self.admissions.cycle()
+        decisions = self.admissions.cycle(t)
         for victim in decisions.preempted:
             run = self.runs[victim.key]
             self._stop(run, t, released=True)
@@ -305,6 +310,7 @@ class Replay:
         self.result.placements.append((job.job_id, t, "start", placement.chip_ids))
         end = t + self._wall_needed(run)
         run.end_token = self.engine.schedule(end, END, Event("end", job.job_id))
+        self.admissions.expect_end(JobKey(job.job_id), end)  # the replay knows it exactly
 
     def _restart_cost(self, run: _Run) -> float:
         return self.a.restart_cost_s if run.restarts else 0.0

@@ -146,6 +146,25 @@ class Allocator:
                 best = (free, name, tuple(s.us.name for s in top))
         return None if best is None else best[1:]
 
+    def reservation_domains(self, request: PlacementRequest) -> list[tuple[str, tuple[str, ...]]]:
+        """The domains `reservation` chooses among (gangs of at least one UltraServer)."""
+        return self._domains(request, whole_only=True)
+
+    def profile_of(self, ultraserver: str) -> str:
+        return self._get(ultraserver).us.profile
+
+    def chips_of(self, ultraserver: str) -> int:
+        """Chips of an UltraServer (healthy or not)."""
+        return self._get(ultraserver).cpu
+
+    def free_by_ultraserver(self, request: PlacementRequest) -> dict[str, int]:
+        """Free chips of each schedulable UltraServer that could hold `request` alone (its
+        profile, at least its size), in fleet order."""
+        slots = sorted(self._slots.values(), key=lambda s: s.order)
+        return {s.us.name: s.total for s in slots
+                if s.us.schedulable and request.profile in (None, s.us.profile)
+                and s.cpu >= request.chips}
+
     def _domains(self, request: PlacementRequest, *, whole_only: bool
                  ) -> list[tuple[str, tuple[str, ...]]]:
         required = self._required(request)
@@ -400,6 +419,19 @@ class Allocator:
             yield turned
         finally:
             self._fence(tuple(n for n in turned if n in self._slots), schedulable=True)
+
+    @contextmanager
+    def lifted(self, ultraservers: Iterable[str]) -> Iterator[None]:
+        """Inside a `held_back` block: make these held-back UltraServers placeable again while
+        this block runs (a backfill that ends before the reservation starts), then hold them
+        back again."""
+        names = tuple(n for n in dict.fromkeys(ultraservers)
+                      if n in self._slots and not self._slots[n].us.schedulable)
+        self._fence(names, schedulable=True)
+        try:
+            yield
+        finally:
+            self._fence(tuple(n for n in names if n in self._slots), schedulable=False)
 
     def _fence(self, names: tuple[str, ...], *, schedulable: bool) -> None:
         """Flip `schedulable` and re-file only: health and free counts are unchanged, so
