@@ -248,8 +248,14 @@ class Replay:
         hole = max((self.shape.chips_of[n] - b for n, b in self.ledger.busy_of.items()),
                    default=0)
         whole = self._whole_chips
+        # Likewise a gang of several UltraServers takes idle ones (policy ultraplane) and the
+        # remainder on one more, so it counts only when that much is free.
+        busy_of, chips_of = self.ledger.busy_of, self.shape.chips_of
+        idle = free if self.cfg.policy == "first-fit" else sum(
+            chips_of[n] for n, b in busy_of.items() if not b)
+        partial = max((chips_of[n] - b for n, b in busy_of.items() if b), default=0)
         budget = free - sum(c for c in self._waiting.values()
-                            if c <= (hole if c <= whole else free))  # (split-able: approx.)
+                            if c <= (hole if c <= whole else idle + partial))  # (approx.)
         for job in self.backlog.take(budget, hole=hole, whole=whole):
             self._wait(job)
         if self.cfg.reservation and self._one_priority:

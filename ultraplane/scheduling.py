@@ -353,12 +353,21 @@ class Scheduler:
         best: tuple[float, int, int, str, tuple[str, ...]] | None = None
         for order, (name, members) in enumerate(self.allocator.reservation_domains(job.request)):
             size = {m: self.allocator.free_chips([m]) for m in members}
-            k = -(-job.request.chips // self.allocator.chips_of(members[0]))
+            per = self.allocator.chips_of(members[0])
+            k = -(-job.request.chips // per)
+            rem = job.request.chips - (k - 1) * per
             if len(members) < k:
                 continue
             ranked = sorted(members, key=lambda m: (
-                drain_time(releases.get(m, ()), now), -size[m], members.index(m)))[:k]
-            start = max(drain_time(releases.get(m, ()), now) for m in ranked)
+                drain_time(releases.get(m, ()), now), -size[m], members.index(m)))
+            whole, rest = ranked[:k - 1], ranked[k - 1:]
+            # The last UltraServer needs only the remainder free (searches: idle + partial).
+            last = min(rest, key=lambda m: (
+                earliest_start({m: (size[m], releases.get(m, []))}, rem, now), -size[m],
+                members.index(m)))
+            ranked = [*whole, last]
+            start = max([drain_time(releases.get(m, ()), now) for m in whole]
+                        + [earliest_start({last: (size[last], releases.get(last, []))}, rem, now)])
             key = (start, -sum(size[m] for m in ranked), order, name, tuple(ranked))
             if best is None or key < best:
                 best = key

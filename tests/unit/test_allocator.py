@@ -144,6 +144,11 @@ CASES = [
     # ... unless the request prefers rack locality.
     Case("preferred-rack-breaks-idle", Cluster(count=2).used(0, range(8)).used(0, range(18, 28)),
          req(72, preferred_level="rack"), ("gen2-0001",), "rack"),
+    # block-000: gen2-0000 [20 servers used, 64 free]  gen2-0001 idle  gen2-0002 idle
+    # 200 chips = one idle UltraServer + 56 on the partly used one; gen2-0002 stays idle
+    # (it does not wait for, or break, a second idle UltraServer).
+    Case("large-remainder-on-a-partly-used-ultraserver", Cluster(count=3).used(0, range(20)),
+         req(200), ("gen2-0000", "gen2-0001"), "network-1"),
     # Unsatisfiable: more than a server, more than the fleet, not a whole-server multiple.
     Case("more-than-a-server", Cluster(), req(5, required_level="server"), nofit="Unsatisfiable"),
     Case("more-than-the-fleet", Cluster(count=2), req(289), nofit="Unsatisfiable"),
