@@ -112,6 +112,10 @@ class Replay:
         # backfill reservation. The smallest UltraServer's chips count as "whole".
         self._whole_chips = min(self.shape.chips_of.values(), default=0)
         self._whole: dict[str, int] = {}
+        # The last cycle's reservation: its UltraServers and predicted start (EASY).
+        self._reserved: frozenset[str] = frozenset()
+        self._shadow: float | None = None
+        self._now = 0.0
         self._probe = Allocator(topology, policy=config.policy)  # type: ignore[arg-type]
         self._verdicts: dict[tuple[int, str | None], str | None] = {}
         self._one_priority = len({j.priority for j in jobs}) <= 1
@@ -234,6 +238,12 @@ class Replay:
         if job.request.chips >= self._whole_chips:
             self._whole[job.key] = job.seq
 
+    def _before_shadow(self, key: str) -> bool:
+        """Whether a waiting job would end before the last reservation starts (unknown: yes)."""
+        if self._shadow is None:
+            return True
+        return self._now + self._wall_needed(self.runs[key]) <= self._shadow
+
     def _unwait(self, key: str) -> None:
         self._waiting.pop(key, None)
         self._whole.pop(key, None)
@@ -254,8 +264,19 @@ class Replay:
         idle = free if self.cfg.policy == "first-fit" else sum(
             chips_of[n] for n, b in busy_of.items() if not b)
         partial = max((chips_of[n] - b for n, b in busy_of.items() if b), default=0)
-        budget = free - sum(c for c in self._waiting.values()
-                            if c <= (hole if c <= whole else idle + partial))  # (approx.)
+        # A job that fits only on the UltraServers the last cycle reserved, and would end
+        # after the reservation starts, cannot start either (EASY): it must not count.
+        outside = max((chips_of[n] - b for n, b in busy_of.items()
+                       if n not in self._reserved), default=0)
+
+        def counts(key: str, c: int) -> bool:
+            if c > whole:
+                return c <= idle + partial
+            if c <= outside:
+                return True
+            return c <= hole and self._before_shadow(key)
+
+        budget = free - sum(c for k, c in self._waiting.items() if counts(k, c))  # (approx.)
         for job in self.backlog.take(budget, hole=hole, whole=whole):
             self._wait(job)
         if self.cfg.reservation and self._one_priority:
@@ -268,6 +289,10 @@ class Replay:
                 else:
                     self._wait(head)
         decisions = self.admissions.cycle(t)
+        held = decisions.reservation
+        self._reserved = frozenset(held.ultraservers) if held is not None else frozenset()
+        self._shadow = held.start if held is not None else None
+        self._now = t
         for victim in decisions.preempted:
             run = self.runs[victim.key]
             self._stop(run, t, released=True)

@@ -95,6 +95,7 @@ class Reserved:
     key: JobKey
     domains: str
     ultraservers: tuple[str, ...]
+    start: float | None = None  # predicted start (EASY), when the cycle had a clock
 
 
 Transition = Admitted | Preempted | Pending | Failed
@@ -234,7 +235,7 @@ class Admissions:
             position += 1
             decisions.pending.append(Pending(key, nofit.kind, nofit.message, position))
         if result.reserved is not None:
-            decisions.reservation = Reserved(*result.reserved)
+            decisions.reservation = Reserved(*result.reserved, start=result.reservation_start)
         return decisions
 
     # -- queries -----------------------------------------------------------------------

@@ -431,6 +431,11 @@ class Scheduler:
         there if it is predicted to end before the reservation starts."""
         if self._shadow is None or self._now is None or job.expected_s is None:
             return nofit
+        if self._now + job.expected_s > self._shadow:
+            # ends after the reservation starts even unslowed: no placement to look for
+            return NoFit(nofit.kind, f"{nofit.message}; it is predicted to end "
+                         f"{_span(self._now + job.expected_s - self._shadow)} after the "
+                         "reservation starts", nofit.blocking)
         with self.allocator.lifted(self._fenced):
             got = self.allocator.place(job.request)
             if isinstance(got, NoFit):
