@@ -29,6 +29,7 @@ from ultraplane.operator.observations import Observations
 from ultraplane.operator.requests import (
     INFERENCE,
     TERMINAL_PHASES,
+    expected_end,
     plural_of_key,
     view_job,
 )
@@ -228,7 +229,14 @@ class Controller(Observations):
     async def run_cycle(self) -> None:
         self.cycles += 1
         started = asyncio.get_running_loop().time()
-        decisions = self.admissions.cycle()
+        # Predicted ends of running jobs (from their progress) and the clock turn on the
+        # core's EASY backfilling and split-when-it-pays decisions.
+        clock = self.clock()
+        for key in self.scheduler.running():
+            body = self.bodies.get(key)
+            if body is not None:
+                self.admissions.expect_end(key, expected_end(body.get("status") or {}, clock))
+        decisions = self.admissions.cycle(now=clock.timestamp())
         decided = asyncio.get_running_loop().time()
         self.reserved = decisions.held_for()
         for victim in decisions.preempted:
@@ -246,7 +254,7 @@ class Controller(Observations):
             stale |= self._pending(waiting, refresh)
         if stale:  # positions moved; write them once the refresh interval has passed
             asyncio.get_running_loop().call_later(self.position_seconds, self.wake.set)
-        admissions = {a.key: Transition("admit", "Admitted", placements=a.placements)
+        admissions = {a.key: Transition("admit", "Admitted", a.message, a.placements)
                       for a in decisions.admitted}
         self._collect_ghosts()
         # Evictions first: an admission may take a victim's chips.
@@ -386,7 +394,8 @@ class Controller(Observations):
                 status = statuses.admitted_replicas(current, change.placements, now,
                                                     change.reason)
             else:
-                status = statuses.admitted(current, change.placements[0], now, change.reason)
+                status = statuses.admitted(current, change.placements[0], now, change.reason,
+                                           change.message)
             if change.kind == "replace":
                 status["restarts"] = int(current.get("restarts") or 0) + 1
             return status
