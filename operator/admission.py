@@ -27,8 +27,8 @@ from datetime import datetime
 from typing import Any
 
 from ultraplane.operator.inventory import Inventory
-from ultraplane.operator.requests import view_job
-from ultraplane.operator.transitions import Transition, moved
+from ultraplane.operator.requests import expected_end, view_job
+from ultraplane.operator.transitions import Transition, moved, reservation_said
 from ultraplane.operator.writers import Kube, Writers
 
 from ultraplane.admissions import Admissions, Pending
@@ -39,6 +39,7 @@ from ultraplane.topology import Topology
 __all__ = ["Controller", "CycleStats", "Kube", "Transition", "moved"]
 
 log = logging.getLogger("ultraplane.operator")
+STARTUP_RESYNCS = (3.0, 15.0)  # seconds after a (re)start: see Controller.sync
 Emit = Callable[[Mapping[str, Any], str, str, str], None]
 
 
@@ -108,11 +109,15 @@ class Controller(Writers):
         self.wake = asyncio.Event()
         self.cycles = 0
         self.cycle_stats = CycleStats(every=stats_seconds)
+        self._positions: asyncio.Task[None] | None = None
+        # position writes may take an eighth of the writers: admissions keep the rest
+        self._position_limit = asyncio.Semaphore(max(1, concurrency // 8))
         self._last_positions = 0.0
         self._last_us = 0.0
         self.us_seconds = us_seconds
         self.resync_seconds = resync_seconds
         self._last_resync = 0.0
+        self._resync_due = False
         self._pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="kube")
         self._limit = asyncio.Semaphore(concurrency)
 
@@ -135,6 +140,15 @@ class Controller(Writers):
             self.enforce_health(entry_name, full=True)
         log.info("recovered %d UltraServers, %d jobs (%d holding chips)", len(servers),
                  len(jobs), len(self.scheduler.running()))
+        # Our list and kopf's watch are two reads: a job deleted between them is in the first
+        # and never reaches the watch (no finalizer holds it). Two early resyncs close that gap.
+        loop = asyncio.get_running_loop()
+        for delay in STARTUP_RESYNCS:
+            loop.call_later(delay, self._ask_resync)
+        self.wake.set()
+
+    def _ask_resync(self) -> None:
+        self._resync_due = True
         self.wake.set()
 
     # -- the loop ----------------------------------------------------------------------
@@ -149,8 +163,8 @@ class Controller(Writers):
             if not (self.ready and self.leader):
                 continue
             try:
-                if loop.time() - self._last_resync >= self.resync_seconds:
-                    self._last_resync = loop.time()
+                if self._resync_due or loop.time() - self._last_resync >= self.resync_seconds:
+                    self._last_resync, self._resync_due = loop.time(), False
                     await self.resync()
                 await self.run_cycle()
             except Exception:  # one bad cycle must not stop admission for good
@@ -178,7 +192,14 @@ class Controller(Writers):
     async def run_cycle(self) -> None:
         self.cycles += 1
         started = asyncio.get_running_loop().time()
-        decisions = self.admissions.cycle()
+        # Predicted ends of running jobs (from their progress) and the clock turn on the
+        # core's EASY backfilling and split-when-it-pays decisions.
+        clock = self.clock()
+        for key in self.scheduler.running():
+            body = self.bodies.get(key)
+            if body is not None:
+                self.admissions.expect_end(key, expected_end(body.get("status") or {}, clock))
+        decisions = self.admissions.cycle(now=clock.timestamp())
         decided = asyncio.get_running_loop().time()
         self.reserved = decisions.held_for()
         for victim in decisions.preempted:
@@ -196,7 +217,7 @@ class Controller(Writers):
             stale |= self._pending(waiting, refresh)
         if stale:  # positions moved; write them once the refresh interval has passed
             asyncio.get_running_loop().call_later(self.position_seconds, self.wake.set)
-        admissions = {a.key: Transition("admit", "Admitted", placements=a.placements)
+        admissions = {a.key: Transition("admit", "Admitted", a.message, a.placements)
                       for a in decisions.admitted}
         self._collect_ghosts()
         # Evictions first: an admission may take a victim's chips.
@@ -206,7 +227,7 @@ class Controller(Writers):
             if not done and self.scheduler.is_running(key):
                 self.scheduler.requeue(key)
                 self.wake.set()
-        await self.flush_pending()
+        self.start_positions()
         loop = asyncio.get_running_loop()
         if loop.time() - self._last_us >= self.us_seconds:
             self._last_us = loop.time()
@@ -228,7 +249,8 @@ class Controller(Writers):
         # Reserved column shows): rewrite it when that changes or the reservation ends.
         said = self.reserved_messages.get(key)
         holder = key in self.reserved.values()
-        stale = (holder and said != waiting.message) or (not holder and said is not None)
+        now_says = reservation_said(waiting.message) if holder else None
+        stale = said != now_says
         if (last is None or last[0] != waiting.reason or stale
                 or (refresh and moved(last[1], position))):
             self.outbox[key] = Transition("pending", waiting.reason, waiting.message,

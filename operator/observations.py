@@ -26,7 +26,7 @@ from ultraplane.operator.requests import (
     TERMINAL_PHASES,
     view_job,
 )
-from ultraplane.operator.transitions import Transition
+from ultraplane.operator.transitions import Transition, reservation_said
 
 from ultraplane.admissions import Admissions, Admitted, Requeued
 from ultraplane.allocator import AllocationConflict, Allocator
@@ -55,6 +55,7 @@ class Observations:
     unfinalize: set[JobKey]
     ghosts: set[str]
     written_positions: dict[JobKey, tuple[str, int | None]]
+    reserved_messages: dict[JobKey, str]
     buffered: dict[JobKey, tuple[dict[str, Any], bool]]
     ready: bool
     wake: asyncio.Event
@@ -137,6 +138,14 @@ class Observations:
                             outcome.message)
                 self.outbox[key] = Transition("restart", "AllocationLost", outcome.message)
             return
+        status = body.get("status") or {}
+        if view.phase == "Pending" and status.get("reason"):
+            # What an earlier run wrote still stands; rewrite it only when it changes (a restart
+            # would otherwise rewrite every waiting job at once).
+            self.written_positions[key] = (str(status["reason"]), status.get("queuePosition"))
+            said = reservation_said(str(status.get("message") or ""))
+            if said is not None:  # it was told of a reservation: compare, not rewrite
+                self.reserved_messages[key] = said
         self.admissions.submit(view.queued)
 
     def _owner(self, part: JobKey) -> JobKey:

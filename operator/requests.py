@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from ultraplane.conversions import (
@@ -48,6 +49,7 @@ __all__ = [
     "InvalidJobError",
     "JobView",
     "creation_seq",
+    "expected_end",
     "kind_of",
     "placement_request",
     "plural_of_key",
@@ -135,3 +137,23 @@ def view_job(body: Body, kind: str | None = None) -> JobView:
         queued=queued,
         error=error,
     )
+
+
+def expected_end(status: Mapping[str, Any], now: datetime) -> float | None:
+    """A running job's predicted end (epoch seconds) from its progress: the time since
+    `startTime` scaled by what is left of `progressPercent`. None before any progress (the
+    scheduler then counts the job as never ending)."""
+    start, percent = status.get("startTime"), status.get("progressPercent")
+    if not isinstance(start, str) or not isinstance(percent, int | float) or not 0 < percent <= 100:
+        return None
+    try:
+        began = datetime.fromisoformat(start.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    if began.tzinfo is None:
+        began = began.replace(tzinfo=UTC)
+    clock = now if now.tzinfo is not None else now.replace(tzinfo=UTC)
+    elapsed = (clock - began).total_seconds()
+    if elapsed <= 0:
+        return None
+    return clock.timestamp() + elapsed * (100.0 - float(percent)) / float(percent)

@@ -16,7 +16,17 @@ from ultraplane.operator import statuses
 
 from ultraplane.allocator import Placement
 
-__all__ = ["Transition", "event_type", "moved", "status_of", "total_chips"]
+__all__ = ["RESERVED_MARK", "Transition", "event_type", "moved", "reservation_said", "status_of", "total_chips"]
+
+# In the Pending message of the job a backfill reservation is for (`Scheduler._reserve`).
+RESERVED_MARK = "reserved for it"
+
+
+def reservation_said(message: str) -> str | None:
+    """The part of a Pending message that names the reserved UltraServers (None when it names
+    none). The predicted start after it changes with the clock, so it is left out: comparing
+    it would rewrite the job every cycle."""
+    return message.split(RESERVED_MARK, 1)[0] if RESERVED_MARK in message else None
 
 
 @dataclass(frozen=True)
@@ -61,7 +71,8 @@ def status_of(current: Mapping[str, Any], change: Transition, now: datetime, *,
         if replicated:
             status = statuses.admitted_replicas(current, change.placements, now, change.reason)
         else:
-            status = statuses.admitted(current, change.placements[0], now, change.reason)
+            status = statuses.admitted(current, change.placements[0], now, change.reason,
+                                       change.message)
         if change.kind == "replace":
             status["restarts"] = int(current.get("restarts") or 0) + 1
         return status

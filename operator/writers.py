@@ -20,7 +20,13 @@ from ultraplane.operator import statuses
 from ultraplane.operator.kube import Conflict, Gone
 from ultraplane.operator.observations import Observations
 from ultraplane.operator.requests import INFERENCE, TERMINAL_PHASES, plural_of_key, view_job
-from ultraplane.operator.transitions import Transition, event_type, status_of, total_chips
+from ultraplane.operator.transitions import (
+    Transition,
+    event_type,
+    reservation_said,
+    status_of,
+    total_chips,
+)
 
 from ultraplane.ids import JobKey, kind_of_job_key
 
@@ -52,6 +58,8 @@ class Writers(Observations):
     written_us: dict[str, dict[str, Any]]
     _pool: ThreadPoolExecutor
     _limit: asyncio.Semaphore
+    _positions: asyncio.Task[None] | None
+    _position_limit: asyncio.Semaphore
 
     # -- reads -------------------------------------------------------------------------
     async def list_fleet(self) -> list[dict[str, Any]]:
@@ -79,12 +87,32 @@ class Writers(Observations):
                 self.outbox.setdefault(key, batch[key])
                 self.wake.set()
 
+    def start_positions(self) -> None:
+        """Write reasons and queue positions in the background: they are informative only, and
+        a deep queue's rewrites (hundreds when the head moves) must not hold back the next
+        cycle's admissions. One round at a time; what comes meanwhile waits for the next."""
+        if self._positions is None or self._positions.done():
+            self._positions = asyncio.create_task(self.flush_pending())
+
+    async def positions_written(self) -> None:
+        """Wait for the round of position writes in flight (tests, shutdown)."""
+        if self._positions is not None:
+            await self._positions
+
     async def flush_pending(self) -> None:
         """Reasons and queue positions: informative only, so written after the admissions."""
         batch, self.outbox = self.outbox, {}
-        pending = {k: t for k, t in batch.items() if t.kind == "pending"}
+        pending = sorted(((k, t) for k, t in batch.items() if t.kind == "pending"),
+                         key=lambda kt: kt[1].position or 0)  # the head of the queue first
         self.outbox.update({k: t for k, t in batch.items() if t.kind != "pending"})
-        await self.write_all(pending)
+
+        async def one(key: JobKey, change: Transition) -> None:
+            async with self._position_limit:
+                await self._write(key, change)
+
+        await asyncio.gather(*(one(k, t) for k, t in pending))
+        if any(t.kind == "pending" for t in self.outbox.values()):
+            self.wake.set()  # queued while this round ran
 
     async def write_all(self, batch: Mapping[JobKey, Transition]) -> dict[JobKey, bool]:
         keys = list(batch)
@@ -104,6 +132,8 @@ class Writers(Observations):
             current = body.get("status") or {}
             if current.get("phase") in TERMINAL_PHASES and change.kind not in ("fail", "finish"):
                 return False
+            if change.kind == "pending" and not self.scheduler.is_queued(key):
+                return False  # admitted (or gone) since: a late Pending must never overwrite it
             meta = body["metadata"]
             plural = plural_of_key(key)
             status = status_of(current, change, self.clock(), replicated=plural == INFERENCE)
@@ -143,8 +173,9 @@ class Writers(Observations):
             self.written_positions[key] = (change.reason, change.position)
         else:
             self.written_positions.pop(key, None)
-        if change.kind == "pending" and key in self.reserved.values():
-            self.reserved_messages[key] = change.message
+        said = reservation_said(change.message) if change.kind == "pending" else None
+        if said is not None and key in self.reserved.values():
+            self.reserved_messages[key] = said
         else:
             self.reserved_messages.pop(key, None)
 

@@ -19,10 +19,11 @@ from typing import Any
 
 from ultraplane.allocator import PlacementRequest
 from ultraplane.ids import ChipId, JobKey, UltraServerName, job_key
+from ultraplane.placements import request_from_topology
 from ultraplane.resources.commons import API_VERSION, GROUP, VERSION
 from ultraplane.resources.ultraservers import UltraServerSpec
 from ultraplane.scheduling import QueuedJob, replica_key
-from ultraplane.topology import UltraServer, parse_level
+from ultraplane.topology import UltraServer
 
 __all__ = [
     "API_VERSION",
@@ -99,25 +100,17 @@ def _positive(spec: Mapping[str, Any], field: str) -> int:
 
 
 def placement_request(spec: Mapping[str, Any], kind: str = "TrainingJob") -> PlacementRequest:
-    """The gang of a TrainingJob, or of one replica of an InferenceJob (wire-form spec)."""
+    """The gang of a TrainingJob, or of one replica of an InferenceJob (wire-form spec); the
+    `topology` block is read by `placements.request_from_topology`, the one reading of it."""
     chips = _positive(spec, "chipsPerReplica" if kind == "InferenceJob" else "chips")
-    topo = spec.get("topology") or {}
-    required = topo.get("requiredLevel")
-    preferred = topo.get("preferredLevel")
-    for field, level in (("requiredLevel", required), ("preferredLevel", preferred)):
-        if level is not None:
-            try:
-                parse_level(str(level))
-            except ValueError as exc:
-                raise InvalidJobError(f"spec.topology.{field}: {exc}") from exc
     profile = spec.get("profile")
-    return PlacementRequest(
-        chips=chips,
-        required_level=None if required is None else str(required),
-        preferred_level=None if preferred is None else str(preferred),
-        whole_servers=bool(topo.get("wholeServers", False)),
-        profile=None if profile is None else str(profile),
-    )
+    try:
+        return request_from_topology(chips, spec.get("topology"),
+                                     None if profile is None else str(profile))
+    except ValueError as exc:
+        if not str(exc).startswith("topology."):
+            raise
+        raise InvalidJobError(f"spec.{exc}") from exc
 
 
 def queued_job(kind: str, namespace: str, name: str, spec: Mapping[str, Any],
