@@ -26,6 +26,7 @@ from ultraplane.operator.inventory import Inventory
 from ultraplane.operator.kube import Conflict, Gone
 from ultraplane.operator.observations import Observations
 from ultraplane.operator.requests import (
+    HOLDING_PHASES,
     INFERENCE,
     TERMINAL_PHASES,
     plural_of_key,
@@ -56,7 +57,8 @@ class Kube(Protocol):
 
 @dataclass(frozen=True)
 class Transition:
-    """A status change to persist: `kind` is admit | replace | pending | preempt | restart | fail.
+    """A status change to persist: `kind` is admit | replace | pending | preempt | restart |
+    fail, or run | succeed (what a job's pods said, `operator/pods.py`).
 
     `placements` (admit, replace) holds one placement for a TrainingJob, one per replica for an
     InferenceJob.
@@ -259,6 +261,8 @@ class Controller(Observations):
             current = body.get("status") or {}
             if current.get("phase") in TERMINAL_PHASES and change.kind != "fail":
                 return False
+            if change.kind in ("run", "succeed") and current.get("phase") not in HOLDING_PHASES:
+                return False  # evicted since the pods were read
             meta = body["metadata"]
             plural = plural_of_key(key)
             status = self._status(current, change, replicated=plural == INFERENCE)
@@ -288,7 +292,8 @@ class Controller(Observations):
             else:
                 self.written_positions.pop(key, None)
             if change.kind != "pending" or current.get("phase") != "Pending":
-                self.emit(new, "Normal" if change.kind in ("admit", "pending") else "Warning",
+                self.emit(new, "Normal" if change.kind in ("admit", "pending", "run", "succeed")
+                          else "Warning",
                           status["reason"], status["message"])
             return True
         return False
@@ -310,6 +315,10 @@ class Controller(Observations):
             return statuses.pending(current, change.reason, change.message, change.position, now)
         if change.kind == "fail":
             return statuses.failed(current, change.reason, change.message, now)
+        if change.kind == "run":
+            return statuses.running(current, change.reason, change.message, now)
+        if change.kind == "succeed":
+            return statuses.succeeded(current, change.reason, change.message, now)
         return statuses.preempted(current, change.reason, change.message, now,
                                   restart=change.kind == "restart")
 
