@@ -25,7 +25,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ultraplane.operator.kube import Conflict, Gone, Rejected
-from ultraplane.operator.nodes import DEFAULT_LABELS, NodeLabels, build, ultraserver_name
+from ultraplane.operator.nodes import (
+    DEFAULT_LABELS,
+    NodeLabels,
+    build,
+    node_profile,
+    ultraserver_name,
+)
 from ultraplane.operator.requests import HOLDING_PHASES, TERMINAL_PHASES, view_job
 
 from ultraplane import launches
@@ -126,7 +132,7 @@ class PodPlane:
         self.retry = retry
         self.jobs: dict[JobKey, JobPods] = {}
         self.node_bodies: dict[str, dict[str, dict[str, Any]]] = {}  # UltraServer -> Nodes
-        self.nodes: dict[ServerId, str] = {}
+        self.indexed: dict[str, dict[ServerId, str]] = {}  # UltraServer -> server -> Node
         self.holders: dict[ChipId, tuple[JobKey, str]] = {}  # chip -> live pod holding it
         self.deleting: set[tuple[str, str]] = set()
         self.dirty: set[JobKey] = set()
@@ -148,11 +154,11 @@ class PodPlane:
         state.service = state.service or launches.dns_label(key.split("/", 2)[2])
         ident = (info.namespace, info.name)
         if deleted:
+            info.vanished = True  # its devices are free either way
             if ident in self.deleting:
                 self.deleting.discard(ident)
                 state.pods.pop(info.name, None)
             else:  # force-deleted, or its Node went: a failure of that server
-                info.vanished = True
                 state.pods[info.name] = info
         else:
             state.pods[info.name] = info
@@ -161,20 +167,34 @@ class PodPlane:
 
     def observe_node(self, body: Mapping[str, Any], *, deleted: bool = False) -> None:
         name = str((body.get("metadata") or {}).get("name", ""))
-        for bodies in self.node_bodies.values():
-            bodies.pop(name, None)
+        for us, bodies in self.node_bodies.items():
+            if bodies.pop(name, None) is not None:
+                self.indexed.pop(us, None)
         us = ultraserver_name(body, self.labels)
         if us is not None and not deleted:
             self.node_bodies.setdefault(us, {})[name] = dict(body)
-        self.nodes = {s: n for s, n in self.nodes.items() if n != name}
-        if us is not None:
-            self._index(us)
+            self.indexed.pop(us, None)
 
-    def _index(self, us: str) -> None:
-        self.nodes = {s: n for s, n in self.nodes.items() if not s.startswith(f"{us}/")}
-        found, _ = build(us, self.node_bodies.get(us, {}).values(), self.labels)
-        if found is not None:
-            self.nodes.update({server_id(us, i): n for i, n in found.nodes.items()})
+    def nodes_of(self, us: str) -> dict[ServerId, str]:
+        """Server -> Node of one UltraServer, by the rules of `--ultraservers-from-nodes`
+        (`nodes.build`); a Node with neither profile nor instance-type label takes the
+        UltraServer's profile (the UltraServer object says what it is)."""
+        found = self.indexed.get(us)
+        if found is None:
+            entry = self.controller.inventory.get(us)
+            profile = entry.ultraserver.profile if entry else "trn3-gen2"
+            bodies = [self._with_profile(b, profile) for b in self.node_bodies.get(us, {}).values()]
+            built, _ = build(us, bodies, self.labels)
+            found = {server_id(us, i): n for i, n in built.nodes.items()} if built else {}
+            self.indexed[us] = found
+        return found
+
+    def _with_profile(self, body: dict[str, Any], profile: str) -> dict[str, Any]:
+        if node_profile(body, self.labels) is not None:
+            return body
+        meta = body.get("metadata") or {}
+        labels = {**(meta.get("labels") or {}), self.labels.profile: profile}
+        return {**body, "metadata": {**meta, "labels": labels}}
 
     def _hold(self, key: JobKey, info: PodInfo) -> None:
         for chip in info.chips:
@@ -215,6 +235,7 @@ class PodPlane:
         status = (body or {}).get("status") or {}
         meta = (body or {}).get("metadata") or {}
         phase = str(status.get("phase") or "")
+        log.debug("pods of %s: job %s, %d pod(s) seen", key, phase or "gone", len(state.pods))
         if body is None or meta.get("deletionTimestamp") or not spec.get("template"):
             await self._delete(key, list(state.pods.values()), keep_done=False)
             if body is None:
@@ -357,7 +378,7 @@ class PodPlane:
             except Gone:
                 self.deleting.discard(ident)
                 self.jobs[key].pods.pop(pod.name, None)
-                pod.phase = "Failed"
+                pod.vanished = True
                 self._hold(key, pod)
             except Exception:
                 self.deleting.discard(ident)
@@ -383,12 +404,14 @@ class PodPlane:
         job = launches.JobRef(key=key, kind=view.kind, namespace=view.namespace, name=view.name,
                               uid=str(meta.get("uid", "")), attempt=int(status.get("attempt") or 0))
         cores: dict[str, int] = {}
+        nodes: dict[ServerId, str] = {}
         for chips in groups:
             for chip in chips:
                 us = parse_chip_id(chip)[0]
                 if us not in cores:
                     cores[us] = self._cores(us)
-        return launches.plan(job, body["spec"]["template"], groups, self.nodes,
+                    nodes.update(self.nodes_of(us))
+        return launches.plan(job, body["spec"]["template"], groups, nodes,
                              cores_per_chip=cores, grace_seconds=self.grace_seconds,
                              port=self.port, cluster_domain=self.cluster_domain)
 
@@ -416,6 +439,7 @@ class PodPlane:
         if state.acted == (attempt, "failed"):
             return
         state.acted = (attempt, "failed")
+        log.warning("%s fails: %s", key, message)
         self.controller._evict(key, "fail", reason, message)
         self.controller.wake.set()
 

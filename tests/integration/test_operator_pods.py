@@ -181,7 +181,7 @@ def test_preemption_removes_the_victims_pods_before_the_preemptor_starts(
     op.phase("low", "Running")
     kubelet.hold.add("low-")  # the victim's containers take their time to stop
     job(op, "high", 8, priority=10)
-    op.phase("low", "Preempted")
+    op.wait("low preempted", lambda: (op.get("low")["status"].get("preemptions") or 0) == 1)
     op.phase("high", "Admitted")
     op.wait("low's pods terminating", lambda: all(
         p.metadata.deletion_timestamp is not None for p in kubelet.pods("low-").values()))
