@@ -35,6 +35,7 @@ from ultraplane.operator.nodes import (
 from ultraplane.operator.requests import HOLDING_PHASES, TERMINAL_PHASES, view_job
 
 from ultraplane import launches
+from ultraplane.admissions import Admitted
 from ultraplane.ids import ChipId, JobKey, ServerId, parse_chip_id, server_id
 from ultraplane.outcomes import PodState, outcome
 from ultraplane.profiles import UnknownProfileError, load_profile
@@ -460,12 +461,12 @@ class PodPlane:
                 if plan.server in servers:
                     part = key if launch.job.kind == "TrainingJob" else JobKey(f"{key}#{plan.group}")
                     parts.setdefault(part, []).extend(plan.chips)
-            problem = controller._replace(key, parts)
-            if problem is None:
+            replaced = controller.admissions.replace(key, parts)
+            if isinstance(replaced, Admitted):
                 controller.outbox[key] = Transition("replace", "PodReplaced", text,
-                                                    controller.scheduler.placements(key))
+                                                    replaced.placements)
             else:
-                controller._evict(key, "restart", "PodFailed", f"{text} No replacement: {problem}")
+                controller._evict(key, "restart", "PodFailed", f"{text} No replacement: {replaced}")
         else:
             controller._evict(key, "restart", "PodFailed", text)
         controller.wake.set()
