@@ -130,7 +130,7 @@ def test_replace_affected_moves_only_the_failed_servers_pod(
 ) -> None:
     fleet(op, kubelet, 3)
     op.start()
-    job(op, "rep", 8, failurePolicy="ReplaceAffected", topology={"wholeServers": True})
+    job(op, "rep", 8, failurePolicy="ReplaceAffected")
     before = op.wait("2 pods", lambda: n_pods(kubelet, "rep-", 2))
     kubelet.run_all("rep-")
     op.phase("rep", "Running")
