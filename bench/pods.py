@@ -155,7 +155,7 @@ class Kubelet:
                 self.created += 1
                 if self.first_pod is None:
                     self.first_pod = time.monotonic()
-                action = "run"
+                action = "Running"
             else:
                 return
         self.pool.submit(self._act, name, action)
@@ -170,8 +170,9 @@ class Kubelet:
             else:
                 self.core.patch_namespaced_pod_status(name, NS, {"status": {"phase": action}},
                                                       _preload_content=False)
-        except Exception:  # noqa: S110 - a pod deleted meanwhile: nothing to report
-            pass
+        except Exception as exc:  # a pod deleted meanwhile: nothing to report
+            if getattr(exc, "status", None) != 404:
+                print(f"kubelet: {action} {name}: {exc}", file=sys.stderr)
 
     def _watch_pods(self) -> None:
         from kubernetes import watch
@@ -251,6 +252,14 @@ class Kubelet:
             time.sleep(0.05)
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (Linux /proc)."""
+    import os
+
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def quantile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else 0.0
@@ -260,6 +269,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="8 UltraServers, 100 jobs")
     parser.add_argument("--timeout", type=float, default=1200)
+    parser.add_argument("--verbose", action="store_true", help="operator debug log")
     args = parser.parse_args()
     n_us, n_jobs = (8, 100) if args.quick else (64, 1000)
     rng = random.Random(SEED)
@@ -285,7 +295,10 @@ def main() -> None:
 
         kubelet = Kubelet(h, core)
         kubelet.start()
-        h.start()
+        h.start(*(["-v"] if args.verbose else []))
+        procs = {"operator": h.proc.pid if h.proc else 0,
+                 **{name: p.pid for name, p in env._procs}}
+        cpu0 = {n: cpu_seconds(pid) for n, pid in procs.items()}
         started = time.monotonic()
         with ThreadPoolExecutor(16) as pool:
             list(pool.map(lambda b: h.api.create_namespaced_custom_object(
@@ -301,8 +314,24 @@ def main() -> None:
                 print(f"  t={last - started:5.0f}s finished {len(kubelet.finished)}/{n_jobs}, "
                       f"pods {kubelet.created}", flush=True)
         ended = time.monotonic()
+        cpu = {n: round(cpu_seconds(pid) - cpu0[n], 1) for n, pid in procs.items()}
         kubelet.stop.set()
         complete = len(kubelet.finished) == n_jobs
+        if not complete:  # say where the rest stand
+            left: dict[str, int] = {}
+            for plural in PLURALS:
+                for obj in h.api.list_namespaced_custom_object(GROUP, VERSION, NS, plural)["items"]:
+                    st = obj.get("status") or {}
+                    if st.get("phase") not in ("Succeeded", "Failed"):
+                        what = f"{st.get('phase')}/{st.get('reason')}"
+                        left[what] = left.get(what, 0) + 1
+            print(f"unfinished jobs by phase/reason: {left}")
+            phases: dict[str, int] = {}
+            for pod in core.list_namespaced_pod(NS).items:
+                what = str(pod.status.phase) + ("/deleting" if pod.metadata.deletion_timestamp
+                                                else "")
+                phases[what] = phases.get(what, 0) + 1
+            print(f"pods by phase: {phases}")
         failed = sum(1 for p in kubelet.finished.values() if p == "Failed")
         lat = [kubelet.all_running[t] - kubelet.admitted[t] for t in kubelet.all_running
                if t in kubelet.admitted]
@@ -317,6 +346,7 @@ def main() -> None:
             print(f"admit -> all pods running (operator writes Running): p50 "
                   f"{statistics.median(lat):.2f}s p99 {p99:.2f}s max {max(lat):.2f}s "
                   f"over {len(lat)} attempts")
+        print(f"CPU seconds during the run ({duration:.0f}s wall, 2 shared cores): {cpu}")
         print(f"targets: pods/s >= 100: {'met' if rate >= 100 else 'MISSED'}; "
               f"p99 <= 10 s: {'met' if lat and p99 <= 10 else 'MISSED'}")
         h.stop()
@@ -325,7 +355,7 @@ def main() -> None:
                    "admit_to_all_running_p50_s": round(statistics.median(lat), 2) if lat else None,
                    "jobs_finished": len(kubelet.finished), "jobs_failed": failed,
                    "duration_s": round(duration, 1), "baseline_direct_pods_per_s": round(base, 1),
-                   "complete": complete}
+                   "complete": complete, "cpu_seconds": cpu}
     finally:
         env.stop()
     print(json.dumps(figures))

@@ -151,6 +151,7 @@ class Controller(Observations):
         self.us_seconds = us_seconds
         self.resync_seconds = resync_seconds
         self._last_resync = 0.0
+        self.on_written: Callable[[JobKey], None] | None = None  # after each status write
         self._pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="kube")
         self._limit = asyncio.Semaphore(concurrency)
 
@@ -335,6 +336,8 @@ class Controller(Observations):
                 log.warning("status write for %s failed: %s", key, exc)
                 return False
             self.remember(key, new)
+            if self.on_written is not None:  # the pod data plane acts on it at once
+                self.on_written(key)
             if change.kind == "pending":
                 self.written_positions[key] = (change.reason, change.position)
             else:

@@ -123,6 +123,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     discovery: NodeDiscovery | None = None
     labels = NodeLabels(ultraserver=CONFIG.ultraserver_label,
                         server_index=CONFIG.server_index_label)
+    plane: PodPlane | None = None
     if CONFIG.launch_pods:
         plane = PodPlane(kube, controller, labels=labels, grace_seconds=CONFIG.pod_grace_seconds,
                          cluster_domain=CONFIG.cluster_domain)
@@ -143,11 +144,13 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
                                concurrency=CONFIG.concurrency, reservation=CONFIG.reservation,
                                stats_seconds=CONFIG.stats_seconds)
             controller.__dict__.update({k: v for k, v in fresh.__dict__.items()
-                                        if k not in ("wake", "_limit", "_pool")})
+                                        if k not in ("wake", "_limit", "_pool", "on_written")})
             controller.leader = True
             if discovery is not None:
                 await discovery.sync()
                 discovery.set_leader(True)
+            if plane is not None:
+                await plane.sync()
             await controller.sync()
 
         def loss() -> None:
@@ -164,6 +167,8 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     else:
         if discovery is not None:
             await discovery.sync()
+        if plane is not None:
+            await plane.sync()
         await controller.sync()
     memo["tasks"] = tasks
 

@@ -55,6 +55,7 @@ class PodKube(Protocol):
     def delete_pod(self, namespace: str, name: str, grace_seconds: int | None) -> None: ...
     def label_pod(self, namespace: str, name: str, labels: Mapping[str, str]) -> None: ...
     def create_service(self, namespace: str, body: Mapping[str, Any]) -> None: ...
+    def list_nodes(self, label: str) -> list[dict[str, Any]]: ...
     def delete_service(self, namespace: str, name: str) -> None: ...
 
 
@@ -137,13 +138,32 @@ class PodPlane:
         self.holders: dict[ChipId, tuple[JobKey, str]] = {}  # chip -> live pod holding it
         self.deleting: set[tuple[str, str]] = set()
         self.dirty: set[JobKey] = set()
+        controller.on_written = self.written
+        self.waiting: set[JobKey] = set()  # jobs whose pods wait for chips still held
+        self.busy: set[JobKey] = set()  # reconciles in flight
+        self.tasks: set[asyncio.Task[None]] = set()
+        self.again: set[JobKey] = set()  # marked while in flight
+        self.launches: dict[JobKey, tuple[Any, launches.Launch]] = {}
         self.wake = asyncio.Event()
+
+    async def sync(self) -> None:
+        """List the labelled Nodes before the first admission: kopf's own Node watch replays
+        them one handler call at a time, and a job admitted meanwhile must find its Nodes."""
+        for body in await self.controller._call(self.kube.list_nodes, self.labels.ultraserver):
+            self.observe_node(body)
+        log.info("pod data plane: %d Nodes of %d UltraServers", sum(
+            len(b) for b in self.node_bodies.values()), len(self.node_bodies))
 
     # -- intake (kopf handlers) --------------------------------------------------------
     def observe_job(self, body: Mapping[str, Any], *, deleted: bool = False) -> None:
         """The job's newest body is the admission loop's (`Controller.bodies`): only wake."""
         self.jobs.setdefault(view_job(body).key, JobPods())
         self._mark(view_job(body).key)
+
+    def written(self, key: JobKey) -> None:
+        """The admission loop wrote the job's status: compare at once, not at its echo."""
+        self.jobs.setdefault(key, JobPods())
+        self._mark(key)
 
     def observe_pod(self, body: Mapping[str, Any], *, deleted: bool = False) -> None:
         found = pod_info(body)
@@ -204,7 +224,8 @@ class PodPlane:
                 self.holders[chip] = (key, info.name)
             elif holder == (key, info.name):
                 del self.holders[chip]
-                self.dirty.update(k for k in self.jobs if k != key)  # one may wait for it
+                self.dirty.update(self.waiting)  # one of them may wait for this chip
+                self.waiting.clear()
 
     def _mark(self, key: JobKey) -> None:
         self.dirty.add(key)
@@ -219,12 +240,28 @@ class PodPlane:
             if not (self.controller.ready and self.controller.leader):
                 continue
             keys, self.dirty = self.dirty, set()
-            results = await asyncio.gather(*(self.reconcile(k) for k in sorted(keys)),
-                                           return_exceptions=True)
-            for key, result in zip(sorted(keys), results, strict=True):
-                if isinstance(result, Exception):
-                    log.warning("pods of %s: %s; retrying", key, result)
-                    asyncio.get_running_loop().call_later(self.retry, self._mark, key)
+            for key in sorted(keys):
+                if key in self.busy:  # one reconcile per job at a time; this one runs after
+                    self.again.add(key)
+                else:
+                    self.busy.add(key)
+                    task = asyncio.create_task(self._reconcile_one(key))
+                    self.tasks.add(task)
+                    task.add_done_callback(self.tasks.discard)
+
+    async def _reconcile_one(self, key: JobKey) -> None:
+        """One job's reconcile as its own task: a job waiting on slow pod creates never holds
+        back another job's launch."""
+        try:
+            await self.reconcile(key)
+        except Exception as exc:
+            log.warning("pods of %s: %s; retrying", key, exc)
+            asyncio.get_running_loop().call_later(self.retry, self._mark, key)
+        finally:
+            self.busy.discard(key)
+            if key in self.again:
+                self.again.discard(key)
+                self._mark(key)
 
     async def reconcile(self, key: JobKey) -> None:
         state = self.jobs.get(key)
@@ -243,6 +280,7 @@ class PodPlane:
                 await self._drop_service(key, state)
                 if not state.pods:
                     self.jobs.pop(key, None)
+                    self.launches.pop(key, None)
             return
         if phase in TERMINAL_PHASES:
             await self._delete(key, [p for p in state.pods.values() if p.live], keep_done=True)
@@ -307,16 +345,19 @@ class PodPlane:
             return
         elif verdict.kind == "succeeded":
             state.acted = (attempt, "succeeded")
-            self._hand_on(key, "succeed", "PodsSucceeded", f"Pods: {verdict.message}.",
-                          release=True)
+            await self._hand_on(key, state, "succeed", "PodsSucceeded",
+                                f"Pods: {verdict.message}.", release=True)
             return
         elif verdict.kind == "running":
             state.acted = (attempt, "running")
             if status.get("phase") != "Running":
-                self._hand_on(key, "run", "PodsRunning",
-                              f"{verdict.message} on the allocated Nodes.")
+                await self._hand_on(key, state, "run", "PodsRunning",
+                                    f"{verdict.message} on the allocated Nodes.")
         missing = [plan for slot, plan in wanted.items() if slot not in current]
-        if not missing or self._blocked(key, state, missing, attempt):
+        if not missing:
+            return
+        if self._blocked(key, state, missing, attempt):
+            self.waiting.add(key)  # woken when a pod holding one of its chips goes
             return
         await self._create(key, state, launch, missing, attempt)
 
@@ -412,9 +453,16 @@ class PodPlane:
                 if us not in cores:
                     cores[us] = self._cores(us)
                     nodes.update(self.nodes_of(us))
-        return launches.plan(job, body["spec"]["template"], groups, nodes,
-                             cores_per_chip=cores, grace_seconds=self.grace_seconds,
-                             port=self.port, cluster_domain=self.cluster_domain)
+        servers = sorted({c.rsplit("/", 1)[0] for g in groups for c in g})
+        ident = (job, tuple(tuple(g) for g in groups), tuple(nodes.get(ServerId(s)) for s in servers))
+        cached = self.launches.get(key)
+        if cached is not None and cached[0] == ident:
+            return cached[1]
+        launch = launches.plan(job, body["spec"]["template"], groups, nodes,
+                               cores_per_chip=cores, grace_seconds=self.grace_seconds,
+                               port=self.port, cluster_domain=self.cluster_domain)
+        self.launches[key] = (ident, launch)
+        return launch
 
     def _cores(self, us: str) -> int:
         entry = self.controller.inventory.get(us)
@@ -424,17 +472,23 @@ class PodPlane:
         except (UnknownProfileError, AttributeError):
             return 8
 
-    def _hand_on(self, key: JobKey, kind: str, reason: str, message: str, *,
-                 release: bool = False) -> None:
+    async def _hand_on(self, key: JobKey, state: JobPods, kind: str, reason: str, message: str,
+                       *, release: bool = False) -> None:
+        """Write Running or Succeeded now, not in the next admission cycle: the status write
+        refuses a job evicted meanwhile, so it never races an eviction's write."""
         from ultraplane.operator.admission import Transition
 
         queued = self.controller.outbox.get(key)
-        if queued is not None and queued.kind not in ("pending", "run"):
+        if queued is not None and queued.kind != "pending":
             return  # an eviction decided meanwhile wins; it deletes the pods
         if release:
             self.controller.scheduler.cancel(key)
-        self.controller.outbox[key] = Transition(kind, reason, message)
-        self.controller.wake.set()
+        done = await self.controller._write(key, Transition(kind, reason, message))
+        if release:
+            self.controller.wake.set()  # the chips are free for the next cycle
+        if not done and key in self.controller.bodies:
+            state.acted = None  # retried on the job's next event, or after a pause
+            asyncio.get_running_loop().call_later(self.retry, self._mark, key)
 
     def _fail(self, key: JobKey, state: JobPods, attempt: int, reason: str, message: str) -> None:
         if state.acted == (attempt, "failed"):
