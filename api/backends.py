@@ -29,6 +29,7 @@ from ultraplane.api.settings import Settings
 
 from ultraplane.allocator import CapacityReport, NoFit, Placement, PlacementRequest
 from ultraplane.capacities import DomainCapacity
+from ultraplane.placements import request_from_topology
 from ultraplane.resources import InferenceJobSpec, TrainingJobSpec
 
 JobSpec = TrainingJobSpec | InferenceJobSpec
@@ -121,30 +122,16 @@ def placement_status(placement: Placement) -> dict[str, Any]:
 def requests_of(spec: JobSpec) -> list[PlacementRequest]:
     """One gang request per training job, one per inference replica."""
     wire = spec.model_dump(mode="json", by_alias=True, exclude_none=True)
-    topo = wire.get("topology") or {}
-    common = {
-        "required_level": topo.get("requiredLevel"),
-        "preferred_level": topo.get("preferredLevel"),
-        "whole_servers": bool(topo.get("wholeServers", False)),
-        "profile": wire.get("profile"),
-    }
+    topo, profile = wire.get("topology"), wire.get("profile")
     if isinstance(spec, InferenceJobSpec):
         replicas = int(wire.get("replicas", 1))
-        per = int(wire["chipsPerReplica"])
-        return [PlacementRequest(chips=per, **common) for _ in range(replicas)]
-    return [PlacementRequest(chips=int(wire["chips"]), **common)]
+        one = request_from_topology(int(wire["chipsPerReplica"]), topo, profile)
+        return [one for _ in range(replicas)]
+    return [request_from_topology(int(wire["chips"]), topo, profile)]
 
 
 def request_of(body: DryRunRequest) -> PlacementRequest:
-    """Validated dry-run body -> core request; bad levels become a 422 naming the field."""
-    from ultraplane.topology import parse_level
-
-    for field, value in (("requiredLevel", body.required_level), ("preferredLevel", body.preferred_level)):
-        if value is not None:
-            try:
-                parse_level(value)
-            except ValueError as exc:
-                raise ApiError(422, "ValidationError", f"body.{field}", str(exc)) from exc
+    """Validated dry-run body -> core request; bad values become a 422 naming the field."""
     if body.profile is not None:
         from ultraplane.profiles import profile_names
 
@@ -154,13 +141,13 @@ def request_of(body: DryRunRequest) -> PlacementRequest:
                 422, "ValidationError", "body.profile",
                 f"unknown profile {body.profile!r}; known profiles: {known}",
             )
-    return PlacementRequest(
-        chips=body.chips,
-        required_level=body.required_level,
-        preferred_level=body.preferred_level,
-        whole_servers=body.whole_servers,
-        profile=body.profile,
-    )
+    wire = body.model_dump(mode="json", by_alias=True, exclude_none=True)
+    try:
+        return request_from_topology(body.chips, wire, body.profile)
+    except ValueError as exc:
+        field = str(exc).split(":", 1)[0].removeprefix("topology.")
+        raise ApiError(422, "ValidationError", f"body.{field}", str(exc).split(": ", 1)[-1]
+                       ) from exc
 
 
 def spec_priority(spec: JobSpec) -> int:

@@ -14,7 +14,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
-from ultraplane.resources import InferenceJobSpec, TrainingJobSpec
+from ultraplane.resources import InferenceJobSpec, TopologyMode, TrainingJobSpec
 
 JobKind = Literal["TrainingJob", "InferenceJob"]
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
@@ -113,6 +113,10 @@ class DryRunRequest(Wire):
     required_level: str | None = Field(default=None, max_length=32)
     preferred_level: str | None = Field(default=None, max_length=32)
     whole_servers: bool = False
+    mode: TopologyMode | None = Field(
+        default=None, description="Local, SplitWhenItPays or Unconstrained, as a job's "
+        "spec.topology.mode (unset: Unconstrained if requiredLevel is above ultraserver, "
+        "else Local).")
     profile: str | None = Field(default=None, max_length=32)
     priority: int = Field(default=0, ge=-1_000_000, le=1_000_000)
     alternatives: int = Field(default=2, ge=0, le=5, description="Other placements to show.")

@@ -8,6 +8,7 @@ a preemptor waits for its victim's pods), and sets pod phases as a kubelet would
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Iterable
@@ -65,10 +66,9 @@ class PlayedKubelet:
 
     def _loop(self) -> None:
         while not self._stop.wait(self.interval):
-            try:
+            # the next pass retries; a test failure shows the state
+            with contextlib.suppress(Exception):
                 self.finish_deletions()
-            except Exception:  # the next pass retries; a test failure shows the state
-                pass
 
     def finish_deletions(self) -> None:
         from kubernetes.client import ApiException, V1DeleteOptions
