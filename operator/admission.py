@@ -112,6 +112,7 @@ class Controller(Writers):
         self._positions: asyncio.Task[None] | None = None
         # position writes may take an eighth of the writers: admissions keep the rest
         self._position_limit = asyncio.Semaphore(max(1, concurrency // 8))
+        self.on_written: Callable[[JobKey], None] | None = None  # after each status write
         self._last_positions = 0.0
         self._last_us = 0.0
         self.us_seconds = us_seconds

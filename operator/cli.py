@@ -39,18 +39,34 @@ import click
 @click.option("--server-index-label", default=None, metavar="KEY",
               help="Node label holding the server index, else by node name. "
               "[default: ultraplane.dev/server-index]")
+@click.option("--launch-pods/--no-launch-pods", default=True, show_default=True,
+              help="Run each admitted job that has spec.template as pods on the Nodes of its "
+              "chips (docs/operator.md, Pods).")
+@click.option("--pod-grace-seconds", type=click.IntRange(0, 86_400), default=120,
+              show_default=True,
+              help="Grace period of a deleted pod (preemption, restart, deletion) when its "
+              "template sets no terminationGracePeriodSeconds: the time a checkpoint gets.")
+@click.option("--cluster-domain", default="svc", show_default=True,
+              help="DNS suffix after <namespace> in the coordinator address, e.g. "
+              "svc.cluster.local.")
 @click.option("--verbose", "-v", is_flag=True, help="Debug logging.")
 def operator(namespaces: tuple[str, ...], all_namespaces: bool, lease: str | None,
              standalone: bool, lease_namespace: str, fleet: str | None, liveness: str | None, concurrency: int,
              no_events: bool, event_qps: float | None, event_burst: int | None,
              no_reservation: bool, ultraservers_from_nodes: bool, ultraserver_label: str | None,
-             server_index_label: str | None, verbose: bool) -> None:
+             server_index_label: str | None, launch_pods: bool, pod_grace_seconds: int,
+             cluster_domain: str, verbose: bool) -> None:
     """Run the Kubernetes operator (kopf): admission queue, gang placement, preemption."""
     if namespaces and all_namespaces:
         raise click.UsageError("--namespace and --all-namespaces cannot be used together.")
     if lease and standalone:
         raise click.UsageError("--peering and --standalone cannot be used together.")
+    import os
+
     import kopf
+
+    # read at the import of handlers, which registers the pod and Node watches when on
+    os.environ["ULTRAPLANE_LAUNCH_PODS"] = "1" if launch_pods else "0"
     from ultraplane.operator import handlers
 
     handlers.CONFIG.namespaces = list(namespaces)
@@ -68,6 +84,11 @@ def operator(namespaces: tuple[str, ...], all_namespaces: bool, lease: str | Non
     if ultraservers_from_nodes:  # or ULTRAPLANE_ULTRASERVERS_FROM_NODES=1, read at import
         handlers.CONFIG.ultraservers_from_nodes = True
         handlers.watch_nodes()
+    handlers.CONFIG.launch_pods = launch_pods
+    handlers.CONFIG.pod_grace_seconds = pod_grace_seconds
+    handlers.CONFIG.cluster_domain = cluster_domain
+    if handlers.CONFIG.launch_pods:
+        handlers.watch_pods()
     handlers.CONFIG.ultraserver_label = ultraserver_label or handlers.CONFIG.ultraserver_label
     handlers.CONFIG.server_index_label = server_index_label or handlers.CONFIG.server_index_label
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,

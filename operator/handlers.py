@@ -6,6 +6,8 @@ kopf's event loop, next to the loop they wake, with no locking. `kopf run -m
 ultraplane.operator.handlers` works too; `ultraplane operator` sets `CONFIG` first. The Node
 watch exists only with `--ultraservers-from-nodes` (`ULTRAPLANE_ULTRASERVERS_FROM_NODES=1`):
 registered then and never otherwise, so an operator without it needs no access to Nodes.
+The pod data plane (`pods.py`, on unless `--no-launch-pods`) adds watches of the pods it
+created (label `ultraplane.dev/job-uid`) and of Nodes (the server -> Node map).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from ultraplane.operator.discovery import NodeDiscovery
 from ultraplane.operator.kube import KubeClient
 from ultraplane.operator.leases import LeaseElector
 from ultraplane.operator.nodes import NodeLabels
+from ultraplane.operator.pods import PodPlane
 from ultraplane.operator.requests import GROUP, INFERENCE, TRAINING, ULTRASERVERS, VERSION
 
 log = logging.getLogger("ultraplane.operator")
@@ -56,6 +59,9 @@ class Config:
                               or NodeLabels.ultraserver)
     server_index_label: str = (os.environ.get("ULTRAPLANE_SERVER_INDEX_LABEL")
                                or NodeLabels.server_index)
+    launch_pods: bool = os.environ.get("ULTRAPLANE_LAUNCH_PODS", "1") != "0"
+    pod_grace_seconds: int = int(os.environ.get("ULTRAPLANE_POD_GRACE_SECONDS", "120"))
+    cluster_domain: str = os.environ.get("ULTRAPLANE_CLUSTER_DOMAIN", "svc")
 
 
 CONFIG = Config()
@@ -115,9 +121,15 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     memo["controller"] = controller
     tasks = [asyncio.create_task(controller.run(), name="ultraplane-admission")]
     discovery: NodeDiscovery | None = None
+    labels = NodeLabels(ultraserver=CONFIG.ultraserver_label,
+                        server_index=CONFIG.server_index_label)
+    plane: PodPlane | None = None
+    if CONFIG.launch_pods:
+        plane = PodPlane(kube, controller, labels=labels, grace_seconds=CONFIG.pod_grace_seconds,
+                         cluster_domain=CONFIG.cluster_domain)
+        memo["pods"] = plane
+        tasks.append(asyncio.create_task(plane.run(), name="ultraplane-pods"))
     if CONFIG.ultraservers_from_nodes:
-        labels = NodeLabels(ultraserver=CONFIG.ultraserver_label,
-                            server_index=CONFIG.server_index_label)
         discovery = NodeDiscovery(kube, labels=labels, fleet=CONFIG.fleet, emit=post_event)
         memo["discovery"] = discovery
         tasks.append(asyncio.create_task(discovery.run(), name="ultraplane-nodes"))
@@ -132,11 +144,13 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
                                concurrency=CONFIG.concurrency, reservation=CONFIG.reservation,
                                stats_seconds=CONFIG.stats_seconds)
             controller.__dict__.update({k: v for k, v in fresh.__dict__.items()
-                                        if k not in ("wake", "_limit", "_pool")})
+                                        if k not in ("wake", "_limit", "_pool", "on_written")})
             controller.leader = True
             if discovery is not None:
                 await discovery.sync()
                 discovery.set_leader(True)
+            if plane is not None:
+                await plane.sync()
             await controller.sync()
 
         def loss() -> None:
@@ -153,6 +167,8 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     else:
         if discovery is not None:
             await discovery.sync()
+        if plane is not None:
+            await plane.sync()
         await controller.sync()
     memo["tasks"] = tasks
 
@@ -177,6 +193,7 @@ async def job_event(event: Mapping[str, Any], body: Mapping[str, Any],
     _capture_posting()
     controller: Controller = memo["controller"]
     controller.observe_job(body, deleted=event.get("type") == "DELETED", kind="TrainingJob")
+    _pods_see_job(memo, body, "TrainingJob")
 
 
 @kopf.on.event(GROUP, VERSION, INFERENCE)
@@ -185,6 +202,21 @@ async def inference_event(event: Mapping[str, Any], body: Mapping[str, Any],
     _capture_posting()
     controller: Controller = memo["controller"]
     controller.observe_job(body, deleted=event.get("type") == "DELETED", kind="InferenceJob")
+    _pods_see_job(memo, body, "InferenceJob")
+
+
+def _pods_see_job(memo: kopf.Memo, body: Mapping[str, Any], kind: str) -> None:
+    plane: PodPlane | None = memo.get("pods")
+    if plane is not None:
+        plane.observe_job({**body, "kind": kind})
+
+
+async def pod_event(event: Mapping[str, Any], body: Mapping[str, Any],
+                    memo: kopf.Memo, **_: Any) -> None:
+    """A pod the operator created changed (or went)."""
+    plane: PodPlane | None = memo.get("pods")
+    if plane is not None:
+        plane.observe_pod(body, deleted=event.get("type") == "DELETED")
 
 
 async def node_event(event: Mapping[str, Any], body: Mapping[str, Any],
@@ -194,6 +226,9 @@ async def node_event(event: Mapping[str, Any], body: Mapping[str, Any],
     discovery: NodeDiscovery | None = memo.get("discovery")
     if discovery is not None:
         discovery.observe_node(body, deleted=event.get("type") == "DELETED")
+    plane: PodPlane | None = memo.get("pods")
+    if plane is not None:
+        plane.observe_node(body, deleted=event.get("type") == "DELETED")
 
 
 _NODE_WATCH: list[Any] = []
@@ -206,5 +241,18 @@ def watch_nodes() -> None:
         _NODE_WATCH.append(kopf.on.event("v1", "nodes")(node_event))
 
 
+_POD_WATCH: list[Any] = []
+
+
+def watch_pods() -> None:
+    """Registers the pod and Node handlers of the pod data plane (once)."""
+    if not _POD_WATCH:
+        _POD_WATCH.append(kopf.on.event("v1", "pods", labels={
+            "ultraplane.dev/job-uid": kopf.PRESENT})(pod_event))
+        watch_nodes()
+
+
 if CONFIG.ultraservers_from_nodes:
     watch_nodes()
+if CONFIG.launch_pods:
+    watch_pods()

@@ -45,8 +45,24 @@ class Gone(Exception):
     """The object no longer exists (HTTP 404)."""
 
 
+class Rejected(Exception):
+    """The API server refused the object itself (HTTP 400, 403, 422): retrying cannot help."""
+
+
+def api_message(exc: Exception) -> str:
+    """The API server's own sentence from an ApiException body, else the exception text."""
+    import json
+
+    try:
+        return str(json.loads(getattr(exc, "body", "") or "{}").get("message") or exc)
+    except ValueError:
+        return str(exc)
+
+
 def _translate(exc: Exception) -> Exception:
     status = getattr(exc, "status", None)
+    if status in (400, 403, 422):
+        return Rejected(api_message(exc))
     if status == 409:
         return Conflict(str(exc))
     if status == 404:
@@ -182,5 +198,45 @@ class KubeClient:
     def delete_ultraserver(self, name: str) -> None:
         try:
             self.custom.delete_cluster_custom_object(GROUP, VERSION, ULTRASERVERS, name)
+        except Exception as exc:
+            raise _translate(exc) from exc
+
+    # -- the pod data plane (operator/pods.py) --------------------------------------------
+    def create_pod(self, namespace: str, body: Mapping[str, Any]) -> None:
+        """Create a pod; `Conflict` when one of that name exists, `Rejected` when invalid."""
+        try:
+            # the client serializes a plain dict body as it is
+            self.core.create_namespaced_pod(namespace, dict(body),  # type: ignore[arg-type]
+                                            _preload_content=False)
+        except Exception as exc:
+            raise _translate(exc) from exc
+
+    def delete_pod(self, namespace: str, name: str, grace_seconds: int | None) -> None:
+        from kubernetes.client import V1DeleteOptions
+
+        try:
+            self.core.delete_namespaced_pod(
+                name, namespace, body=V1DeleteOptions(grace_period_seconds=grace_seconds),
+                _preload_content=False)
+        except Exception as exc:
+            raise _translate(exc) from exc
+
+    def label_pod(self, namespace: str, name: str, labels: Mapping[str, str]) -> None:
+        try:
+            self.core.patch_namespaced_pod(name, namespace, {"metadata": {"labels": dict(labels)}},
+                                           _preload_content=False)
+        except Exception as exc:
+            raise _translate(exc) from exc
+
+    def create_service(self, namespace: str, body: Mapping[str, Any]) -> None:
+        try:
+            self.core.create_namespaced_service(namespace, dict(body),  # type: ignore[arg-type]
+                                                _preload_content=False)
+        except Exception as exc:
+            raise _translate(exc) from exc
+
+    def delete_service(self, namespace: str, name: str) -> None:
+        try:
+            self.core.delete_namespaced_service(name, namespace, _preload_content=False)
         except Exception as exc:
             raise _translate(exc) from exc

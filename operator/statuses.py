@@ -190,3 +190,29 @@ def ultraserver(cap: DomainCapacity, jobs: list[str], now: datetime) -> Status:
         "jobs": sorted(jobs),
         "heartbeatTime": stamp(now),
     }
+
+
+def running(current: Mapping[str, Any], reason: str, message: str, now: datetime) -> Status:
+    """Every pod of the job runs (the pod data plane; the simulator writes its own Running)."""
+    return {
+        "phase": "Running",
+        "reason": reason,
+        "message": message,
+        "startTime": current.get("startTime") or stamp(now),
+        "conditions": condition(current, "Running", True, reason, message, now),
+    }
+
+
+def succeeded(current: Mapping[str, Any], reason: str, message: str, now: datetime) -> Status:
+    """The pods say the job is done; `allocation: None` releases the chips on the record."""
+    return {
+        "phase": "Succeeded",
+        "reason": reason,
+        "message": message,
+        "queuePosition": None,
+        "allocation": None,
+        "completionTime": stamp(now),
+        "conditions": condition(
+            {"conditions": condition(current, "Running", False, reason, message, now)},
+            "Finished", True, reason, message, now),
+    }

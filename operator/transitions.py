@@ -32,7 +32,8 @@ def reservation_said(message: str) -> str | None:
 @dataclass(frozen=True)
 class Transition:
     """A status change to persist: `kind` is admit | replace | pending | preempt | restart | fail
-    | finish (a job the simulator finished: its chips are released, so is its allocation).
+    | finish (a job the simulator finished: its chips are released, so is its allocation)
+    | run | succeed (what a job's pods said, `operator/pods.py`).
 
     `placements` (admit, replace) holds one placement for a TrainingJob, one per replica for an
     InferenceJob.
@@ -82,6 +83,10 @@ def status_of(current: Mapping[str, Any], change: Transition, now: datetime, *,
         return statuses.failed(current, change.reason, change.message, now)
     if change.kind == "finish":
         return statuses.finished(current)
+    if change.kind == "run":
+        return statuses.running(current, change.reason, change.message, now)
+    if change.kind == "succeed":
+        return statuses.succeeded(current, change.reason, change.message, now)
     return statuses.preempted(current, change.reason, change.message, now,
                               restart=change.kind == "restart")
 
@@ -91,6 +96,6 @@ def event_type(change: Transition, phase_before: str) -> str | None:
     whose reason or position moved posts nothing (every transition, not every rewrite)."""
     if change.kind == "pending" and phase_before == "Pending":
         return None
-    normal = change.kind in ("admit", "pending") or (
+    normal = change.kind in ("admit", "pending", "run", "succeed") or (
         change.kind == "finish" and phase_before == "Succeeded")
     return "Normal" if normal else "Warning"

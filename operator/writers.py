@@ -19,7 +19,13 @@ from typing import Any, Protocol
 from ultraplane.operator import statuses
 from ultraplane.operator.kube import Conflict, Gone
 from ultraplane.operator.observations import Observations
-from ultraplane.operator.requests import INFERENCE, TERMINAL_PHASES, plural_of_key, view_job
+from ultraplane.operator.requests import (
+    HOLDING_PHASES,
+    INFERENCE,
+    TERMINAL_PHASES,
+    plural_of_key,
+    view_job,
+)
 from ultraplane.operator.transitions import (
     Transition,
     event_type,
@@ -60,6 +66,7 @@ class Writers(Observations):
     _limit: asyncio.Semaphore
     _positions: asyncio.Task[None] | None
     _position_limit: asyncio.Semaphore
+    on_written: Callable[[JobKey], None] | None  # after each status write (the pod data plane)
 
     # -- reads -------------------------------------------------------------------------
     async def list_fleet(self) -> list[dict[str, Any]]:
@@ -134,6 +141,8 @@ class Writers(Observations):
                 return False
             if change.kind == "pending" and not self.scheduler.is_queued(key):
                 return False  # admitted (or gone) since: a late Pending must never overwrite it
+            if change.kind in ("run", "succeed") and current.get("phase") not in HOLDING_PHASES:
+                return False  # evicted since the pods were read
             meta = body["metadata"]
             plural = plural_of_key(key)
             status = status_of(current, change, self.clock(), replicated=plural == INFERENCE)
@@ -161,6 +170,8 @@ class Writers(Observations):
                 return False
             self.remember(key, new)
             self._written(key, change)
+            if self.on_written is not None:  # the pod data plane acts on it at once
+                self.on_written(key)
             kind = event_type(change, str(current.get("phase") or ""))
             if kind is not None:
                 self.emit(new, kind, status["reason"], status["message"])

@@ -130,7 +130,8 @@ class VirtualKubelet:
             phase = _get(body, "status", "phase")
             chips = allocated_chips(body)
             tracked = self.jobs.get(key)
-            if phase not in ACTIVE or not chips:
+            # a job with a pod template runs as pods (the operator's pod data plane), not here
+            if phase not in ACTIVE or not chips or _get(body, "spec", "template"):
                 if tracked is not None:
                     self._forget(key)
                 continue

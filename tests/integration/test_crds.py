@@ -380,3 +380,50 @@ def test_ultraserver_rules_agree_with_the_models(
     except ValidationError:
         model_ok = False
     assert _server_accepts(kube_env, kube_namespace, doc) == model_ok, doc
+
+
+# --- the pod template: Kubernetes' own schema, our rules --------------------------------------
+
+_TEMPLATE = {"metadata": {"labels": {"team": "llm"}},
+             "spec": {"containers": [{"name": "train", "image": "busybox:1.36",
+                                      "command": ["sh", "-c", "env"],
+                                      "resources": {"limits": {"memory": "1Gi"}}}]}}
+
+
+def test_explain_shows_the_pod_template_as_kubernetes_documents_it(kube_env: Any) -> None:
+    deadline = time.monotonic() + 60
+    while True:
+        res = kube_env.kubectl("explain", "trainingjob.spec.template.spec.containers.resources",
+                               check=False)
+        if res.returncode == 0 or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    assert res.returncode == 0, res.stderr
+    text = " ".join(res.stdout.split())
+    assert "Compute Resources required by this container" in text  # Kubernetes' own words
+    assert "limits" in text and "requests" in text
+    top = " ".join(kube_env.kubectl("explain", "inferencejob.spec.template").stdout.split())
+    assert "Pod template of the workload" in top
+
+
+def test_a_job_with_a_template_keeps_it_and_freezes_it_once_admitted(
+    kube_env: Any, kube_namespace: str
+) -> None:
+    _apply(kube_env, kube_namespace, _job("tmpl-demo", template=_TEMPLATE))
+    got = _get(kube_env, kube_namespace, "trainingjob", "tmpl-demo")
+    container = got["spec"]["template"]["spec"]["containers"][0]
+    assert container["resources"]["limits"] == {"memory": "1Gi"}
+    assert got["spec"]["template"]["metadata"]["labels"] == {"team": "llm"}
+    _patch_status(kube_env, kube_namespace, "trainingjob", "tmpl-demo", {"phase": "Admitted"})
+    changed = {**_TEMPLATE, "spec": {"containers": [{"name": "train", "image": "busybox:1.37"}]}}
+    res = _apply(kube_env, kube_namespace, _job("tmpl-demo", template=changed), check=False)
+    assert res.returncode != 0 and "spec is immutable once the job is Admitted" in res.stderr
+
+
+def test_a_container_without_a_name_is_refused_by_kubernetes_schema(
+    kube_env: Any, kube_namespace: str
+) -> None:
+    bad = {"spec": {"containers": [{"image": "busybox"}]}}
+    res = _apply(kube_env, kube_namespace, _job("tmpl-bad", template=bad), check=False)
+    assert res.returncode != 0
+    assert "spec.template.spec.containers[0].name: Required value" in res.stderr

@@ -177,8 +177,17 @@ PERMISSIONS = [
     ("operator", "", "events", "create", True),
     ("operator", "apiextensions.k8s.io", "customresourcedefinitions", "watch", True),
     ("operator", "", "namespaces", "list", False),
-    ("operator", "", "nodes", "list", False),
-    ("operator", "", "nodes", "watch", False),
+    ("operator", "", "nodes", "list", True),  # operator.launchPods (the server -> Node map)
+    ("operator", "", "nodes", "watch", True),
+    ("operator", "", "pods", "create", True),
+    ("operator", "", "pods", "delete", True),
+    ("operator", "", "pods", "watch", True),
+    ("operator", "", "pods", "update", False),
+    ("operator", "", "services", "create", True),
+    ("operator", "", "services", "list", False),
+    ("operator", "", "secrets", "list", False),
+    ("simulator", "", "pods", "create", False),
+    ("api", "", "pods", "create", False),
     ("operator", "ultraplane.dev", "ultraservers", "create", False),
     ("operator", "ultraplane.dev", "ultraservers", "delete", False),
     ("operator", "ultraplane.dev", "trainingjobs", "delete", False),
@@ -302,11 +311,28 @@ def test_ultraservers_from_nodes_adds_node_watch_and_ultraserver_writes_only_the
     for who in ("simulator", "api"):
         assert not allowed(docs, who, "", "nodes", "watch")
         assert not allowed(docs, who, "ultraplane.dev", "ultraservers", "create")
-    default = render()
+    default = render({"operator": {"launchPods": False}})
     default_args = component(default, "Deployment", "operator")["spec"]["template"]["spec"][
         "containers"][0]["args"]
     assert "--ultraservers-from-nodes" not in default_args
     assert not allowed(default, "operator", "", "nodes", "watch")
+
+
+def test_launch_pods_is_on_by_default_with_its_rbac_and_can_be_turned_off() -> None:
+    docs = render()
+    args = component(docs, "Deployment", "operator")["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--launch-pods" in args
+    assert args[args.index("--pod-grace-seconds") + 1] == "120"
+    assert args[args.index("--cluster-domain") + 1] == "svc.cluster.local"
+    for verb in ("create", "delete", "patch", "list", "watch"):
+        assert allowed(docs, "operator", "", "pods", verb)
+    off = render({"operator": {"launchPods": False, "podGraceSeconds": 600}})
+    off_args = component(off, "Deployment", "operator")["spec"]["template"]["spec"][
+        "containers"][0]["args"]
+    assert "--no-launch-pods" in off_args and "--pod-grace-seconds" not in off_args
+    for verb in ("create", "delete", "watch"):
+        assert not allowed(off, "operator", "", "pods", verb)
+    assert not allowed(off, "operator", "", "services", "create")
 
 
 def test_reservation_is_on_by_default_and_can_be_turned_off() -> None:

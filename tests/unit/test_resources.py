@@ -87,9 +87,11 @@ def test_every_field_is_typed_and_described(plural: str) -> None:
     for path, node in walk(_schema(plural)):
         if path == ".metadata":
             continue
-        assert "type" in node, f"{plural}{path} has no type"
+        # Kubernetes' own int-or-string fields (quantities, ports) of the pod template
+        assert "type" in node or node.get("x-kubernetes-int-or-string") is True, (
+            f"{plural}{path} has no type")
         # Scalar list items and map values are not fields of their own in `kubectl explain`.
-        if not (path.endswith(("[]", "{}")) and node["type"] != "object"):
+        if not (path.endswith(("[]", "{}")) and node.get("type") != "object"):
             assert node.get("description"), f"{plural}{path} has no description"
         for banned in ("$ref", "anyOf", "allOf", "oneOf", "title", "nullable", "uniqueItems"):
             assert banned not in node, f"{plural}{path} has {banned}"
@@ -102,6 +104,10 @@ def test_every_field_is_typed_and_described(plural: str) -> None:
 @pytest.mark.parametrize("plural", ["ultraservers", "trainingjobs", "inferencejobs"])
 def test_spec_lists_and_strings_are_bounded_for_the_cel_cost_budget(plural: str) -> None:
     for path, node in walk(_schema(plural)["properties"]["spec"], ".spec"):
+        if path.startswith(".spec.template."):
+            # Kubernetes' PodTemplateSpec, unbounded as in a Pod: the kube tier shows the API
+            # server accepts the CRD with its rules (test_crds), i.e. within the cost budget
+            continue
         if node.get("type") == "array":
             assert "maxItems" in node, f"{path} has no maxItems"
         if node.get("type") == "string" and "enum" not in node:

@@ -73,6 +73,8 @@ def render_reference() -> str:
         for part in ("spec", "status"):
             required_of: dict[str, set[str]] = {}
             for path, node in walk(schema["properties"][part], part):
+                if path.startswith("spec.template."):
+                    continue  # Kubernetes' PodTemplateSpec: `kubectl explain` documents it
                 required_of[path] = set(node.get("required", []))
                 if path == part:
                     lines += [f"| `{part}` | object | Rule: {_cell(r)} | |" for r in _rules(node)]

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from ultraplane.resources import rules
+from ultraplane.resources import podtemplates, rules
 from ultraplane.resources.commons import (
     MAX_JOB_CHIPS,
     MAX_PRIORITY,
@@ -110,6 +110,17 @@ class InferenceJobSpec(SpecModel):
     duration_seconds: int | None = Field(
         default=None, ge=1, le=31_536_000, description="Serve for this long; unset means forever."
     )
+
+    template: dict[str, Any] | None = Field(
+        default=None, description=podtemplates.DESCRIPTION
+    )
+
+    @field_validator("template")
+    @classmethod
+    def _template_rules(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        if value is not None:
+            podtemplates.check_template(value)
+        return value
 
     @model_validator(mode="after")
     def _cross_field(self) -> InferenceJobSpec:

@@ -26,7 +26,8 @@ class JobStatus(StatusModel):
     phase: Phase | None = Field(
         default=None,
         description="Pending, Admitted or Preempted (operator); Running, Succeeded or Failed "
-        "(simulator; the operator also writes Failed for a job that can never fit).",
+        "(the simulator, or the operator from the pods of a job with a template; the operator "
+        "also writes Failed for a job that can never fit).",
     )
     queue_position: int | None = Field(
         default=None, ge=0, description="Place in the admission queue while Pending (0 = next)."

@@ -11,6 +11,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from ultraplane.resources import podtemplates
 from ultraplane.resources.commons import GROUP
 from ultraplane.resources.inferencejobs import InferenceJob, InferenceJobSpec, InferenceJobStatus
 from ultraplane.resources.schemas import structural
@@ -118,6 +119,9 @@ def root_schema(k: Kind) -> dict[str, Any]:
             "status": structural(k.status, defaults=False),
         },
     }
+    spec_fields = root["properties"]["spec"]["properties"]
+    if "template" in spec_fields:  # Kubernetes' PodTemplateSpec, not pydantic's free object
+        spec_fields["template"] = podtemplates.crd_schema()
     extra = k.root.model_config.get("json_schema_extra")
     if isinstance(extra, dict) and "x-kubernetes-validations" in extra:
         root["x-kubernetes-validations"] = extra["x-kubernetes-validations"]

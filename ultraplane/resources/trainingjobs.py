@@ -5,9 +5,9 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from ultraplane.resources import rules
+from ultraplane.resources import podtemplates, rules
 from ultraplane.resources.commons import (
     MAX_JOB_CHIPS,
     MAX_PRIORITY,
@@ -131,6 +131,17 @@ class TrainingJobSpec(SpecModel):
         description="On a chip failure: RestartAll from the last checkpoint, ReplaceAffected "
         "chips only, or Fail the job.",
     )
+
+    template: dict[str, Any] | None = Field(
+        default=None, description=podtemplates.DESCRIPTION
+    )
+
+    @field_validator("template")
+    @classmethod
+    def _template_rules(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        if value is not None:
+            podtemplates.check_template(value)
+        return value
 
     @model_validator(mode="after")
     def _cross_field(self) -> TrainingJobSpec:

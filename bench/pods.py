@@ -1,0 +1,365 @@
+"""Pod data plane benchmark on a real kube-apiserver + etcd: jobs launched and completed as pods.
+
+Run: `python bench/pods.py` (several minutes on 2 cores; `--quick` for a smoke run). It starts
+the tier of tests/integration (hack/envtest.sh binaries), creates 64 Trn3 Gen2 UltraServers and
+one Node object per server (2,304 Nodes, labelled as `--ultraservers-from-nodes` reads them),
+then starts the operator as a subprocess (`ultraplane operator --standalone`, pods on, Events on,
+as in production) and creates 1,000 jobs of mixed sizes at once (80% TrainingJobs of 1-144
+chips, 20% InferenceJobs of 1-4 replicas of 4-16 chips; seeded), more than the fleet holds at
+one time, so they queue and run in waves.
+
+There is no kubelet: the benchmark plays one for every Node, from a pod watch: a new pod is
+reported `Running` at once, a pod being deleted has its deletion finished (grace 0, as a
+kubelet does once the containers stopped), and `HOLD` seconds after a job is `Running` its
+rank-0 pod (training) or every pod (inference) is reported `Succeeded`. The operator must create
+every pod, see them run, write Running, see the success, write Succeeded, delete what is left
+and admit the next jobs onto the freed chips.
+
+Figures: pods created per second over the run (first job create to last job Succeeded);
+admit-to-all-running latency per job (the bench's job watch sees `Admitted`, then `Running`,
+which the operator writes once every pod runs). Baseline in the same run: the same client
+creating pods directly, with no operator (the API server's create ceiling on this machine).
+
+Ends with ONE JSON line:
+{"nodes":..., "jobs":..., "pods":..., "pods_per_s":..., "admit_to_all_running_p99_s":...}
+"""
+
+from __future__ import annotations
+
+import argparse
+import heapq
+import json
+import random
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from tests.integration.kube_tier import KubeEnv, find_binaries  # noqa: E402
+from tests.integration.operator_harness import GROUP, VERSION, Harness  # noqa: E402
+
+SEED = 13
+HOLD = 1.0  # seconds a job runs once all its pods run
+NS = "bench"
+TRAIN_SIZES = (1, 2, 4, 8, 16, 36, 72, 144)
+TRAIN_WEIGHTS = (0.20, 0.15, 0.20, 0.15, 0.15, 0.08, 0.05, 0.02)
+TEMPLATE = {"spec": {"containers": [{"name": "main", "image": "trainer:bench"}]}}
+PLURALS = ("trainingjobs", "inferencejobs")
+
+
+def mixed_jobs(n: int, rng: random.Random) -> list[dict[str, Any]]:
+    jobs = []
+    for i in range(n):
+        name = f"j{i:04d}"
+        meta = {"name": name, "namespace": NS}
+        if rng.random() < 0.8:
+            size = rng.choices(TRAIN_SIZES, TRAIN_WEIGHTS)[0]
+            spec: dict[str, Any] = {"chips": size, "model": {"name": "llama"},
+                                    "work": {"durationSeconds": 600}, "template": TEMPLATE}
+            if 36 <= size <= 144:
+                spec["topology"] = {"requiredLevel": "ultraserver"}
+            jobs.append({"apiVersion": f"{GROUP}/{VERSION}", "kind": "TrainingJob",
+                         "metadata": meta, "spec": spec})
+        else:
+            spec = {"replicas": rng.randint(1, 4), "chipsPerReplica": rng.choice((4, 8, 16)),
+                    "model": {"name": "llama"}, "load": {"requestsPerSecond": 10},
+                    "topology": {"requiredLevel": "ultraserver"}, "template": TEMPLATE}
+            jobs.append({"apiVersion": f"{GROUP}/{VERSION}", "kind": "InferenceJob",
+                         "metadata": meta, "spec": spec})
+    return jobs
+
+
+def make_fleet(h: Harness, core: Any, ultraservers: int) -> int:
+    """UltraServers and their Nodes (created in parallel); returns the Node count."""
+    def one(u: int) -> None:
+        us = f"bench-{u:03d}"
+        h.ultraserver(us)
+        for s in range(36):
+            core.create_node({"apiVersion": "v1", "kind": "Node", "metadata": {
+                "name": f"{us}-n{s:02d}",
+                "labels": {"ultraplane.dev/ultraserver": us, "ultraplane.dev/server-index": str(s),
+                           "node.kubernetes.io/instance-type": "trn3u.12xlarge"}}})
+
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(one, range(ultraservers)))
+    return ultraservers * 36
+
+
+def create_baseline(core: Any, count: int) -> float:
+    """Pods created directly (no operator), same body shape, 16 threads: pods/s."""
+    core.create_namespace({"metadata": {"name": "bench-baseline"}})
+
+    def one(i: int) -> None:
+        core.create_namespaced_pod("bench-baseline", {
+            "metadata": {"name": f"p{i:05d}"},
+            "spec": {"nodeName": f"bench-000-n{i % 36:02d}", **TEMPLATE["spec"]}},
+            _preload_content=False)
+
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(16) as pool:
+        list(pool.map(one, range(count)))
+    rate = count / (time.perf_counter() - t0)
+    core.delete_collection_namespaced_pod("bench-baseline", grace_period_seconds=0)
+    return rate
+
+
+class Kubelet:
+    """Plays the kubelet of every Node from one pod watch, and finishes jobs from a job watch."""
+
+    def __init__(self, h: Harness, core: Any, *, hold: float = HOLD) -> None:
+        self.h, self.core, self.hold = h, core, hold
+        self.stop = threading.Event()
+        self.pool = ThreadPoolExecutor(16, thread_name_prefix="kubelet")
+        self.lock = threading.Lock()
+        self.running: set[str] = set()
+        self.deleting: set[str] = set()
+        self.pods_of: dict[str, dict[str, dict[str, str]]] = {}  # job -> pod -> labels
+        self.created = 0
+        self.admitted: dict[str, float] = {}  # job/attempt -> first seen Admitted
+        self.all_running: dict[str, float] = {}
+        self.finished: dict[str, str] = {}
+        self.heap: list[tuple[float, str, str]] = []
+        self.first_pod: float | None = None
+
+    def start(self) -> None:
+        for target in (self._watch_pods, self._watch_jobs, self._finisher):
+            threading.Thread(target=target, daemon=True).start()
+
+    # -- pods ------------------------------------------------------------------------
+    def _pod(self, obj: Any, kind: str) -> None:
+        meta = obj.metadata
+        name = meta.name
+        job = (meta.annotations or {}).get("ultraplane.dev/job-key", "")
+        if kind == "DELETED":
+            with self.lock:
+                self.running.discard(name)
+                self.deleting.discard(name)
+                self.pods_of.get(job, {}).pop(name, None)
+            return
+        with self.lock:
+            self.pods_of.setdefault(job, {})[name] = meta.labels or {}
+            if meta.deletion_timestamp is not None:
+                if name in self.deleting:
+                    return
+                self.deleting.add(name)
+                action = "delete"
+            elif name not in self.running and (obj.status.phase or "Pending") == "Pending":
+                self.running.add(name)
+                self.created += 1
+                if self.first_pod is None:
+                    self.first_pod = time.monotonic()
+                action = "Running"
+            else:
+                return
+        self.pool.submit(self._act, name, action)
+
+    def _act(self, name: str, action: str) -> None:
+        from kubernetes.client import V1DeleteOptions
+
+        try:
+            if action == "delete":
+                self.core.delete_namespaced_pod(name, NS, body=V1DeleteOptions(
+                    grace_period_seconds=0), _preload_content=False)
+            else:
+                self.core.patch_namespaced_pod_status(name, NS, {"status": {"phase": action}},
+                                                      _preload_content=False)
+        except Exception as exc:  # a pod deleted meanwhile: nothing to report
+            if getattr(exc, "status", None) != 404:
+                print(f"kubelet: {action} {name}: {exc}", file=sys.stderr)
+
+    def _watch_pods(self) -> None:
+        from kubernetes import watch
+
+        rv = None
+        while not self.stop.is_set():
+            try:
+                if rv is None:
+                    listed = self.core.list_namespaced_pod(NS)
+                    for obj in listed.items:
+                        self._pod(obj, "ADDED")
+                    rv = listed.metadata.resource_version
+                for ev in watch.Watch().stream(self.core.list_namespaced_pod, NS,
+                                               resource_version=rv, timeout_seconds=30):
+                    rv = ev["object"].metadata.resource_version
+                    self._pod(ev["object"], ev["type"])
+            except Exception as exc:
+                if getattr(exc, "status", None) == 410:
+                    rv = None
+                time.sleep(0.1)
+
+    # -- jobs ------------------------------------------------------------------------
+    def _job(self, obj: dict[str, Any]) -> None:
+        meta, status = obj["metadata"], obj.get("status") or {}
+        kind = obj.get("kind", "TrainingJob")
+        key = f"{'tj' if kind == 'TrainingJob' else 'ij'}/{NS}/{meta['name']}"
+        phase = status.get("phase")
+        tag = f"{key}@{status.get('attempt')}"
+        now = time.monotonic()
+        if phase == "Admitted":
+            self.admitted.setdefault(tag, now)
+        elif phase == "Running" and tag not in self.all_running:
+            self.all_running[tag] = now
+            with self.lock:
+                heapq.heappush(self.heap, (now + self.hold, key, kind))
+        elif phase in ("Succeeded", "Failed"):
+            self.finished.setdefault(key, phase)
+
+    def _watch_jobs(self) -> None:
+        from kubernetes import watch
+
+        def one(plural: str) -> None:
+            rv = None
+            while not self.stop.is_set():
+                try:
+                    if rv is None:
+                        listed = self.h.api.list_namespaced_custom_object(GROUP, VERSION, NS,
+                                                                          plural)
+                        rv = listed["metadata"]["resourceVersion"]
+                        for obj in listed["items"]:
+                            self._job(obj)
+                    for ev in watch.Watch().stream(self.h.api.list_namespaced_custom_object,
+                                                   GROUP, VERSION, NS, plural,
+                                                   resource_version=rv, timeout_seconds=30):
+                        rv = ev["object"]["metadata"].get("resourceVersion", rv)
+                        self._job(ev["object"])
+                except Exception as exc:
+                    if getattr(exc, "status", None) == 410:
+                        rv = None
+                    time.sleep(0.1)
+
+        threading.Thread(target=one, args=(PLURALS[1],), daemon=True).start()
+        one(PLURALS[0])
+
+    def _finisher(self) -> None:
+        while not self.stop.is_set():
+            with self.lock:
+                due = []
+                while self.heap and self.heap[0][0] <= time.monotonic():
+                    due.append(heapq.heappop(self.heap))
+                pods = {key: dict(self.pods_of.get(key, {})) for _, key, _ in due}
+            for _, key, kind in due:
+                for name, labels in pods[key].items():
+                    if kind == "InferenceJob" or (labels.get("ultraplane.dev/rank") == "0"
+                                                  and labels.get("ultraplane.dev/group") == "0"):
+                        self.pool.submit(self._act, name, "Succeeded")
+            time.sleep(0.05)
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (Linux /proc)."""
+    import os
+
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def quantile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else 0.0
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="8 UltraServers, 100 jobs")
+    parser.add_argument("--timeout", type=float, default=1200)
+    parser.add_argument("--verbose", action="store_true", help="operator debug log")
+    args = parser.parse_args()
+    n_us, n_jobs = (8, 100) if args.quick else (64, 1000)
+    rng = random.Random(SEED)
+    jobs = mixed_jobs(n_jobs, rng)
+
+    env = KubeEnv(bin_dir=find_binaries(), workdir=Path(tempfile.mkdtemp(prefix="bench-pods-")))
+    env.start()
+    try:
+        from kubernetes import client
+
+        env.apply_crds()
+        api_client = env.api_client()
+        api_client.configuration.connection_pool_maxsize = 32
+        core = client.CoreV1Api(api_client)
+        env.kubectl("create", "namespace", NS)
+        logdir = env.workdir / "logs"
+        h = Harness(env, NS, logdir)
+        t0 = time.perf_counter()
+        nodes = make_fleet(h, core, n_us)
+        print(f"fleet: {n_us} UltraServers, {nodes} Nodes in {time.perf_counter() - t0:.1f}s")
+        base = create_baseline(core, 500 if args.quick else 1000)
+        print(f"baseline: {base:.0f} pods/s created directly (no operator)")
+
+        kubelet = Kubelet(h, core)
+        kubelet.start()
+        h.start(*(["-v"] if args.verbose else []))
+        procs = {"operator": h.proc.pid if h.proc else 0,
+                 **{name: p.pid for name, p in env._procs}}
+        cpu0 = {n: cpu_seconds(pid) for n, pid in procs.items()}
+        started = time.monotonic()
+        with ThreadPoolExecutor(16) as pool:
+            list(pool.map(lambda b: h.api.create_namespaced_custom_object(
+                GROUP, VERSION, NS, "trainingjobs" if b["kind"] == "TrainingJob"
+                else "inferencejobs", b), jobs))
+        print(f"created {n_jobs} jobs in {time.monotonic() - started:.1f}s")
+        deadline = started + args.timeout
+        last = 0
+        while len(kubelet.finished) < n_jobs and time.monotonic() < deadline:
+            time.sleep(1)
+            if time.monotonic() - last >= 15:
+                last = time.monotonic()
+                print(f"  t={last - started:5.0f}s finished {len(kubelet.finished)}/{n_jobs}, "
+                      f"pods {kubelet.created}", flush=True)
+        ended = time.monotonic()
+        cpu = {n: round(cpu_seconds(pid) - cpu0[n], 1) for n, pid in procs.items()}
+        kubelet.stop.set()
+        complete = len(kubelet.finished) == n_jobs
+        if not complete:  # say where the rest stand
+            left: dict[str, int] = {}
+            for plural in PLURALS:
+                for obj in h.api.list_namespaced_custom_object(GROUP, VERSION, NS, plural)["items"]:
+                    st = obj.get("status") or {}
+                    if st.get("phase") not in ("Succeeded", "Failed"):
+                        what = f"{st.get('phase')}/{st.get('reason')}"
+                        left[what] = left.get(what, 0) + 1
+            print(f"unfinished jobs by phase/reason: {left}")
+            phases: dict[str, int] = {}
+            for pod in core.list_namespaced_pod(NS).items:
+                what = str(pod.status.phase) + ("/deleting" if pod.metadata.deletion_timestamp
+                                                else "")
+                phases[what] = phases.get(what, 0) + 1
+            print(f"pods by phase: {phases}")
+        failed = sum(1 for p in kubelet.finished.values() if p == "Failed")
+        lat = [kubelet.all_running[t] - kubelet.admitted[t] for t in kubelet.all_running
+               if t in kubelet.admitted]
+        duration = ended - started
+        rate = kubelet.created / duration
+        p99 = quantile(lat, 0.99)
+        print(f"jobs finished: {len(kubelet.finished)}/{n_jobs} ({failed} Failed) in "
+              f"{duration:.1f}s{'' if complete else ' (TIMED OUT)'}")
+        print(f"pods: {kubelet.created} created and run, {rate:.1f} pods/s "
+              f"(baseline direct creates {base:.0f}/s; ratio {rate / base:.3f})")
+        if lat:
+            print(f"admit -> all pods running (operator writes Running): p50 "
+                  f"{statistics.median(lat):.2f}s p99 {p99:.2f}s max {max(lat):.2f}s "
+                  f"over {len(lat)} attempts")
+        print(f"CPU seconds during the run ({duration:.0f}s wall, 2 shared cores): {cpu}")
+        print(f"targets: pods/s >= 100: {'met' if rate >= 100 else 'MISSED'}; "
+              f"p99 <= 10 s: {'met' if lat and p99 <= 10 else 'MISSED'}")
+        h.stop()
+        figures = {"nodes": nodes, "jobs": n_jobs, "pods": kubelet.created,
+                   "pods_per_s": round(rate, 1), "admit_to_all_running_p99_s": round(p99, 2),
+                   "admit_to_all_running_p50_s": round(statistics.median(lat), 2) if lat else None,
+                   "jobs_finished": len(kubelet.finished), "jobs_failed": failed,
+                   "duration_s": round(duration, 1), "baseline_direct_pods_per_s": round(base, 1),
+                   "complete": complete, "cpu_seconds": cpu}
+    finally:
+        env.stop()
+    print(json.dumps(figures))
+
+
+if __name__ == "__main__":
+    main()
