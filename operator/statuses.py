@@ -141,7 +141,8 @@ def preempted(current: Mapping[str, Any], reason: str, message: str, now: dateti
 
 def finished(current: Mapping[str, Any]) -> Status:
     """Succeeded or Failed (the simulator's write): the chips are free again, so the status no
-    longer names them; phase, reason and message stay the simulator's."""
+    longer names them; the phase stays the simulator's and becomes the reason (an `Admitted`
+    reason on a finished job would mislead), its message is kept."""
     phase = str(current.get("phase") or "Succeeded")
     return {
         "phase": phase,
