@@ -12,8 +12,9 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 from ultraplane.api import errors
-from ultraplane.api.auth import Guard, load_tokens, token_reviewer
+from ultraplane.api.auth import Guard, load_tokens
 from ultraplane.api.backends import make_backend
+from ultraplane.api.limits import BodySizeLimit
 from ultraplane.api.metrics import Metrics, MetricsMiddleware
 from ultraplane.api.routers_accounting import router as accounting_router
 from ultraplane.api.routers_health import router as health_router
@@ -43,10 +44,12 @@ def create_app(
     engine = make_engine(settings.db)
     migrate(engine)
     backend = make_backend(settings, engine, clock=clock)
-    reviewer = None
+    reviews = None
     if settings.backend == "kubernetes" and settings.token_review:
-        reviewer = token_reviewer(getattr(backend, "api_client", None))
-    guard = Guard(load_tokens(settings), protect_reads=settings.api_protect_reads, reviewer=reviewer)
+        from ultraplane.api.kube_reviews import KubeReviews
+
+        reviews = KubeReviews(getattr(backend, "api_client", None))
+    guard = Guard(load_tokens(settings), protect_reads=settings.api_protect_reads, reviews=reviews)
     metrics = Metrics()
     metrics.watch_fleet(backend.fleet_summary)
 
@@ -85,5 +88,6 @@ def create_app(
     for router in (health_router, ultraservers_router, training_router, inference_router,
                    placements_router, accounting_router):
         app.include_router(router)
+    app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(MetricsMiddleware, metrics=metrics)
     return app

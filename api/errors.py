@@ -57,6 +57,19 @@ def error_response(status: int, error: str, field: str | None, message: str) -> 
     )
 
 
+def _allowed_methods(request: Request) -> str:
+    """Every method some route serves on this path (Starlette names only the first route's)."""
+    from starlette.routing import Match, Route
+
+    methods: set[str] = set()
+    for route in request.app.router.routes:
+        if isinstance(route, Route) and route.methods:
+            match, _ = route.matches({**request.scope, "method": "GET"})
+            if match != Match.NONE:
+                methods |= route.methods
+    return ", ".join(sorted(methods))
+
+
 def install(app: FastAPI) -> None:
     """Register the handlers that give every error the same shape."""
 
@@ -79,9 +92,16 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        names = {404: "NotFound", 405: "MethodNotAllowed", 401: "Unauthorized"}
+        names = {400: "BadRequest", 404: "NotFound", 405: "MethodNotAllowed",
+                 401: "Unauthorized", 413: "PayloadTooLarge"}
         error = names.get(exc.status_code, "HTTPError")
-        return error_response(exc.status_code, error, None, str(exc.detail))
+        field = "body" if exc.status_code in (400, 413) else None
+        response = error_response(exc.status_code, error, field, str(exc.detail))
+        for key, value in (exc.headers or {}).items():
+            response.headers[key] = value
+        if exc.status_code == 405:
+            response.headers["Allow"] = _allowed_methods(_request)
+        return response
 
     @app.exception_handler(Exception)
     async def _bug(request: Request, exc: Exception) -> JSONResponse:

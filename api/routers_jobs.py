@@ -10,7 +10,7 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, Query, status
 from starlette.concurrency import run_in_threadpool
-from ultraplane.api.auth import require_read, require_write
+from ultraplane.api.auth import require_access
 from ultraplane.api.backends import PLURALS
 from ultraplane.api.deps import BackendDep, NamePath, NamespacePath
 from ultraplane.api.errors import ErrorBody
@@ -31,9 +31,10 @@ ERRORS: dict[int | str, dict[str, Any]] = {
 def job_router(kind: JobKind, create_model: type[TrainingJobCreate] | type[InferenceJobCreate]) -> APIRouter:
     plural = PLURALS[kind]
     router = APIRouter(prefix="/v1", tags=[plural], responses=ERRORS)
-    read = [Depends(require_read)]
+    def may(verb: str) -> list[Any]:
+        return [Depends(require_access(verb, plural))]
 
-    @router.get(f"/{plural}", response_model=JobList, dependencies=read,
+    @router.get(f"/{plural}", response_model=JobList, dependencies=may("list"),
                 summary=f"List {kind}s in all namespaces")
     async def list_all(
         backend: BackendDep,
@@ -41,18 +42,18 @@ def job_router(kind: JobKind, create_model: type[TrainingJobCreate] | type[Infer
     ) -> JobList:
         return JobList(items=await run_in_threadpool(backend.list_jobs, kind, namespace))
 
-    @router.get(f"/namespaces/{{namespace}}/{plural}", response_model=JobList, dependencies=read,
+    @router.get(f"/namespaces/{{namespace}}/{plural}", response_model=JobList, dependencies=may("list"),
                 summary=f"List {kind}s in a namespace")
     async def list_in(namespace: NamespacePath, backend: BackendDep) -> JobList:
         return JobList(items=await run_in_threadpool(backend.list_jobs, kind, namespace))
 
     @router.get(f"/namespaces/{{namespace}}/{plural}/{{name}}", response_model=JobResource,
-                dependencies=read, summary=f"Get one {kind} with its status")
+                dependencies=may("get"), summary=f"Get one {kind} with its status")
     async def get(namespace: NamespacePath, name: NamePath, backend: BackendDep) -> JobResource:
         return await run_in_threadpool(backend.get_job, kind, namespace, name)
 
     @router.post(f"/namespaces/{{namespace}}/{plural}", response_model=JobResource,
-                 status_code=status.HTTP_201_CREATED, dependencies=[Depends(require_write)],
+                 status_code=status.HTTP_201_CREATED, dependencies=may("create"),
                  summary=f"Create a {kind} (the body's spec is the CRD spec)")
     async def create(namespace: NamespacePath, body: create_model, backend: BackendDep) -> JobResource:  # type: ignore[valid-type]
         return await run_in_threadpool(
@@ -60,7 +61,7 @@ def job_router(kind: JobKind, create_model: type[TrainingJobCreate] | type[Infer
         )
 
     @router.delete(f"/namespaces/{{namespace}}/{plural}/{{name}}", response_model=JobResource,
-                   dependencies=[Depends(require_write)],
+                   dependencies=may("delete"),
                    summary=f"Delete a {kind}; its accounting record stays")
     async def delete(namespace: NamespacePath, name: NamePath, backend: BackendDep) -> JobResource:
         return await run_in_threadpool(backend.delete_job, kind, namespace, name)

@@ -51,6 +51,8 @@ class Settings(BaseSettings):
     kubeconfig: str | None = None
     kube_context: str | None = None
     accounting_interval_seconds: float = Field(default=5.0, gt=0)
+    max_body_bytes: int = Field(default=1 << 20, ge=1024, le=1 << 30,
+                                description="Larger request bodies get 413.")
 
     @field_validator("fleet")
     @classmethod
