@@ -20,6 +20,7 @@ from ultraplane.api.schemas import (
     DryRunRequest,
     DryRunResult,
     JobKind,
+    JobPage,
     JobResource,
     NoFitView,
     PlacementView,
@@ -47,7 +48,9 @@ class Backend(Protocol):
     def capacity(self) -> dict[str, Any]: ...
     def ultraservers_json(self) -> bytes: ...  # `{"items": [...]}`, pre-rendered for speed
     def capacity_json(self) -> bytes: ...
-    def list_jobs(self, kind: JobKind, namespace: str | None) -> list[JobResource]: ...
+    def list_jobs(
+        self, kind: JobKind, namespace: str | None, *, limit: int, cont: str | None
+    ) -> JobPage: ...
     def get_job(self, kind: JobKind, namespace: str, name: str) -> JobResource: ...
     def create_job(
         self, kind: JobKind, namespace: str, name: str, spec: JobSpec, labels: dict[str, str]

@@ -11,6 +11,7 @@ last checkpoint, as a real cluster would after a control-plane restart.
 
 from __future__ import annotations
 
+import heapq
 import logging
 import threading
 import time
@@ -20,7 +21,7 @@ from typing import Any
 
 from sqlalchemy import Engine
 from sqlmodel import Session
-from ultraplane.api import store
+from ultraplane.api import pages, store
 from ultraplane.api.accounting import day_of
 from ultraplane.api.backends import JobSpec, not_found
 from ultraplane.api.dryruns import dry_run
@@ -32,6 +33,7 @@ from ultraplane.api.schemas import (
     DryRunRequest,
     DryRunResult,
     JobKind,
+    JobPage,
     JobResource,
     UltraServerView,
 )
@@ -218,13 +220,20 @@ class EmbeddedBackend:
                 return job
         raise not_found(kind, namespace, name)
 
-    def list_jobs(self, kind: JobKind, namespace: str | None) -> list[JobResource]:
+    def list_jobs(
+        self, kind: JobKind, namespace: str | None, *, limit: int, cont: str | None
+    ) -> JobPage:
+        """Jobs in submission order, `limit` at a time; `cont` is the last page's token."""
+        after = pages.seq_after(cont)
         with self.lock:
-            jobs = sorted(self.jobs.values(), key=lambda j: j.seq)
-            return [
-                j.resource() for j in jobs
-                if j.kind == kind and (namespace is None or j.namespace == namespace)
-            ]
+            jobs = heapq.nsmallest(limit + 1, (
+                j for j in self.jobs.values()
+                if j.seq > after and j.kind == kind
+                and (namespace is None or j.namespace == namespace)
+            ), key=lambda j: j.seq)
+            items = [j.resource() for j in jobs[:limit]]
+        more = len(jobs) > limit
+        return JobPage(items=items, next=pages.token_after(jobs[limit - 1].seq) if more else None)
 
     def get_job(self, kind: JobKind, namespace: str, name: str) -> JobResource:
         with self.lock:

@@ -46,7 +46,7 @@ def first_error(errors: list[Any], *, prefix: str = "") -> tuple[str, str]:
         return prefix.rstrip(".") or "body", "the request is invalid"
     err = errors[0]
     field = prefix + _loc(err.get("loc", ()))
-    message = str(err.get("msg", "invalid value"))
+    message = str(err.get("msg", "invalid value")).removeprefix("Value error, ")
     return field or "body", f"{field}: {message}" if field else message
 
 
@@ -58,15 +58,20 @@ def error_response(status: int, error: str, field: str | None, message: str) -> 
 
 
 def _allowed_methods(request: Request) -> str:
-    """Every method some route serves on this path (Starlette names only the first route's)."""
-    from starlette.routing import Match, Route
+    """Every method some operation serves on this path (Starlette names only one route's).
 
+    Read from the app's own OpenAPI paths, so it is exactly what the document says.
+    """
+    import re
+
+    path = request.url.path
     methods: set[str] = set()
-    for route in request.app.router.routes:
-        if isinstance(route, Route) and route.methods:
-            match, _ = route.matches({**request.scope, "method": "GET"})
-            if match != Match.NONE:
-                methods |= route.methods
+    for template, operations in request.app.openapi().get("paths", {}).items():
+        pattern = re.sub(r"\\\{[^}]+\\\}", "[^/]+", re.escape(template))
+        if re.fullmatch(pattern, path):
+            methods |= {m.upper() for m in operations if m != "parameters"}
+    if "GET" in methods:
+        methods.add("HEAD")
     return ", ".join(sorted(methods))
 
 
@@ -82,7 +87,12 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _validation(_request: Request, exc: RequestValidationError) -> JSONResponse:
-        field, message = first_error(list(exc.errors()))
+        errors = list(exc.errors())
+        if errors and errors[0].get("type") == "json_invalid":
+            detail = (errors[0].get("ctx") or {}).get("error", "")
+            return error_response(400, "BadRequest", "body",
+                                  f"the request body is not valid JSON: {detail}".rstrip(": "))
+        field, message = first_error(errors)
         return error_response(422, "ValidationError", field, message)
 
     @app.exception_handler(ValidationError)

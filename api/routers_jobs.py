@@ -6,21 +6,29 @@ import annotations` here: the body annotation is the closure's model class, whic
 FastAPI must see as a class, not as a string to resolve in module globals.)
 """
 
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, status
 from starlette.concurrency import run_in_threadpool
 from ultraplane.api.auth import require_access
-from ultraplane.api.backends import PLURALS
-from ultraplane.api.deps import BackendDep, NamePath, NamespacePath
+from ultraplane.api.backends import PLURALS, Backend
+from ultraplane.api.deps import NAME_PATTERN, BackendDep, NamePath, NamespacePath
 from ultraplane.api.errors import ErrorBody
 from ultraplane.api.schemas import (
+    LIST_LIMIT_DEFAULT,
+    LIST_LIMIT_MAX,
     InferenceJobCreate,
     JobKind,
     JobList,
     JobResource,
+    ListMeta,
     TrainingJobCreate,
 )
+
+LimitQuery = Annotated[int, Query(ge=1, le=LIST_LIMIT_MAX, description="Items per page.")]
+ContinueQuery = Annotated[str | None, Query(
+    alias="continue", max_length=1024,
+    description="`metadata.continue` of the previous page: the next page.")]
 
 ERRORS: dict[int | str, dict[str, Any]] = {
     401: {"model": ErrorBody}, 403: {"model": ErrorBody}, 404: {"model": ErrorBody},
@@ -34,18 +42,24 @@ def job_router(kind: JobKind, create_model: type[TrainingJobCreate] | type[Infer
     def may(verb: str) -> list[Any]:
         return [Depends(require_access(verb, plural))]
 
+    async def page(backend: Backend, namespace: str | None, limit: int, cont: str | None) -> JobList:
+        got = await run_in_threadpool(backend.list_jobs, kind, namespace, limit=limit, cont=cont)
+        return JobList(items=got.items, metadata=ListMeta(continue_=got.next))
+
     @router.get(f"/{plural}", response_model=JobList, dependencies=may("list"),
-                summary=f"List {kind}s in all namespaces")
+                summary=f"List {kind}s in all namespaces, a page at a time")
     async def list_all(
-        backend: BackendDep,
-        namespace: str | None = Query(default=None, max_length=63, description="Only this namespace."),
+        backend: BackendDep, limit: LimitQuery = LIST_LIMIT_DEFAULT, cont: ContinueQuery = None,
+        namespace: str | None = Query(default=None, min_length=1, max_length=63,
+                                      pattern=NAME_PATTERN, description="Only this namespace."),
     ) -> JobList:
-        return JobList(items=await run_in_threadpool(backend.list_jobs, kind, namespace))
+        return await page(backend, namespace, limit, cont)
 
     @router.get(f"/namespaces/{{namespace}}/{plural}", response_model=JobList, dependencies=may("list"),
-                summary=f"List {kind}s in a namespace")
-    async def list_in(namespace: NamespacePath, backend: BackendDep) -> JobList:
-        return JobList(items=await run_in_threadpool(backend.list_jobs, kind, namespace))
+                summary=f"List {kind}s in a namespace, a page at a time")
+    async def list_in(namespace: NamespacePath, backend: BackendDep,
+                      limit: LimitQuery = LIST_LIMIT_DEFAULT, cont: ContinueQuery = None) -> JobList:
+        return await page(backend, namespace, limit, cont)
 
     @router.get(f"/namespaces/{{namespace}}/{plural}/{{name}}", response_model=JobResource,
                 dependencies=may("get"), summary=f"Get one {kind} with its status")

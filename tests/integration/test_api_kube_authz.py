@@ -86,7 +86,7 @@ def test_the_api_never_does_what_kubectl_would_refuse(
     # A job that exists (made by the admin): the intruder can neither read nor delete it.
     kube_env.kubectl("apply", "-n", victim, "-f", "-", input=json.dumps({
         "apiVersion": "ultraplane.dev/v1alpha1", "kind": "TrainingJob",
-        "metadata": {"name": "precious"}, "spec": {"chips": 4}}))
+        "metadata": {"name": "precious"}, "spec": {"chips": 4, "work": {"durationSeconds": 60}}}))
     for method, path in (("DELETE", f"{base}/precious"), ("GET", f"{base}/precious"),
                          ("GET", base), ("GET", "/v1/trainingjobs"),
                          ("GET", f"/v1/accounting/jobs?namespace={victim}")):
