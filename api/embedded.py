@@ -40,9 +40,9 @@ from ultraplane.api.schemas import (
 from ultraplane.api.settings import Settings
 from ultraplane.simulator.runtime import JobRuntime
 
+from ultraplane.admissions import Admissions
 from ultraplane.allocator import Allocator
 from ultraplane.ids import ChipId, JobKey
-from ultraplane.scheduling import Scheduler
 
 log = logging.getLogger("ultraplane.api.embedded")
 
@@ -61,7 +61,8 @@ class EmbeddedBackend:
         self.lock = threading.RLock()
         self.topology, preset = build_topology(settings)
         self.allocator = Allocator(self.topology)
-        self.scheduler = Scheduler(self.allocator)
+        self.admissions = Admissions(self.allocator)
+        self.scheduler = self.admissions.scheduler
         self.reserved: dict[str, JobKey] = {}  # UltraServer -> job held back for (last cycle)
         self.reservation: tuple[tuple[str, ...], int] | None = None  # (UltraServers, priority)
         self.runtime = JobRuntime(self.topology, clock=clock, time_scale=settings.time_scale)

@@ -15,9 +15,8 @@ from ultraplane.api.accounting import day_of, split_by_day
 from ultraplane.api.jobstates import JobState, rfc3339
 from ultraplane.api.models import AccountingCreate
 
-from ultraplane.allocator import AllocationConflict, NoFit, Placement
-from ultraplane.ids import ChipId, JobKey
-from ultraplane.scheduling import QueuedJob
+from ultraplane.admissions import Admitted, Failed, Pending, Requeued
+from ultraplane.ids import ChipId
 
 if TYPE_CHECKING:
     from ultraplane.api.embedded import EmbeddedBackend
@@ -50,13 +49,8 @@ class JobRunner:
 
     # -- intake ----------------------------------------------------------------------------
     def submit(self, job: JobState) -> None:
-        for key, request in zip(job.sched_keys, job.requests, strict=True):
-            if key in job.held:
-                continue
-            self.b.scheduler.submit(
-                QueuedJob(key=key, request=request, priority=job.priority, seq=job.seq,
-                          preemptible=job.preemptible)
-            )
+        if not job.held:
+            self.b.admissions.submit(job.queued)
 
     def recover(self, now: float) -> None:
         """After a restart: re-adopt chips from the store, resume from checkpoints, requeue the rest."""
@@ -66,23 +60,19 @@ class JobRunner:
         for job in sorted(self.b.jobs.values(), key=lambda j: j.seq):
             if job.finished:
                 continue
-            restored: list[JobKey] = []
-            try:
-                for key, request in zip(job.sched_keys, job.requests, strict=True):
-                    if key in job.held:
-                        self.b.scheduler.restore(
-                            key, [ChipId(c) for c in job.held[key]], job.priority,
-                            request=request, seq=job.seq, preemptible=job.preemptible,
-                        )
-                        restored.append(key)
-            except (AllocationConflict, ValueError) as exc:
-                log.warning("cannot re-adopt %s (%s); requeueing it", job.key, exc)
-                for key in restored:
-                    self.b.scheduler.cancel(key)
-                job.held.clear()
-            if job.held and len(job.held) == len(job.sched_keys):
-                self._start(job, now, restarted=True)
-            elif job.running:
+            if job.held:
+                chips = [[ChipId(c) for c in job.held.get(k, ())] for k in job.sched_keys]
+                outcome = self.b.admissions.readopt(job.queued, chips)
+                if isinstance(outcome, Requeued):
+                    log.warning("cannot re-adopt %s (%s); requeueing it", job.key,
+                                outcome.message)
+                    job.held.clear()
+                    self._set(job, phase="Pending", reason="AllocationLost",
+                              message=outcome.message, allocation=None)
+                else:
+                    self._start(job, now, restarted=True)
+                continue
+            if job.running:
                 self._set(job, phase="Pending", reason="Restarted")
             self.submit(job)
 
@@ -92,25 +82,30 @@ class JobRunner:
             job = self._by_sched_key(event.key)
             if job is not None and job.running:
                 self._on_event(job, event, now)
-        result = self.b.scheduler.cycle()
-        self.b.reserved = result.held_for()
-        holder = None if result.reserved is None else self._by_sched_key(result.reserved[0])
+        decisions = self.b.admissions.cycle()
+        self.b.reserved = decisions.held_for()
+        holder = None if decisions.reservation is None else self._by_sched_key(
+            decisions.reservation.key)
         self.b.reservation = None if holder is None else (
             tuple(self.b.reserved), holder.priority)
-        for victim, by in result.preempted:
-            job = self._by_sched_key(victim)
+        for victim in decisions.preempted:
+            job = self._by_sched_key(victim.key)
             if job is not None:
-                self._preempted(job, victim, by, now)
-        for key, placement in result.admitted:
-            job = self._by_sched_key(key)
+                self._preempted(job, victim.by, now)
+        for failed in decisions.failed:
+            job = self._by_sched_key(failed.key)
             if job is not None:
-                self._admitted(job, key, placement, now)
+                self._failed(job, failed)
+        for admitted in decisions.admitted:
+            job = self._by_sched_key(admitted.key)
+            if job is not None:
+                self._admitted(job, admitted, now)
             else:  # an orphan (deleted meanwhile): give the chips back
-                self.b.scheduler.cancel(key)
-        for key, nofit, position in result.pending:
-            job = self._by_sched_key(key)
+                self.b.admissions.withdraw(admitted.key)
+        for waiting in decisions.pending:
+            job = self._by_sched_key(waiting.key)
             if job is not None:
-                self._pending(job, key, nofit, position)
+                self._pending(job, waiting)
         for job in self.b.jobs.values():
             if job.running:
                 self._sample(job, now)
@@ -141,41 +136,36 @@ class JobRunner:
                   restarts=int(job.status.get("restarts", 0)) + 1)
         self.submit(job)
 
-    def _preempted(self, job: JobState, victim: str, by: str, now: float) -> None:
+    def _preempted(self, job: JobState, by: str, now: float) -> None:
+        """The Scheduler requeued the whole job (every replica); stop it and say who."""
         if job.running:
             self._sample(job, now)
             self._close_attempt(job, self.b.runtime.stop(job.key))
-        job.held.pop(victim, None)
-        for other in list(job.held):  # a gang (or all replicas) restarts together
-            self.b.scheduler.requeue(JobKey(other))
-            job.held.pop(other, None)
+        job.held.clear()
         by_job = self._by_sched_key(by)
         by_name = f"{by_job.namespace}/{by_job.name}" if by_job else by
         self._set(job, phase="Preempted", reason="Preempted", allocation=None,
                   message=f"preempted by {by_name}",
                   preemptions=int(job.status.get("preemptions", 0)) + 1)
 
-    def _admitted(self, job: JobState, key: str, placement: Placement, now: float) -> None:
-        job.held[key] = list(placement.chip_ids)
+    def _admitted(self, job: JobState, admitted: Admitted, now: float) -> None:
+        """Every gang of the job placed at once (all replicas of an InferenceJob)."""
+        for key, placement in zip(job.sched_keys, admitted.placements, strict=True):
+            job.held[key] = list(placement.chip_ids)
         if job.kind == "TrainingJob":
+            placement = admitted.placements[0]
             allocation: dict[str, Any] = {
                 "ultraServers": list(placement.ultraservers), "servers": list(placement.servers),
                 "chips": list(placement.chip_ids), "level": str(placement.level),
                 "score": float(placement.score),
             }
         else:
-            allocation = dict(job.status.get("allocation") or {"replicas": []})
-            index = int(key.rsplit("#", 1)[1])
-            replicas = [r for r in allocation.get("replicas", []) if r.get("index") != index]
-            replicas.append({"index": index, "ultraServers": list(placement.ultraservers),
-                             "servers": list(placement.servers), "chips": list(placement.chip_ids)})
-            allocation["replicas"] = sorted(replicas, key=lambda r: r["index"])
+            allocation = {"replicas": [
+                {"index": i, "ultraServers": list(p.ultraservers), "servers": list(p.servers),
+                 "chips": list(p.chip_ids)} for i, p in enumerate(admitted.placements)]}
         self._set(job, allocation=allocation, admittedTime=rfc3339(now), queuePosition=None,
                   attempt=int(job.status.get("attempt", 0)) + 1)
-        if len(job.held) == len(job.sched_keys):
-            self._start(job, now)
-        else:
-            self._set(job, phase="Admitted", reason="WaitingForReplicas")
+        self._start(job, now)
 
     def _start(self, job: JobState, now: float, *, restarted: bool = False) -> None:
         chips = [c for key in job.sched_keys for c in job.held[key]]
@@ -193,21 +183,23 @@ class JobRunner:
         self._set(job, phase="Running", reason="Restarted" if restarted else "Running",
                   message=None, startTime=job.status.get("startTime") or rfc3339(now))
 
-    def _pending(self, job: JobState, key: str, nofit: NoFit, position: int) -> None:
-        if nofit.kind == "Unsatisfiable":
-            self.b.scheduler.cancel(JobKey(key))
-            self._release(job)
-            job.finished_s = None
-            self._set(job, phase="Failed", reason="Unsatisfiable", message=nofit.message,
-                      queuePosition=None)
-            return
+    def _failed(self, job: JobState, failed: Failed) -> None:
+        """The driver took it out of the queue (Unsatisfiable: it can never fit the fleet)."""
+        job.held.clear()
+        job.finished_s = None
+        self._set(job, phase="Failed", reason=failed.reason, message=failed.message,
+                  queuePosition=None)
+
+    def _pending(self, job: JobState, waiting: Pending) -> None:
+        position = waiting.position
         if job.phase == "Preempted":  # keep who preempted it; only the queue position moves
             if job.status.get("queuePosition") != position:
                 self._set(job, queuePosition=position)
             return
-        if job.status.get("queuePosition") != position or job.status.get("message") != nofit.message:
-            self._set(job, phase="Pending", queuePosition=position, reason=str(nofit.kind),
-                      message=nofit.message)
+        if (job.status.get("queuePosition") != position
+                or job.status.get("message") != waiting.message):
+            self._set(job, phase="Pending", queuePosition=position, reason=waiting.reason,
+                      message=waiting.message)
 
     # -- usage -----------------------------------------------------------------------------
     def _sample(self, job: JobState, now: float) -> None:
@@ -251,8 +243,7 @@ class JobRunner:
         job.last_sample_s = None
 
     def _release(self, job: JobState) -> None:
-        for key in job.sched_keys:
-            self.b.scheduler.cancel(key)
+        self.b.admissions.withdraw(job.key)
         job.held.clear()
 
     def remove(self, job: JobState, now: float) -> None:

@@ -18,6 +18,7 @@ from ultraplane.api.schemas import JobKind, JobResource, ObjectMeta
 from ultraplane.allocator import PlacementRequest
 from ultraplane.ids import JobKey, job_key
 from ultraplane.resources import InferenceJobSpec, TrainingJobSpec
+from ultraplane.scheduling import QueuedJob
 
 FINISHED = frozenset({"Succeeded", "Failed"})
 
@@ -59,11 +60,16 @@ class JobState:
     def requests(self) -> list[PlacementRequest]:
         return requests_of(self.spec)  # the spec never changes after creation
 
+    @cached_property
+    def queued(self) -> QueuedJob:
+        """The job's queue entry: one gang, or (InferenceJob) one per replica, admitted whole."""
+        return QueuedJob(self.key, self.requests[0], self.priority, self.seq, self.preemptible,
+                         None if self.kind == "TrainingJob" else len(self.requests))
+
     @property
     def sched_keys(self) -> list[JobKey]:
-        if self.kind == "TrainingJob":
-            return [self.key]
-        return [JobKey(f"{self.key}#{i}") for i in range(len(self.requests))]
+        """The allocator keys holding its chips (`<key>#i` per replica of an InferenceJob)."""
+        return list(self.queued.parts())
 
     @property
     def chips(self) -> int:

@@ -12,14 +12,29 @@ to show what the Kubernetes round trips cost.
 Phase 2: twice what a 32-UltraServer fleet holds, in 3 priority classes; a finisher plays the
 simulator (Succeeded after ~1 s). Shows the queue draining in priority order: mean admission
 time per class.
-Ends with ONE JSON line of figures (phase 1).
+Phase 3 (queue depth): 5,000 jobs waiting that cannot fit; a new job that fits now is
+created and timed to Admitted (the complaint about Kueue: minutes on deep queues), and the head
+of the queue is deleted to time how soon the next job's written queue position follows.
+Restart: the operator of phase 1 is killed -9 and started again on the same objects; start-up is
+from the process start to its first admission cycle (list, rebuild, decide, write).
+
+Writes per admission come from the API server's own `apiserver_request_total` (every POST, PUT,
+PATCH and DELETE during phase 1, creates included, divided by the jobs admitted).
+
+`--fleet-chips 1000000`: the same measurements on a fleet of that many chips (6,945 Gen2
+UltraServers in EFA blocks of 32) with 20,000 jobs of up to 576 chips, about a fifth of them
+waiting; phases 2 and 3 are skipped.
+
+Ends with ONE JSON line of figures.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
+import re
 import statistics
 import sys
 import tempfile
@@ -47,27 +62,72 @@ SIZES = (1, 2, 4, 8, 16, 36, 72, 144)
 WEIGHTS = (0.30, 0.25, 0.20, 0.12, 0.08, 0.03, 0.015, 0.005)
 
 
-def sizes_that_fit(n: int, chips: int, rng: random.Random, fill: float) -> list[int]:
-    out = rng.choices(SIZES, WEIGHTS, k=n)
+BIG_SIZES = (1, 4, 16, 36, 72, 144, 288, 576)
+BIG_WEIGHTS = (0.10, 0.15, 0.20, 0.20, 0.15, 0.15, 0.04, 0.01)
+US_PER_BLOCK = 32
+
+
+def sizes_that_fit(n: int, chips: int, rng: random.Random, fill: float,
+                   sizes: tuple[int, ...] = SIZES,
+                   weights: tuple[float, ...] = WEIGHTS) -> list[int]:
+    out = rng.choices(sizes, weights, k=n)
     while sum(out) > chips * fill:  # shrink the largest until the set fits
         i = max(range(n), key=out.__getitem__)
-        out[i] = SIZES[max(0, SIZES.index(out[i]) - 1)]
+        out[i] = sizes[max(0, sizes.index(out[i]) - 1)]
     return out
 
 
 def spec(size: int) -> dict[str, Any]:
-    return {"topology": {"requiredLevel": "ultraserver"}} if size >= 36 else {}
+    # up to one UltraServer: inside its NeuronSwitch domain; larger: the nearest EFA block
+    return {"topology": {"requiredLevel": "ultraserver"}} if 36 <= size <= 144 else {}
 
 
 def baseline(sizes: list[int], ultraservers: int) -> float:
     sched = Scheduler(Allocator(build_fleet("trn3-gen2", ultraservers)))
     for i, size in enumerate(sizes):
-        level = "ultraserver" if size >= 36 else None
+        level = "ultraserver" if 36 <= size <= 144 else None
         sched.submit(QueuedJob(JobKey(f"j{i}"), PlacementRequest(size, required_level=level),
                                0, i))
     t0 = time.perf_counter()
     admitted = len(sched.cycle().admitted)
     return admitted / (time.perf_counter() - t0)
+
+
+WRITE_VERBS = ("POST", "PUT", "PATCH", "DELETE", "APPLY")
+_REQUESTS = re.compile(r'^apiserver_request_total\{(?P<labels>[^}]*)\} (?P<value>\S+)$', re.M)
+
+
+def write_counts(env: KubeEnv) -> dict[str, float]:
+    """Mutating requests the API server has answered so far, by resource[/subresource]."""
+    text = env.kubectl("get", "--raw", "/metrics").stdout
+    out: dict[str, float] = {}
+    for m in _REQUESTS.finditer(text):
+        labels = dict(re.findall(r'(\w+)="([^"]*)"', m["labels"]))
+        if labels.get("verb") in WRITE_VERBS:
+            what = labels.get("resource", "") + (f"/{labels['subresource']}"
+                                                 if labels.get("subresource") else "")
+            out[what] = out.get(what, 0.0) + float(m["value"])
+    return out
+
+
+def delta(after: dict[str, float], before: dict[str, float]) -> dict[str, int]:
+    return {k: int(v - before.get(k, 0.0)) for k, v in after.items() if v > before.get(k, 0.0)}
+
+
+def process_rss_mb(name: str) -> float:
+    """Resident memory of the first process whose command line starts with `name`."""
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            argv0 = (proc / "cmdline").read_bytes().split(b"\0")[0].decode()
+            if Path(argv0).name == name:
+                for line in (proc / "status").read_text().splitlines():
+                    if line.startswith("VmRSS:"):
+                        return int(line.split()[1]) / 1024
+        except OSError:
+            continue
+    return 0.0
 
 
 class Watcher(threading.Thread):
@@ -140,48 +200,159 @@ def rss_mb(pid: int) -> float:
 def run_fleet(env: KubeEnv, ns: str, count: int, logdir: Path) -> Harness:
     env.kubectl("create", "namespace", ns)
     h = Harness(env, ns, logdir)
+
+    def one(i: int) -> None:
+        block = i // US_PER_BLOCK
+        h.ultraserver(f"{ns}-{i:04d}", network=[f"block-{block:03d}", f"spine-{block // 16}"])
+
     with ThreadPoolExecutor(16) as pool:
-        list(pool.map(lambda i: h.ultraserver(f"{ns}-{i:04d}"), range(count)))
-    h.start(*(["--verbose"] if VERBOSE else []), *(["--no-events"] if NO_EVENTS else []),
-            *(["--concurrency", str(CONCURRENCY)] if CONCURRENCY else []))
-    time.sleep(3)
+        list(pool.map(one, range(count)))
+    start_operator(h)
     return h
 
 
-def phase1(env: KubeEnv, logdir: Path, n_us: int, n_jobs: int) -> dict[str, Any]:
+def start_operator(h: Harness) -> float:
+    """Starts the operator; returns the seconds from its start to its first admission cycle."""
+    t0 = time.monotonic()
+    h.start(*(["--verbose"] if VERBOSE else []), *(["--no-events"] if NO_EVENTS else []),
+            *(["--concurrency", str(CONCURRENCY)] if CONCURRENCY else []))
+    while time.monotonic() - t0 < 600:
+        if "first admission cycle" in h.log_tail(400):
+            return time.monotonic() - t0
+        if h.proc is not None and h.proc.poll() is not None:
+            raise RuntimeError(f"the operator exited:\n{h.log_tail()}")
+        time.sleep(0.1)
+    raise RuntimeError(f"no admission cycle 600 s after start:\n{h.log_tail()}")
+
+
+_CYCLES = re.compile(r"admission cycles: (\d+) in \d+s; decide p50 ([\d.]+)s p99 ([\d.]+)s; "
+                     r"with writes p50 ([\d.]+)s p99 ([\d.]+)s")
+
+
+def cycle_figures(h: Harness) -> dict[str, float]:
+    """The worst periodic cycle summary the operator has logged so far (decide, and whole)."""
+    path = h.logdir / f"operator-{h.ns}-{h.starts}.log"
+    rows = [tuple(float(x) for x in m.groups()) for m in
+            _CYCLES.finditer(path.read_text(errors="replace"))]
+    if not rows:
+        return {}
+    return {"cycles": sum(r[0] for r in rows), "decide_p50_s": max(r[1] for r in rows),
+            "decide_p99_s": max(r[2] for r in rows), "cycle_p50_s": max(r[3] for r in rows),
+            "cycle_p99_s": max(r[4] for r in rows)}
+
+
+def phase1(env: KubeEnv, logdir: Path, n_us: int, n_jobs: int, *,
+           big: bool = False) -> dict[str, Any]:
     rng = random.Random(SEED)
-    sizes = sizes_that_fit(n_jobs, n_us * 144, rng, 0.92)
+    if big:  # more than the fleet holds: most run, the rest wait
+        sizes = sizes_that_fit(n_jobs, n_us * 144, rng, 1.25, BIG_SIZES, BIG_WEIGHTS)
+    else:
+        sizes = sizes_that_fit(n_jobs, n_us * 144, rng, 0.92)
     base = baseline(sizes, n_us)
     ceiling = create_ceiling(env, logdir, sizes)
     h = run_fleet(env, "bench1", n_us, logdir)
     watcher = Watcher(h)
     watcher.start()
+    before = write_counts(env)
     t0 = time.monotonic()
     created = create_all(h, [(f"j{i:05d}", s, 0) for i, s in enumerate(sizes)])
     t_created = time.monotonic() - t0
-    deadline = time.monotonic() + 600
+    deadline = time.monotonic() + 900
     while len(watcher.admitted) < n_jobs and time.monotonic() < deadline:
         time.sleep(0.5)
         if time.monotonic() - max(watcher.admitted.values(), default=t0) > 30:
-            break  # nothing new for 30 s: the rest do not fit (fragmentation)
-    watcher.stop.set()
-    lat = sorted(watcher.admitted[n] - created[n] for n in watcher.admitted if n in created)
+            break  # nothing new for 30 s: the rest wait for chips (or do not fit)
     last = max(watcher.admitted.values())
+    time.sleep(6.0)  # one UltraServer status interval: those writes belong to these admissions
+    writes = delta(write_counts(env), before)
+    lat = sorted(watcher.admitted[n] - created[n] for n in watcher.admitted if n in created)
     rate = len(lat) / (last - t0)
+    total_writes = sum(writes.values())
+    churn = churn_cycles(h, watcher, seconds=40 if big else 20)
+    watcher.stop.set()
+    h.kill9()
+    startup = start_operator(h)
+    time.sleep(2.0)
     rss = rss_mb(h.proc.pid) if h.proc else 0.0
+    api_rss = process_rss_mb("kube-apiserver")
+    etcd_rss = process_rss_mb("etcd")
     h.stop()
-    print(f"phase 1: {n_us} UltraServers, {n_jobs} jobs ({sum(sizes)} chips) created in "
-          f"{t_created:.1f}s; {len(lat)} admitted in {last - t0:.1f}s")
+    p99 = lat[int(0.99 * (len(lat) - 1))]
+    print(f"phase 1: {n_us} UltraServers ({n_us * 144} chips), {n_jobs} jobs ({sum(sizes)} chips)"
+          f" created in {t_created:.1f}s; {len(lat)} admitted in {last - t0:.1f}s")
     print(f"  operator: {rate:.0f} admissions/s, p50 {statistics.median(lat):.2f}s, "
-          f"p99 {lat[int(0.99 * (len(lat) - 1))]:.2f}s, peak RSS {rss:.0f} MB")
+          f"p99 {p99:.2f}s")
+    print(f"  API server writes during the phase: {total_writes} = "
+          f"{total_writes / len(lat):.3f} per admission; by resource: {writes}")
     print(f"  baseline (pure Scheduler, same jobs, no API server): {base:.0f} admissions/s; "
           f"operator/baseline = {rate / base:.3f}")
     print(f"  ceiling (the same creates, no operator running): {ceiling:.0f} creates/s; "
           f"operator admissions/ceiling = {rate / ceiling:.2f}")
+    print(f"  churn (jobs finishing, waiting jobs admitted): {churn}")
+    print(f"  restart (kill -9, then list + rebuild + first cycle): {startup:.1f}s; operator "
+          f"peak RSS {rss:.0f} MB; kube-apiserver RSS {api_rss:.0f} MB, etcd {etcd_rss:.0f} MB")
     return {"jobs": len(lat), "admissions_per_s": round(rate, 1),
-            "p50_s": round(statistics.median(lat), 3),
-            "p99_s": round(lat[int(0.99 * (len(lat) - 1))], 3), "rss_mb": round(rss, 1),
-            "baseline_admissions_per_s": round(base, 1), "create_only_per_s": round(ceiling, 1)}
+            "p50_s": round(statistics.median(lat), 3), "p99_s": round(p99, 3),
+            "writes_per_admission": round(total_writes / len(lat), 3),
+            "create_only_per_s": round(ceiling, 1),
+            "admissions_vs_create_only": round(rate / ceiling, 3),
+            "fleet_chips": n_us * 144, "startup_s": round(startup, 2),
+            "cycle_p99_s": churn.get("cycle_p99_s"), "decide_p99_s": churn.get("decide_p99_s"),
+            "rss_mb": round(rss, 1), "apiserver_rss_mb": round(api_rss, 1),
+            "etcd_rss_mb": round(etcd_rss, 1), "baseline_admissions_per_s": round(base, 1)}
+
+
+def churn_cycles(h: Harness, watcher: Watcher, seconds: float) -> dict[str, float]:
+    """Finish admitted jobs at a steady pace (as the simulator would) so waiting jobs are
+    admitted, and read the operator's own cycle summaries over that time."""
+    names = sorted(watcher.admitted)
+    random.Random(SEED + 2).shuffle(names)
+    t0 = time.monotonic()
+    finished = 0
+    while time.monotonic() - t0 < seconds and finished < len(names):
+        h.set_status(names[finished], {"phase": "Succeeded"})
+        finished += 1
+        time.sleep(0.05)
+    time.sleep(6.0)  # the summary interval (ULTRAPLANE_CYCLE_STATS_SECONDS=5)
+    return {"finished": finished, **cycle_figures(h)}
+
+
+def phase3(env: KubeEnv, logdir: Path, waiting: int) -> dict[str, Any]:
+    """Fairness at depth: `waiting` whole-UltraServer jobs wait; small jobs that fit now must
+    not wait behind them, and queue positions follow a change within seconds."""
+    ns = "bench3"
+    h = run_fleet(env, ns, 4, logdir)
+    for i in range(4):  # every UltraServer but 4 chips busy
+        h.job(f"hold{i}", 140, 100, topology={"requiredLevel": "ultraserver"})
+    for i in range(4):
+        h.phase(f"hold{i}", "Admitted", timeout=60)
+    create_all(h, [(f"w{i:05d}", 144, 0) for i in range(waiting)])
+
+    def positioned(name: str, want: int | None = None) -> bool:
+        pos = (h.get(name).get("status") or {}).get("queuePosition")
+        return pos is not None and (want is None or pos == want)
+
+    h.wait("positions written", lambda: positioned(f"w{waiting - 1:05d}"), timeout=300)
+    probes = []
+    for i in range(10):
+        t0 = time.monotonic()
+        h.job(f"probe{i}", 2, 0)
+        h.phase(f"probe{i}", "Admitted", timeout=60)
+        probes.append(time.monotonic() - t0)
+    first = min((j for j in h.jobs() if (j.get("status") or {}).get("queuePosition") == 1),
+                key=lambda j: j["metadata"]["name"])["metadata"]["name"]
+    second = next(j["metadata"]["name"] for j in h.jobs()
+                  if (j.get("status") or {}).get("queuePosition") == 2)
+    t0 = time.monotonic()
+    h.delete(first)
+    h.wait("the next job at the head", lambda: positioned(second, 1), timeout=60)
+    moved_s = time.monotonic() - t0
+    h.stop()
+    print(f"phase 3: {waiting} jobs waiting; a 2-chip job that fits now admitted in "
+          f"median {statistics.median(probes):.2f}s, max {max(probes):.2f}s; queue position "
+          f"rewritten {moved_s:.2f}s after the head left")
+    return {"depth_waiting": waiting, "depth_admit_p50_s": round(statistics.median(probes), 3),
+            "depth_admit_max_s": round(max(probes), 3), "position_update_s": round(moved_s, 2)}
 
 
 def create_ceiling(env: KubeEnv, logdir: Path, sizes: list[int]) -> float:
@@ -245,24 +416,46 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="32 UltraServers, 500 jobs")
     parser.add_argument("--concurrency", type=int, default=0,
                         help="the operator's --concurrency (status writes in flight; default its own)")
-    parser.add_argument("--phase1-only", action="store_true", help="skip the priority drain phase")
+    parser.add_argument("--phase1-only", action="store_true", help="skip phases 2 and 3")
+    parser.add_argument("--fleet-chips", type=int, default=0,
+                        help="fleet size in chips (Gen2 UltraServers of 144), e.g. 1000000 with "
+                             "20,000 jobs; skips phases 2 and 3")
     args = parser.parse_args()
     global CONCURRENCY
     CONCURRENCY = args.concurrency
-    n_us, n_jobs = (32, 500) if args.quick else (256, 5000)
+    os.environ["ULTRAPLANE_CYCLE_STATS_SECONDS"] = "5"
+    big = args.fleet_chips > 0
+    if big:
+        n_us, n_jobs = -(-args.fleet_chips // 144), 20_000
+    else:
+        n_us, n_jobs = (32, 500) if args.quick else (256, 5000)
     workdir = Path(tempfile.mkdtemp(prefix="ultraplane-bench-"))
     env = KubeEnv(bin_dir=find_binaries(), workdir=workdir)
     env.start()
     try:
         env.apply_crds()
-        figures = phase1(env, workdir, n_us, n_jobs)
-        if not args.phase1_only:
+        figures = phase1(env, workdir, n_us, n_jobs, big=big)
+        if not (args.phase1_only or big):
             phase2(env, workdir, 8 if args.quick else 32)
+            figures.update(phase3(env, workdir, 500 if args.quick else 5000))
     finally:
         env.stop()
         print(f"logs in {workdir}")
-    print(f"targets: >= 100 admissions/s ({'met' if figures['admissions_per_s'] >= 100 else 'MISSED'}),"
-          f" p99 <= 2 s ({'met' if figures['p99_s'] <= 2 else 'MISSED'})")
+
+    def verdict(ok: bool) -> str:
+        return "met" if ok else "MISSED"
+
+    print(f"targets: >= 100 admissions/s ({verdict(figures['admissions_per_s'] >= 100)}), "
+          f"p99 <= 2 s ({verdict(figures['p99_s'] <= 2)}), "
+          f"writes/admission <= 2.0 ({verdict(figures['writes_per_admission'] <= 2.0)})")
+    if big:
+        print(f"fleet targets: start-up <= 60 s ({verdict(figures['startup_s'] <= 60)}), "
+              f"cycle p99 <= 1 s ({verdict((figures['cycle_p99_s'] or 99) <= 1)}), "
+              f"operator RSS <= 1536 MB ({verdict(figures['rss_mb'] <= 1536)})")
+    elif "depth_admit_max_s" in figures:
+        print(f"depth targets: a job that fits admitted <= 2 s with {figures['depth_waiting']} "
+              f"waiting ({verdict(figures['depth_admit_max_s'] <= 2)}), position written <= 5 s "
+              f"({verdict(figures['position_update_s'] <= 5)})")
     print(json.dumps(figures))
 
 

@@ -14,10 +14,11 @@ not persisted is simply redone after a restart.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -32,9 +33,9 @@ from ultraplane.operator.requests import (
     view_job,
 )
 
-from ultraplane.allocator import Allocator, NoFit, Placement
+from ultraplane.admissions import Admissions, Pending
+from ultraplane.allocator import Allocator, Placement
 from ultraplane.ids import JobKey, kind_of_job_key
-from ultraplane.scheduling import Scheduler
 from ultraplane.topology import Topology
 
 log = logging.getLogger("ultraplane.operator")
@@ -69,6 +70,35 @@ class Transition:
     position: int | None = None
 
 
+@dataclass
+class CycleStats:
+    """Cycle durations, logged at INFO once per `every` seconds: the scheduling decision alone
+    and the whole cycle with its writes (what an operator at fleet scale watches)."""
+
+    every: float = 30.0
+    decide: list[float] = field(default_factory=list)
+    total: list[float] = field(default_factory=list)
+    since: float | None = None
+
+    def add(self, decide: float, total: float, now: float) -> None:
+        if self.since is None:
+            self.since = now
+            log.info("first admission cycle: decided in %.3fs, written in %.3fs", decide, total)
+        self.decide.append(decide)
+        self.total.append(total)
+        if now - self.since >= self.every:
+            log.info("admission cycles: %d in %.0fs; decide p50 %.4fs p99 %.4fs; with writes "
+                     "p50 %.4fs p99 %.4fs", len(self.total), now - self.since,
+                     quantile(self.decide, 0.5), quantile(self.decide, 0.99),
+                     quantile(self.total, 0.5), quantile(self.total, 0.99))
+            self.decide, self.total, self.since = [], [], now
+
+
+def quantile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else 0.0
+
+
 def moved(old: int | None, new: int) -> bool:
     """Whether a written queue position is worth rewriting: exact near the head of the queue,
     within 10% further back (a queue of thousands would otherwise rewrite every job per cycle)."""
@@ -86,7 +116,8 @@ class Controller(Observations):
                  namespaces: list[str] | None = None, fleet: str | None = None,
                  concurrency: int = 16, reservation: bool = True,
                  batch_seconds: float = 0.05, position_seconds: float = 2.0,
-                 us_seconds: float = 1.0) -> None:
+                 us_seconds: float = 5.0, resync_seconds: float = 300.0,
+                 stats_seconds: float = 30.0) -> None:
         self.kube = kube
         self.clock = clock
         self.emit = emit
@@ -97,10 +128,11 @@ class Controller(Observations):
         self.position_seconds = position_seconds
         self.inventory = Inventory()
         self.allocator = Allocator(Topology(()))
-        self.scheduler = Scheduler(self.allocator, reservation=reservation)
+        self.admissions = Admissions(self.allocator, reservation=reservation)
+        self.scheduler = self.admissions.scheduler
         self.bodies: dict[JobKey, dict[str, Any]] = {}
         self.outbox: dict[JobKey, Transition] = {}
-        self.finalizers: dict[JobKey, bool] = {}
+        self.unfinalize: set[JobKey] = set()  # deleting jobs still carrying our old finalizer
         self.ghosts: set[str] = set()
         self.written_positions: dict[JobKey, tuple[str, int | None]] = {}
         self.written_us: dict[str, dict[str, Any]] = {}
@@ -111,9 +143,12 @@ class Controller(Observations):
         self.leader = True
         self.wake = asyncio.Event()
         self.cycles = 0
+        self.cycle_stats = CycleStats(every=stats_seconds)
         self._last_positions = 0.0
         self._last_us = 0.0
         self.us_seconds = us_seconds
+        self.resync_seconds = resync_seconds
+        self._last_resync = 0.0
         self._pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="kube")
         self._limit = asyncio.Semaphore(concurrency)
 
@@ -140,46 +175,69 @@ class Controller(Observations):
 
     # -- the loop ----------------------------------------------------------------------
     async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._last_resync = loop.time()
         while True:
-            await self.wake.wait()
+            with contextlib.suppress(TimeoutError):  # no event for a while: resync anyway
+                await asyncio.wait_for(self.wake.wait(), timeout=self.resync_seconds)
             self.wake.clear()
             await asyncio.sleep(self.batch_seconds)
             if not (self.ready and self.leader):
                 continue
             try:
+                if loop.time() - self._last_resync >= self.resync_seconds:
+                    self._last_resync = loop.time()
+                    await self.resync()
                 await self.run_cycle()
             except Exception:  # one bad cycle must not stop admission for good
                 log.exception("admission cycle failed; retrying")
                 await asyncio.sleep(1.0)
                 self.wake.set()
 
+    async def resync(self) -> None:
+        """Forget jobs deleted while their DELETED event was missed (a watch gap).
+
+        Jobs carry no finalizer of ours, so a deletion is seen on the watch or here: a job known
+        before the list started and absent from it (or present with another uid) is gone. A job
+        first seen during the list is left alone, since the list may predate it."""
+        known = {key: body["metadata"].get("uid") for key, body in self.bodies.items()}
+        listed = await self._call(self.kube.list_jobs, self.namespaces)
+        present = {view_job(b).key: b["metadata"].get("uid") for b in listed}
+        gone = [k for k, uid in known.items()
+                if present.get(k) != uid and (self.bodies.get(k) or {}).get(
+                    "metadata", {}).get("uid") == uid]
+        for key in gone:
+            self.forget(key)
+        if gone:
+            log.info("resync: %d deleted job(s) released their chips", len(gone))
+
     async def run_cycle(self) -> None:
         self.cycles += 1
         started = asyncio.get_running_loop().time()
-        result = self.scheduler.cycle()
-        self.reserved = result.held_for()
-        for victim, by in result.preempted:
-            self.outbox[victim] = Transition(
-                "preempt", "Preempted", f"Preempted by higher-priority job {by}; requeued.")
+        decisions = self.admissions.cycle()
+        decided = asyncio.get_running_loop().time()
+        self.reserved = decisions.held_for()
+        for victim in decisions.preempted:
+            self.outbox[victim.key] = Transition(
+                "preempt", "Preempted",
+                f"Preempted by higher-priority job {victim.by}; requeued.")
+        for failed in decisions.failed:
+            self.outbox[failed.key] = Transition("fail", failed.reason, failed.message)
         now = asyncio.get_running_loop().time()
         refresh = now - self._last_positions >= self.position_seconds
         if refresh:
             self._last_positions = now
         stale = False
-        for key, nofit, position in result.pending:
-            stale |= self._pending(key, nofit, position, refresh)
+        for waiting in decisions.pending:
+            stale |= self._pending(waiting, refresh)
         if stale:  # positions moved; write them once the refresh interval has passed
             asyncio.get_running_loop().call_later(self.position_seconds, self.wake.set)
-        admissions = {key: Transition("admit", "Admitted", placements=(placement,))
-                      for key, placement in result.admitted}
-        admissions.update({key: Transition("admit", "Admitted", placements=placements)
-                           for key, placements in result.admitted_replicas})
+        admissions = {a.key: Transition("admit", "Admitted", placements=a.placements)
+                      for a in decisions.admitted}
         self._collect_ghosts()
-        # Evictions first (an admission may take a victim's chips); a job's own finalizer is
-        # chained with its admission below, so one slow batch of finalizers never holds back
-        # every admission of the cycle.
-        await self.flush(keep=admissions.keys())
-        ok = await self._gather(admissions, finalize=True)
+        # Evictions first: an admission may take a victim's chips.
+        await self.flush()
+        ok = await self._gather(admissions)
         for key, done in ok.items():
             if not done and self.scheduler.is_running(key):
                 self.scheduler.requeue(key)
@@ -192,34 +250,31 @@ class Controller(Observations):
         else:  # coalesce UltraServer writes: at most one round per interval
             loop.call_later(self.us_seconds, self.wake.set)
         log.debug("cycle %d: %d admitted, %d preempted, %d pending in %.3fs", self.cycles,
-                  len(admissions), len(result.preempted), len(result.pending),
+                  len(admissions), len(decisions.preempted), len(decisions.pending),
                   loop.time() - started)
+        self.cycle_stats.add(decided - started, loop.time() - started, loop.time())
 
-    def _pending(self, key: JobKey, nofit: NoFit, position: int, refresh: bool) -> bool:
+    def _pending(self, waiting: Pending, refresh: bool) -> bool:
         """Queue a Pending write if needed; True when a position is left stale for now."""
-        if nofit.kind == "Unsatisfiable" and len(self.inventory) > 0:
-            self.scheduler.cancel(key)
-            self.outbox[key] = Transition("fail", "Unsatisfiable", nofit.message)
-            return False
+        key, position = waiting.key, waiting.position
         if key in self.outbox:  # an eviction to write first; its Pending write comes next cycle
             return True
         last = self.written_positions.get(key)
-        if last is None or last[0] != nofit.kind or (refresh and moved(last[1], position)):
-            self.outbox[key] = Transition("pending", nofit.kind, nofit.message, position=position)
+        if last is None or last[0] != waiting.reason or (refresh and moved(last[1], position)):
+            self.outbox[key] = Transition("pending", waiting.reason, waiting.message,
+                                          position=position)
             return False
         return moved(last[1], position)
 
-    async def flush(self, keep: Iterable[JobKey] = ()) -> None:
-        """Write evictions and finalizer changes (everything that must precede admissions);
-        the finalizers to add for the jobs in `keep` stay queued for their admission write."""
+    async def flush(self) -> None:
+        """Write evictions (everything that must precede admissions), and let the deletion of
+        jobs that still carry an earlier version's finalizer finish."""
         batch = {k: t for k, t in self.outbox.items() if t.kind != "pending"}
         for key in batch:
             del self.outbox[key]
-        held = {k: True for k in keep if self.finalizers.get(k) is True}
-        finalizers = {k: p for k, p in self.finalizers.items() if k not in held}
-        self.finalizers = held
+        unfinalize, self.unfinalize = self.unfinalize, set()
         _, results = await asyncio.gather(
-            asyncio.gather(*(self._finalizer(k, p) for k, p in finalizers.items())),
+            asyncio.gather(*(self._unfinalize(k) for k in unfinalize)),
             self._gather(batch))
         for key, done in results.items():
             # Retry evictions that did not land; never retry onto a job that has gone.
@@ -234,17 +289,10 @@ class Controller(Observations):
         self.outbox.update({k: t for k, t in batch.items() if t.kind != "pending"})
         await self._gather(pending)
 
-    async def _gather(self, batch: Mapping[JobKey, Transition], *,
-                      finalize: bool = False) -> dict[JobKey, bool]:
+    async def _gather(self, batch: Mapping[JobKey, Transition]) -> dict[JobKey, bool]:
         keys = list(batch)
-        write = self._finalize_then_write if finalize else self._write
-        done = await asyncio.gather(*(write(k, batch[k]) for k in keys))
+        done = await asyncio.gather(*(self._write(k, batch[k]) for k in keys))
         return dict(zip(keys, done, strict=True))
-
-    async def _finalize_then_write(self, key: JobKey, change: Transition) -> bool:
-        if self.finalizers.pop(key, None) is True:
-            await self._finalizer(key, True)
-        return await self._write(key, change)
 
     # -- writes ------------------------------------------------------------------------
     async def _call(self, fn: Callable[..., Any], *args: Any) -> Any:
@@ -313,35 +361,30 @@ class Controller(Observations):
         return statuses.preempted(current, change.reason, change.message, now,
                                   restart=change.kind == "restart")
 
-    async def _finalizer(self, key: JobKey, present: bool) -> None:
-        body = self.bodies.get(key) if present else self.removing.get(key)
+    async def _unfinalize(self, key: JobKey) -> None:
+        body = self.removing.get(key)
         if body is None:
             return
         meta = body["metadata"]
         plural = plural_of_key(key)
         try:
-            new = await self._call(self.kube.set_finalizer, plural, meta["namespace"],
-                                   meta["name"], list(meta.get("finalizers") or []), present,
-                                   meta.get("resourceVersion", ""))
+            await self._call(self.kube.set_finalizer, plural, meta["namespace"], meta["name"],
+                             list(meta.get("finalizers") or []), False,
+                             meta.get("resourceVersion", ""))
         except Gone:
             self.removing.pop(key, None)
             return
-        except Exception as exc:  # a conflict: the next event for the object retries it
-            log.debug("finalizer update for %s deferred: %s", key, exc)
+        except Exception as exc:  # a conflict: retry on the fresh body
+            log.debug("finalizer removal for %s deferred: %s", key, exc)
             self.wake.set()
-            self.finalizers.setdefault(key, present)
-            if not present:
-                try:
-                    fresh = await self._call(self.kube.get_job, plural, meta["namespace"],
-                                             meta["name"])
-                    self.removing[key] = fresh
-                except Gone:
-                    self.removing.pop(key, None)
+            self.unfinalize.add(key)
+            try:
+                self.removing[key] = await self._call(self.kube.get_job, plural,
+                                                      meta["namespace"], meta["name"])
+            except Gone:
+                self.removing.pop(key, None)
             return
-        if present:
-            self.remember(key, new)
-        else:
-            self.removing.pop(key, None)
+        self.removing.pop(key, None)
 
     async def flush_ultraservers(self) -> None:
         """Write allocated/free for every UltraServer whose figures changed (every replica of

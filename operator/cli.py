@@ -24,6 +24,11 @@ import click
 @click.option("--concurrency", type=click.IntRange(1, 256), default=64, show_default=True,
               help="Status writes in flight at once.")
 @click.option("--no-events", is_flag=True, help="Do not post Kubernetes Events.")
+@click.option("--event-qps", type=click.FloatRange(0, 10_000), default=None,
+              help="Events posted per second at most, after a burst; 0 = no limit. "
+              "Status holds every transition; Events beyond the budget are dropped. [default: 5]")
+@click.option("--event-burst", type=click.IntRange(1, 100_000), default=None,
+              help="Events posted at once before --event-qps applies. [default: 50]")
 @click.option("--no-reservation", is_flag=True,
               help="Plain best-effort FIFO: the first waiting gang of whole UltraServers does "
                    "not reserve the UltraServers it waits for (see docs/operator.md).")
@@ -37,7 +42,8 @@ import click
 @click.option("--verbose", "-v", is_flag=True, help="Debug logging.")
 def operator(namespaces: tuple[str, ...], all_namespaces: bool, lease: str | None,
              standalone: bool, lease_namespace: str, fleet: str | None, liveness: str | None, concurrency: int,
-             no_events: bool, no_reservation: bool, ultraservers_from_nodes: bool, ultraserver_label: str | None,
+             no_events: bool, event_qps: float | None, event_burst: int | None,
+             no_reservation: bool, ultraservers_from_nodes: bool, ultraserver_label: str | None,
              server_index_label: str | None, verbose: bool) -> None:
     """Run the Kubernetes operator (kopf): admission queue, gang placement, preemption."""
     if namespaces and all_namespaces:
@@ -53,6 +59,10 @@ def operator(namespaces: tuple[str, ...], all_namespaces: bool, lease: str | Non
     handlers.CONFIG.fleet = fleet
     handlers.CONFIG.concurrency = concurrency
     handlers.CONFIG.events = not no_events
+    if event_qps is not None:  # or ULTRAPLANE_EVENT_QPS / ULTRAPLANE_EVENT_BURST
+        handlers.CONFIG.event_qps = event_qps
+    if event_burst is not None:
+        handlers.CONFIG.event_burst = event_burst
     if no_reservation:  # or ULTRAPLANE_RESERVATION=0
         handlers.CONFIG.reservation = False
     if ultraservers_from_nodes:  # or ULTRAPLANE_ULTRASERVERS_FROM_NODES=1, read at import

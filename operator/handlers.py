@@ -15,6 +15,7 @@ import contextvars
 import logging
 import os
 import socket
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -22,6 +23,7 @@ from typing import Any
 
 import kopf
 from ultraplane.operator.admission import Controller
+from ultraplane.operator.budgets import TokenBucket
 from ultraplane.operator.discovery import NodeDiscovery
 from ultraplane.operator.kube import KubeClient
 from ultraplane.operator.leases import LeaseElector
@@ -45,6 +47,9 @@ class Config:
     lease_namespace: str = os.environ.get("POD_NAMESPACE", "default")
     concurrency: int = int(os.environ.get("ULTRAPLANE_WRITE_CONCURRENCY", "64"))
     events: bool = os.environ.get("ULTRAPLANE_EVENTS", "1") != "0"
+    event_qps: float = float(os.environ.get("ULTRAPLANE_EVENT_QPS", "5"))
+    event_burst: int = int(os.environ.get("ULTRAPLANE_EVENT_BURST", "50"))
+    stats_seconds: float = float(os.environ.get("ULTRAPLANE_CYCLE_STATS_SECONDS", "30"))
     reservation: bool = os.environ.get("ULTRAPLANE_RESERVATION", "1") != "0"
     ultraservers_from_nodes: bool = os.environ.get("ULTRAPLANE_ULTRASERVERS_FROM_NODES") == "1"
     ultraserver_label: str = (os.environ.get("ULTRAPLANE_ULTRASERVER_LABEL")
@@ -64,11 +69,18 @@ def utcnow() -> datetime:
 # handler call captures that context so the admission loop can post through the same queue.
 _POSTING: list[contextvars.Context] = []
 _EARLY: list[tuple[dict[str, Any], str, str, str]] = []
+_BUDGET: list[TokenBucket] = []
+
+
+def _budget() -> TokenBucket:
+    if not _BUDGET:
+        _BUDGET.append(TokenBucket(CONFIG.event_qps, CONFIG.event_burst, time.monotonic))
+    return _BUDGET[0]
 
 
 def post_event(body: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
     """A Kubernetes Event on the job (kopf batches and posts them in the background)."""
-    if not CONFIG.events:
+    if not CONFIG.events or not _budget().take():
         return
     if not _POSTING:  # before the first watch event: keep it until the poster is reachable
         if len(_EARLY) < 10_000:
@@ -85,8 +97,9 @@ def _capture_posting() -> None:
     if not _POSTING:
         _POSTING.append(contextvars.copy_context())
         early, _EARLY[:] = list(_EARLY), []
-        for args in early:
-            post_event(*args)
+        for body, type_, reason, message in early:  # already paid for by the budget
+            _POSTING[0].run(kopf.event, body, type=type_, reason=reason,  # type: ignore[arg-type]
+                            message=message[:1000])
 
 
 @kopf.on.startup()
@@ -97,7 +110,8 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     kube = KubeClient(pool_size=CONFIG.concurrency)
     controller = Controller(kube, clock=utcnow, emit=post_event,
                             namespaces=CONFIG.namespaces or None, fleet=CONFIG.fleet,
-                            concurrency=CONFIG.concurrency, reservation=CONFIG.reservation)
+                            concurrency=CONFIG.concurrency, reservation=CONFIG.reservation,
+                            stats_seconds=CONFIG.stats_seconds)
     memo["controller"] = controller
     tasks = [asyncio.create_task(controller.run(), name="ultraplane-admission")]
     discovery: NodeDiscovery | None = None
@@ -115,7 +129,8 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
         async def gain() -> None:
             fresh = Controller(kube, clock=utcnow, emit=post_event,
                                namespaces=CONFIG.namespaces or None, fleet=CONFIG.fleet,
-                               concurrency=CONFIG.concurrency, reservation=CONFIG.reservation)
+                               concurrency=CONFIG.concurrency, reservation=CONFIG.reservation,
+                               stats_seconds=CONFIG.stats_seconds)
             controller.__dict__.update({k: v for k, v in fresh.__dict__.items()
                                         if k not in ("wake", "_limit", "_pool")})
             controller.leader = True

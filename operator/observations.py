@@ -24,11 +24,11 @@ from ultraplane.operator.requests import (
     FLEET_LABEL,
     HOLDING_PHASES,
     TERMINAL_PHASES,
-    JobView,
     view_job,
 )
 
-from ultraplane.allocator import AllocationConflict, Allocator, Placement
+from ultraplane.admissions import Admissions, Admitted, Requeued
+from ultraplane.allocator import AllocationConflict, Allocator
 from ultraplane.ids import ChipId, JobKey, kind_of_job_key
 from ultraplane.scheduling import Scheduler
 
@@ -51,9 +51,10 @@ class Observations:
     inventory: Inventory
     allocator: Allocator
     scheduler: Scheduler
+    admissions: Admissions
     bodies: dict[JobKey, dict[str, Any]]
     outbox: dict[JobKey, Transition]
-    finalizers: dict[JobKey, bool]
+    unfinalize: set[JobKey]
     ghosts: set[str]
     written_positions: dict[JobKey, tuple[str, int | None]]
     buffered: dict[JobKey, tuple[dict[str, Any], bool]]
@@ -103,47 +104,38 @@ class Observations:
         self.bodies[key] = dict(body)
         if view.deleting:
             self.forget(key)
-            if view.has_finalizer:
+            if view.has_finalizer:  # left by an earlier version: let the deletion finish
                 self.removing[key] = dict(body)
-                self.finalizers[key] = False
+                self.unfinalize.add(key)
             return
-        if not view.has_finalizer:
-            self.finalizers[key] = True
         if view.phase in TERMINAL_PHASES:
             self.scheduler.cancel(key)
             self.outbox.pop(key, None)
             return
-        if self.scheduler.is_running(key) or self.scheduler.is_queued(key):
+        if self.scheduler.is_running(key):
             return
         from ultraplane.operator.admission import Transition
 
         if view.queued is None:
+            self.scheduler.cancel(key)
             self.outbox[key] = Transition("fail", "InvalidSpec", view.error or "invalid spec")
             return
-        if view.phase in HOLDING_PHASES and view.chips:
-            try:
-                self._restore(view)
-                return
-            except (AllocationConflict, ValueError, KeyError) as exc:
-                log.warning("cannot re-adopt %s's chips (%s); requeueing it", key, exc)
-                self.outbox[key] = Transition("restart", "AllocationLost", str(exc))
-        self.scheduler.submit(view.queued)
-
-    def _restore(self, view: JobView) -> None:
-        """Re-adopt the chips in a job's status (all replicas of an InferenceJob, or none)."""
-        q = view.queued
-        assert q is not None
-        if q.replicas is None:
-            self.scheduler.restore(view.key, view.chips, q.priority, request=q.request,
-                                   seq=q.seq, preemptible=q.preemptible)
+        if self.scheduler.is_queued(key):
+            # A waiting job's spec may have been edited (priority, size): the newest counts.
+            self.admissions.submit(view.queued)
             return
-        if len(view.replica_chips) != q.replicas or not all(view.replica_chips):
-            raise ValueError(f"status.allocation lists {len(view.replica_chips)} replica(s) "
-                             f"for {q.replicas} in the spec")
-        self.scheduler.restore_replicas(q, view.replica_chips)
+        if view.phase in HOLDING_PHASES and view.chips:
+            chips = view.replica_chips if view.queued.replicas is not None else (view.chips,)
+            outcome = self.admissions.readopt(view.queued, chips)
+            if isinstance(outcome, Requeued):
+                log.warning("cannot re-adopt %s's chips (%s); requeueing it", key,
+                            outcome.message)
+                self.outbox[key] = Transition("restart", "AllocationLost", outcome.message)
+            return
+        self.admissions.submit(view.queued)
 
     def _owner(self, part: JobKey) -> JobKey:
-        return self.scheduler.owner(part) or part
+        return self.admissions.owner(part)
 
     # -- UltraServers ------------------------------------------------------------------
     def observe_ultraserver(self, body: Mapping[str, Any], *, deleted: bool = False,
@@ -227,31 +219,15 @@ class Observations:
             self._evict(job, "fail", "ChipFailed", message)
             return
         if policy == "ReplaceAffected":
-            problem = self._replace(job, parts)
-            if problem is None:
+            replaced = self.admissions.replace(job, parts)
+            if isinstance(replaced, Admitted):
                 from ultraplane.operator.admission import Transition
 
-                placements = self.scheduler.placements(job)
-                self.outbox[job] = Transition("replace", "ChipReplaced", message, placements)
+                self.outbox[job] = Transition("replace", "ChipReplaced", message,
+                                              replaced.placements)
                 return
-            message += f" No replacement: {problem}"
+            message += f" No replacement: {replaced}"
         self._evict(job, "restart", "ChipFailed", message)
-
-    def _replace(self, job: JobKey, parts: Mapping[JobKey, list[ChipId]]) -> str | None:
-        """Swap the lost chips of each affected part; a replica whose chips cannot be swapped
-        in place is placed afresh. Returns why not, when some part cannot be placed."""
-        queued = self.scheduler.running().get(job)
-        for part, chips in parts.items():
-            placed = self.allocator.replace(part, chips)
-            if isinstance(placed, Placement):
-                continue
-            if queued is None or queued.replicas is None:
-                return placed.message
-            self.allocator.release(part)  # a replica is its own gang: place it anew
-            fresh = self.allocator.allocate(part, queued.request)
-            if not isinstance(fresh, Placement):
-                return f"{placed.message}; {fresh.message}"
-        return None
 
     def _evict(self, job: JobKey, kind: str, reason: str, message: str) -> None:
         from ultraplane.operator.admission import Transition

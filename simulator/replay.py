@@ -33,9 +33,10 @@ from ultraplane.simulator.models import (
 from ultraplane.simulator.records import JobRecord, ReplayResult, Series
 from ultraplane.simulator.traces import TraceJob
 
+from ultraplane.admissions import Admissions, Admitted
 from ultraplane.allocator import Allocator, NoFit, Placement, PlacementRequest
 from ultraplane.ids import JobKey
-from ultraplane.scheduling import QueuedJob, Scheduler
+from ultraplane.scheduling import QueuedJob
 
 POLICIES = ("ultraplane", "first-fit")
 FAILURE_POLICIES = ("RestartAll", "ReplaceAffected", "Fail")
@@ -93,8 +94,9 @@ class Replay:
         self.cfg, self.a = config, config.assumptions
         self.shape = FleetShape.of(topology)
         self.allocator = Allocator(topology, policy=config.policy)  # type: ignore[arg-type]
-        self.scheduler = Scheduler(self.allocator, preemption=True,
-                                   reservation=config.reservation)
+        self.admissions = Admissions(self.allocator, preemption=True,
+                                     reservation=config.reservation)
+        self.scheduler = self.admissions.scheduler
         self.engine = Engine(seed=config.seed, start=min((j.submit_s for j in jobs), default=0.0))
         self.ledger = Ledger(self.shape, start=self.engine.now)
         self.faults = FaultSource(config.faults, self.shape, self.engine, self.allocator)
@@ -221,7 +223,7 @@ class Replay:
         return self._verdicts[shape]
 
     def _wait(self, job: QueuedJob) -> None:
-        self.scheduler.submit(job)
+        self.admissions.submit(job)
         self._waiting[job.key] = job.request.chips
         if job.request.chips >= self._whole_chips:
             self._whole[job.key] = job.seq
@@ -245,22 +247,20 @@ class Replay:
                     self.backlog.add(head)  # an older one is waiting there already
                 else:
                     self._wait(head)
-        result = self.scheduler.cycle()
-        for victim, _by in result.preempted:
-            run = self.runs[victim]
+        decisions = self.admissions.cycle()
+        for victim in decisions.preempted:
+            run = self.runs[victim.key]
             self._stop(run, t, released=True)
-            self._waiting[victim] = run.chips
-        for key, placement in result.admitted:
-            self._unwait(key)
-            self._start(self.runs[key], placement, t)
-        for key, nofit, _pos in result.pending:
-            if nofit.kind == "Unsatisfiable":
-                run = self.runs[key]
-                self.scheduler.cancel(key)
-                self._unwait(key)
-                run.record.status = "rejected"
-                run.record.reason = nofit.message
-                self._done()
+            self._waiting[victim.key] = run.chips
+        for failed in decisions.failed:
+            run = self.runs[failed.key]
+            self._unwait(failed.key)
+            run.record.status = "rejected"
+            run.record.reason = failed.message
+            self._done()
+        for admitted in decisions.admitted:
+            self._unwait(admitted.key)
+            self._start(self.runs[admitted.key], admitted.placements[0], t)
 
     def _start(self, run: _Run, placement: Placement, t: float) -> None:
         job, a = run.job, self.a
@@ -331,7 +331,7 @@ class Replay:
         self._account(run, t)
         assert run.placement is not None
         self.result.placements.append((run.job.job_id, t, "end", run.placement.chip_ids))
-        self.scheduler.cancel(JobKey(run.job.job_id))
+        self.admissions.withdraw(JobKey(run.job.job_id))
         run.record.end_s, run.record.status = t, "completed"
         self._done()
 
@@ -340,17 +340,17 @@ class Replay:
         policy = self.cfg.failure_policy
         self._stop(run, t, released=True)
         if policy == "Fail":
-            self.scheduler.cancel(key)
+            self.admissions.withdraw(key)
             run.record.end_s, run.record.status = t, "failed"
             run.record.reason = f"chip {lost[0]} failed and the failure policy is Fail"
             self._done()
             return
         if policy == "ReplaceAffected":
-            placed = self.allocator.replace(key, lost)
-            if isinstance(placed, Placement):
-                self._start(run, placed, t)
+            placed = self.admissions.replace(key, {key: lost})
+            if isinstance(placed, Admitted):
+                self._start(run, placed.placements[0], t)
                 return
-        again = self.scheduler.requeue(key)  # keeps its FIFO rank inside the Scheduler
+        again = self.admissions.requeue(key)  # keeps its FIFO rank inside the Scheduler
         self._waiting[key] = run.chips
         if again is not None and run.chips >= self._whole_chips:
             self._whole[key] = again.seq

@@ -1,0 +1,178 @@
+"""One scenario, three adapters: the operator, the embedded REST backend and the trace replay
+must make the same decisions, because all three only execute what `ultraplane.admissions`
+decides.
+
+Fleet (both scenarios), two Trn3 Gen2 UltraServers of 144 chips in one network block:
+
+    block-000
+    +-- gen2-0000 [144 chips]
+    +-- gen2-0001 [144 chips]
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ultraplane.api.embedded import EmbeddedBackend
+from ultraplane.api.schemas import JobKind
+from ultraplane.api.settings import Settings
+from ultraplane.api.store import make_engine, migrate
+from ultraplane.simulator.replay import Replay, ReplayConfig
+from ultraplane.simulator.traces import TraceJob
+
+from tests.unit.operator_fakes import FakeKube, controller, settle
+from ultraplane.resources import InferenceJobSpec, TrainingJobSpec
+from ultraplane.topology import build_fleet
+
+# A decision as an adapter shows it: ("running", chips) | ("waiting", ()) | ("failed", ()).
+Outcome = tuple[str, tuple[str, ...]]
+
+
+@dataclass(frozen=True)
+class Job:
+    name: str
+    chips: int
+    priority: int = 0
+    replicas: int | None = None  # an InferenceJob of `replicas` x `chips`
+    level: str = "ultraserver"
+
+
+# Wave 1: a and b share one UltraServer, c takes the other, huge can never fit the fleet's 288 chips
+# (Unsatisfiable).
+# Wave 2: urgent (priority 5) needs a whole UltraServer: one domain's jobs are preempted.
+TRAINING_WAVES = (
+    (Job("a", 72), Job("b", 72), Job("c", 144), Job("huge", 500, level="cluster")),
+    (Job("urgent", 144, priority=5),),
+)
+# Wave 1: t takes one UltraServer, serve (2 x 36) half the other. Wave 2: wide (3 x 36) would
+# fit two replicas in the 72 chips left, not three, so it must hold nothing at all.
+REPLICA_WAVES = (
+    (Job("t", 144), Job("serve", 36, replicas=2)),
+    (Job("wide", 36, replicas=3),),
+)
+
+
+def _training_spec(job: Job) -> dict[str, Any]:
+    return {"chips": job.chips, "priority": job.priority,
+            "topology": {"requiredLevel": job.level}, "work": {"durationSeconds": 10**6}}
+
+
+def _inference_spec(job: Job) -> dict[str, Any]:
+    return {"replicas": job.replicas, "chipsPerReplica": job.chips, "priority": job.priority,
+            "topology": {"requiredLevel": "ultraserver"},
+            "model": {"name": "llama-3-70b", "parametersBillions": 70},
+            "load": {"requestsPerSecond": 10}, "durationSeconds": 10**6}
+
+
+def via_operator(waves: tuple[tuple[Job, ...], ...]) -> dict[str, Outcome]:
+    async def scenario() -> dict[str, Outcome]:
+        kube = FakeKube()
+        c = controller(kube, servers=2)
+        await c.sync()
+        for wave in waves:
+            for job in wave:
+                if job.replicas is None:
+                    kube._add("trainingjobs", job.name, _training_spec(job), {})
+                    body = kube.get_job("trainingjobs", "ns", job.name)
+                else:
+                    kube._add("inferencejobs", job.name, _inference_spec(job), {})
+                    body = kube.get_job("inferencejobs", "ns", job.name)
+                c.observe_job(body)
+            await settle(c, 1)
+        await settle(c, 2)  # the victims' Pending writes follow a cycle later
+        outcomes: dict[str, Outcome] = {}
+        for objs in kube.objects.values():
+            for name, obj in objs.items():
+                status = obj["status"]
+                alloc = status.get("allocation") or {}
+                chips = alloc.get("chips") or [c for r in alloc.get("replicas") or []
+                                               for c in r["chips"]]
+                outcomes[name] = _outcome(status.get("phase", ""), chips)
+        return outcomes
+
+    return asyncio.run(scenario())
+
+
+def via_embedded(waves: tuple[tuple[Job, ...], ...], tmp_path: Path) -> dict[str, Outcome]:
+    engine = make_engine(f"sqlite:///{tmp_path / 'agree.db'}")
+    migrate(engine)
+    now = [1_767_225_600.0]
+    backend = EmbeddedBackend(
+        Settings(db=str(engine.url), fleet="trn3-gen2:2", demo=False, tick_seconds=3600.0),
+        engine, clock=lambda: now[0])
+    backend.start(background=False)
+    try:
+        for wave in waves:
+            for job in wave:
+                kind: JobKind = "TrainingJob" if job.replicas is None else "InferenceJob"
+                spec = (TrainingJobSpec.model_validate(_training_spec(job))
+                        if job.replicas is None
+                        else InferenceJobSpec.model_validate(_inference_spec(job)))
+                backend.create_job(kind, "ns", job.name, spec, {})
+            now[0] += 1
+            backend.tick()
+        outcomes: dict[str, Outcome] = {}
+        for state in backend.jobs.values():
+            chips = [c for key in state.sched_keys for c in state.held.get(key, ())]
+            outcomes[state.name] = _outcome(state.phase, chips)
+        return outcomes
+    finally:
+        backend.stop()
+        engine.dispose()
+
+
+def via_replay(waves: tuple[tuple[Job, ...], ...]) -> dict[str, Outcome]:
+    """Wave i arrives at t = 100 * i; the decisions are those in force just after the last."""
+    trace = [TraceJob(job.name, 100.0 * i, 10.0**6, job.chips, priority=job.priority,
+                      topology=job.level, line=n)
+             for i, wave in enumerate(waves) for n, job in enumerate(wave)]
+    replay = Replay(build_fleet("trn3-gen2", 2), trace, ReplayConfig())
+    result = replay.run()
+    last = 100.0 * (len(waves) - 1)
+    held: dict[str, tuple[str, ...]] = {}
+    for job_id, t, what, chips in result.placements:
+        if t > last:
+            break
+        if what == "start":
+            held[job_id] = tuple(chips)
+        else:
+            held.pop(job_id, None)
+    outcomes: dict[str, Outcome] = {}
+    for record in result.records:
+        if record.status == "rejected":
+            outcomes[record.job_id] = ("failed", ())
+        else:
+            outcomes[record.job_id] = ("running", tuple(sorted(held[record.job_id])))\
+                if record.job_id in held else ("waiting", ())
+    return outcomes
+
+
+def _outcome(phase: str, chips: list[str] | tuple[str, ...]) -> Outcome:
+    if phase in ("Admitted", "Running"):
+        return ("running", tuple(sorted(chips)))
+    if phase == "Failed":
+        return ("failed", ())
+    assert not chips, f"a waiting job holds chips: {phase} {chips}"
+    return ("waiting", ())
+
+
+def test_training_decisions_agree_in_all_three_adapters(tmp_path: Path) -> None:
+    operator = via_operator(TRAINING_WAVES)
+    embedded = via_embedded(TRAINING_WAVES, tmp_path)
+    replay = via_replay(TRAINING_WAVES)
+    assert operator == embedded == replay
+    assert operator["urgent"][0] == "running" and operator["huge"] == ("failed", ())
+    waiting = sorted(n for n, (state, _) in operator.items() if state == "waiting")
+    assert waiting in (["c"], ["a", "b"])  # one UltraServer's jobs preempted, nothing else
+
+
+def test_replicas_are_admitted_all_or_nothing_by_operator_and_embedded_api(
+        tmp_path: Path) -> None:
+    operator = via_operator(REPLICA_WAVES)
+    embedded = via_embedded(REPLICA_WAVES, tmp_path)
+    assert operator == embedded
+    assert operator["wide"] == ("waiting", ())  # two of three replicas fit: it holds nothing
+    assert operator["serve"][0] == "running" and len(operator["serve"][1]) == 72

@@ -1,0 +1,245 @@
+"""The scheduling driver: one cycle and everything that follows from it, as typed transitions.
+
+Why a driver on top of `Scheduler`: the operator, the REST API's embedded fleet and the trace
+replay each used to take a `CycleResult` apart themselves (who was preempted, who is admitted,
+what an Unsatisfiable request means, what to do with a job whose persisted chips are gone after
+a restart) and the three copies drifted. Here those consequences are decided once; an adapter
+only persists (operator: job status; embedded API: its store) or executes (replay: its event
+heap) the transitions it is handed, in the order `Decisions` lists them.
+
+The rules, all here:
+- A replicated job (an InferenceJob) is one queue entry admitted whole or not at all; an
+  `Admitted` carries one placement per replica and there is no half-admitted state.
+- A request that can never fit the fleet (`Unsatisfiable`) leaves the queue as `Failed`, unless
+  the fleet is empty (nothing is known yet: it waits).
+- Victims are `Preempted` (requeued by the Scheduler, keeping their FIFO rank) and come first:
+  an admission may reuse their chips, so they must be persisted before it.
+- `Pending` carries the reason and the 1-based queue position among the jobs still waiting.
+- The backfill reservation, if any, is `Decisions.reservation`.
+- After a restart, `readopt` puts a job back on its persisted chips, all replicas or none; when
+  that is impossible the job is queued again and the caller is told why (`Requeued`).
+- A failed chip under a `ReplaceAffected` job: `replace` swaps the lost chips in place, or
+  places the affected gang afresh when it needs whole servers or is one replica of several.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from ultraplane.allocator import AllocationConflict, Allocator, NoFit, Placement
+from ultraplane.ids import ChipId, JobKey
+from ultraplane.scheduling import QueuedJob, Scheduler
+
+__all__ = [
+    "Admissions",
+    "Admitted",
+    "Decisions",
+    "Failed",
+    "Pending",
+    "Preempted",
+    "Readopted",
+    "Requeued",
+    "Reserved",
+    "Transition",
+]
+
+
+@dataclass(frozen=True)
+class Admitted:
+    """`key` holds chips now: one placement, or one per replica in index order."""
+
+    key: JobKey
+    placements: tuple[Placement, ...]
+    replicated: bool = False
+
+    @property
+    def chip_ids(self) -> tuple[ChipId, ...]:
+        return tuple(c for p in self.placements for c in p.chip_ids)
+
+
+@dataclass(frozen=True)
+class Preempted:
+    """`key` lost its chips to `by` and waits again (with its original FIFO rank)."""
+
+    key: JobKey
+    by: JobKey
+
+
+@dataclass(frozen=True)
+class Pending:
+    """`key` waits: `reason` is the NoFit kind (`NoCapacity`), `position` is 1-based."""
+
+    key: JobKey
+    reason: str
+    message: str
+    position: int
+
+
+@dataclass(frozen=True)
+class Failed:
+    """`key` left the queue for good (`reason` `Unsatisfiable`: it can never fit the fleet)."""
+
+    key: JobKey
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Reserved:
+    """The UltraServers held back for the waiting job `key` until it starts."""
+
+    key: JobKey
+    domains: str
+    ultraservers: tuple[str, ...]
+
+
+Transition = Admitted | Preempted | Pending | Failed
+
+
+@dataclass
+class Decisions:
+    """What one cycle decided, each list in queue order; iterate for the persist order
+    (preempted, failed, admitted, pending)."""
+
+    preempted: list[Preempted] = field(default_factory=list)
+    failed: list[Failed] = field(default_factory=list)
+    admitted: list[Admitted] = field(default_factory=list)
+    pending: list[Pending] = field(default_factory=list)
+    reservation: Reserved | None = None
+
+    def __iter__(self) -> Iterator[Transition]:
+        yield from self.preempted
+        yield from self.failed
+        yield from self.admitted
+        yield from self.pending
+
+    def held_for(self) -> dict[str, JobKey]:
+        """UltraServer -> the job it is reserved for (empty without a reservation)."""
+        if self.reservation is None:
+            return {}
+        return dict.fromkeys(self.reservation.ultraservers, self.reservation.key)
+
+
+@dataclass(frozen=True)
+class Readopted:
+    """`key` holds its persisted chips again."""
+
+    key: JobKey
+    placements: tuple[Placement, ...]
+
+
+@dataclass(frozen=True)
+class Requeued:
+    """`key`'s persisted chips could not be re-adopted (`message` says why); it waits again."""
+
+    key: JobKey
+    message: str
+
+
+class Admissions:
+    """Owns a `Scheduler` (and its `Allocator`) and turns its cycles into transitions."""
+
+    def __init__(self, allocator: Allocator, *, preemption: bool = True,
+                 reservation: bool = True) -> None:
+        self.allocator = allocator
+        self.scheduler = Scheduler(allocator, preemption=preemption, reservation=reservation)
+
+    # -- what the adapters observed ----------------------------------------------------
+    def submit(self, job: QueuedJob) -> bool:
+        """Queue `job`, or replace the queued entry of the same key (an edit of a waiting job's
+        spec: priority, size). A job holding chips keeps them: returns False then."""
+        if self.scheduler.is_running(job.key):
+            return False
+        self.scheduler.submit(job)
+        return True
+
+    def withdraw(self, key: JobKey) -> frozenset[ChipId]:
+        """The job finished, failed or was deleted: forget it; returns the chips released."""
+        return self.scheduler.cancel(key)
+
+    def requeue(self, key: JobKey) -> QueuedJob | None:
+        """Release a running job's chips and queue it again with its FIFO rank."""
+        return self.scheduler.requeue(key)
+
+    def readopt(self, job: QueuedJob, chips: Sequence[Sequence[ChipId]]) -> Readopted | Requeued:
+        """Put a job back on the chips its persisted state names (`chips[i]`: the chips of
+        replica `i`; one entry for a single gang), all of them or none. When a chip is unknown,
+        taken, or the replica count does not match, the job is queued instead."""
+        try:
+            if job.replicas is None:
+                if len(chips) != 1:
+                    raise ValueError(f"{len(chips)} allocations for a single gang")
+                self.scheduler.restore(job.key, chips[0], job.priority, request=job.request,
+                                       seq=job.seq, preemptible=job.preemptible)
+            else:
+                if not all(chips):
+                    raise ValueError("a replica has no chips")
+                self.scheduler.restore_replicas(job, chips)
+        except (AllocationConflict, ValueError, KeyError) as exc:
+            self.scheduler.submit(job)
+            return Requeued(job.key, str(exc))
+        return Readopted(job.key, self.scheduler.placements(job.key))
+
+    def replace(self, key: JobKey, lost: Mapping[JobKey, Sequence[ChipId]]) -> Admitted | str:
+        """Replace the failed chips `lost` (allocator key -> chips) of a running job in place.
+
+        A gang keeps its placement with the lost chips swapped, unless it needs whole servers
+        (a swapped chip could land on another job's server) or is one replica of several:
+        then that gang is placed afresh. Returns the job's new placements, or why not (the
+        caller restarts it then)."""
+        job = self.scheduler.running().get(key)
+        if job is None:
+            return f"job {key} holds no chips"
+        for part, chips in lost.items():
+            why = ""
+            if not job.request.whole_servers:
+                swapped = self.allocator.replace(part, chips)
+                if isinstance(swapped, Placement):
+                    continue
+                if job.replicas is None:
+                    return swapped.message
+                why = f"{swapped.message}; "
+            self.allocator.release(part)
+            fresh = self.allocator.allocate(part, job.request)
+            if isinstance(fresh, NoFit):
+                return why + fresh.message
+        return Admitted(key, self.scheduler.placements(key), job.replicas is not None)
+
+    # -- the cycle ---------------------------------------------------------------------
+    def cycle(self) -> Decisions:
+        """Run one scheduling cycle and say what follows from it."""
+        result = self.scheduler.cycle()
+        decisions = Decisions()
+        decisions.preempted = [Preempted(v, by) for v, by in result.preempted]
+        decisions.admitted = [Admitted(k, (p,)) for k, p in result.admitted]
+        decisions.admitted += [Admitted(k, ps, True) for k, ps in result.admitted_replicas]
+        known_fleet = len(self.allocator.topology) > 0
+        position = 0
+        for key, nofit, _ in result.pending:
+            if nofit.kind == "Unsatisfiable" and known_fleet:
+                self.scheduler.cancel(key)
+                decisions.failed.append(Failed(key, nofit.kind, nofit.message))
+                continue
+            position += 1
+            decisions.pending.append(Pending(key, nofit.kind, nofit.message, position))
+        if result.reserved is not None:
+            decisions.reservation = Reserved(*result.reserved)
+        return decisions
+
+    # -- queries -----------------------------------------------------------------------
+    def owner(self, part: JobKey) -> JobKey:
+        """The job an allocator key (a replica key) belongs to."""
+        return self.scheduler.owner(part) or part
+
+    def running(self) -> Mapping[JobKey, QueuedJob]:
+        return self.scheduler.running()
+
+    def is_waiting(self, key: JobKey) -> bool:
+        return self.scheduler.is_queued(key)
+
+    def is_running(self, key: JobKey) -> bool:
+        return self.scheduler.is_running(key)
+
+    def placements(self, key: JobKey) -> tuple[Placement, ...]:
+        return self.scheduler.placements(key)
