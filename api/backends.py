@@ -139,30 +139,17 @@ def requests_of(spec: JobSpec) -> list[PlacementRequest]:
 
 
 def request_of(body: DryRunRequest) -> PlacementRequest:
-    """Validated dry-run body -> core request; bad levels become a 422 naming the field."""
-    from ultraplane.topology import parse_level
+    """Validated dry-run body (levels and profile are enums there) -> core request."""
 
-    for field, value in (("requiredLevel", body.required_level), ("preferredLevel", body.preferred_level)):
-        if value is not None:
-            try:
-                parse_level(value)
-            except ValueError as exc:
-                raise ApiError(422, "ValidationError", f"body.{field}", str(exc)) from exc
-    if body.profile is not None:
-        from ultraplane.profiles import profile_names
+    def plain(value: Any) -> str | None:
+        return None if value is None else str(value.value)
 
-        if body.profile not in profile_names():
-            known = ", ".join(profile_names())
-            raise ApiError(
-                422, "ValidationError", "body.profile",
-                f"unknown profile {body.profile!r}; known profiles: {known}",
-            )
     return PlacementRequest(
         chips=body.chips,
-        required_level=body.required_level,
-        preferred_level=body.preferred_level,
+        required_level=plain(body.required_level),
+        preferred_level=plain(body.preferred_level),
         whole_servers=body.whole_servers,
-        profile=body.profile,
+        profile=plain(body.profile),
     )
 
 

@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
-from ultraplane.resources import InferenceJobSpec, TrainingJobSpec
+from ultraplane.resources import InferenceJobSpec, Level, ProfileName, TrainingJobSpec
 from ultraplane.resources.labels import check_labels, labels_json_schema
 
 JobKind = Literal["TrainingJob", "InferenceJob"]
@@ -135,13 +135,18 @@ class CapacityView(Wire):
 
 
 class DryRunRequest(Wire):
-    chips: int = Field(ge=1, le=1_048_576, description="Chips in the gang.")
-    required_level: str | None = Field(default=None, max_length=32)
-    preferred_level: str | None = Field(default=None, max_length=32)
-    whole_servers: bool = False
-    profile: str | None = Field(default=None, max_length=32)
-    priority: int = Field(default=0, ge=-1_000_000, le=1_000_000)
-    alternatives: int = Field(default=2, ge=0, le=5, description="Other placements to show.")
+    """A gang request. Numbers are JSON integers and flags JSON booleans (no strings)."""
+
+    chips: int = Field(ge=1, le=1_048_576, strict=True, description="Chips in the gang.")
+    required_level: Level | None = Field(
+        default=None, description="Never cross this level; a network level the fleet does "
+                                  "not have is a 422.")
+    preferred_level: Level | None = None
+    whole_servers: bool = Field(default=False, strict=True)
+    profile: ProfileName | None = None
+    priority: int = Field(default=0, ge=-1_000_000, le=1_000_000, strict=True)
+    alternatives: int = Field(default=2, ge=0, le=5, strict=True,
+                              description="Other placements to show.")
 
 
 class PlacementView(Wire):

@@ -239,10 +239,11 @@ def test_bad_input_gets_4xx_naming_the_field(
     assert payload["error"] and payload["message"]
 
 
-def test_malformed_json_is_a_422_not_a_500(fleet: Fleet) -> None:
+def test_malformed_json_is_a_400_not_a_500(fleet: Fleet) -> None:
     r = fleet.client.post(f"/v1/namespaces/{NS}/trainingjobs", content=b"{not json",
                           headers={"content-type": "application/json"})
-    assert r.status_code == 422 and r.json()["error"] == "ValidationError"
+    assert r.status_code == 400 and r.json()["error"] == "BadRequest"
+    assert r.json()["message"].startswith("the request body is not valid JSON")
 
 
 @pytest.mark.parametrize(("policy", "phase"), [("RestartAll", "Running"), ("Fail", "Failed")])

@@ -87,3 +87,30 @@ def test_malformed_json_is_400_and_405_says_allow(client: TestClient) -> None:
     assert r.status_code == 405 and r.headers["Allow"] == "DELETE, GET, HEAD"
     r = client.delete("/v1/capacity")
     assert r.status_code == 405 and r.headers["Allow"] == "GET, HEAD"
+
+
+@pytest.mark.parametrize(("body", "field"), [
+    ({"chips": True}, "body.chips"), ({"chips": "4"}, "body.chips"), ({"chips": 4.5}, "body.chips"),
+    ({"chips": 4, "requiredLevel": "network-99999999999"}, "body.requiredLevel"),
+    ({"chips": 4, "requiredLevel": "network-3"}, "body.requiredLevel"),  # the fleet has 1 layer
+    ({"chips": 4, "preferredLevel": "network-2"}, "body.preferredLevel"),
+    ({"chips": 4, "wholeServers": "yes"}, "body.wholeServers"),
+    ({"chips": 4, "priority": "9"}, "body.priority"),
+])
+def test_dry_runs_take_strict_types_and_known_levels(
+    client: TestClient, body: dict[str, object], field: str
+) -> None:
+    r = client.post("/v1/placements:dryRun", json=body)
+    assert r.status_code == 422 and r.json()["field"] == field, r.text
+    assert client.post("/v1/placements:dryRun",
+                       json={"chips": 4, "requiredLevel": "network-1"}).json()["fits"] is True
+
+
+@pytest.mark.parametrize(("spec", "field"), [
+    ({**SPEC, "chips": True}, "body.spec.chips"), ({**SPEC, "chips": "4"}, "body.spec.chips"),
+    ({**SPEC, "priority": "1"}, "body.spec.priority"),
+    ({**SPEC, "preemptible": "false"}, "body.spec.preemptible"),
+])
+def test_job_specs_take_strict_types(client: TestClient, spec: dict[str, object], field: str) -> None:
+    r = client.post(BASE, json={"metadata": {"name": "j"}, "spec": spec})
+    assert r.status_code == 422 and r.json()["field"] == field, r.text
