@@ -119,8 +119,8 @@ def test_jobs_round_trip_through_the_custom_resources(
     records = _poll_until(
         backend, lambda: [r for r in client.get("/v1/accounting/jobs", params={"namespace": ns}).json()
                           if r["name"] == "llm"], "an accounting row")
-    assert records[0]["chips"] == 4 and records[0]["energy_kwh"] == pytest.approx(1.5)
-    assert records[0]["chip_hours"] > 0  # running since 2026-01-01
+    assert records[0]["chips"] == 4 and records[0]["energyKWh"] == pytest.approx(1.5)
+    assert records[0]["chipHours"] > 0  # running since 2026-01-01
 
     # A dry run sees those chips as taken and would preempt the job at a higher priority.
     dry = client.post("/v1/placements:dryRun",
