@@ -70,6 +70,7 @@ class EmbeddedBackend:
         # (kind, namespace, name) -> uid: requests find a job without a scan of the queue
         self._names: dict[tuple[str, str, str], str] = {}
         self._cycle_due = True  # set by anything that can change the next cycle's decisions
+        self._holders_view: tuple[dict[JobKey, int], dict[str, str]] | None = None
         self.runner = JobRunner(self)
         self.fleet = FleetView(self.topology, self.allocator, preset)
         self._wake = threading.Event()
@@ -149,6 +150,7 @@ class EmbeddedBackend:
         with self.lock:
             now = self.sim_now()
             self.runner.step(now)
+            self._holders_view = None
             if self.demo is not None:
                 self.demo.step(now)
             # Phase changes mark jobs dirty; only then did chips or per-chip power change.
@@ -289,6 +291,7 @@ class EmbeddedBackend:
             job = self._find(kind, namespace, name)
             self.runner.remove(job, self.sim_now())
             self.forget(job)
+            self._holders_view = None
             self.fleet.refresh(self.jobs, self.runtime, self.reserved)
             resource = job.resource()
         self.persist(only=[])
@@ -311,14 +314,19 @@ class EmbeddedBackend:
         finally:
             self.lock.release()
 
+    def _holders(self) -> tuple[dict[JobKey, int], dict[str, str]]:
+        """(preemptible holder key -> priority, holder key -> namespace/name), rebuilt only
+        when chips changed hands (a tick, a delete): a dry run must not scan the queue."""
+        if self._holders_view is None:
+            held = [j for j in self.jobs.values() if j.held]
+            running = {key: j.priority for j in held if j.preemptible for key in j.held}
+            owners = {key: f"{j.namespace}/{j.name}" for j in held for key in j.held}
+            self._holders_view = (running, owners)
+        return self._holders_view
+
     def dry_run(self, request: DryRunRequest) -> DryRunResult:
         with self.lock:
-            running = {
-                key: job.priority
-                for job in self.jobs.values() if job.held and job.preemptible
-                for key in job.held
-            }
-            owners = {key: f"{j.namespace}/{j.name}" for j in self.jobs.values() for key in j.held}
+            running, owners = self._holders()
             return dry_run(
                 self.allocator, request, running=running,
                 job_name=lambda key: owners.get(key, key), reservation=self.reservation,
