@@ -30,6 +30,7 @@ from ultraplane.api.settings import Settings
 
 from ultraplane.allocator import CapacityReport, NoFit, Placement, PlacementRequest
 from ultraplane.capacities import DomainCapacity
+from ultraplane.placements import request_from_topology
 from ultraplane.resources import InferenceJobSpec, TrainingJobSpec
 
 JobSpec = TrainingJobSpec | InferenceJobSpec
@@ -124,33 +125,25 @@ def placement_status(placement: Placement) -> dict[str, Any]:
 def requests_of(spec: JobSpec) -> list[PlacementRequest]:
     """One gang request per training job, one per inference replica."""
     wire = spec.model_dump(mode="json", by_alias=True, exclude_none=True)
-    topo = wire.get("topology") or {}
-    common = {
-        "required_level": topo.get("requiredLevel"),
-        "preferred_level": topo.get("preferredLevel"),
-        "whole_servers": bool(topo.get("wholeServers", False)),
-        "profile": wire.get("profile"),
-    }
+    topo, profile = wire.get("topology"), wire.get("profile")
     if isinstance(spec, InferenceJobSpec):
         replicas = int(wire.get("replicas", 1))
-        per = int(wire["chipsPerReplica"])
-        return [PlacementRequest(chips=per, **common) for _ in range(replicas)]
-    return [PlacementRequest(chips=int(wire["chips"]), **common)]
+        one = request_from_topology(int(wire["chipsPerReplica"]), topo, profile)
+        return [one for _ in range(replicas)]
+    return [request_from_topology(int(wire["chips"]), topo, profile)]
 
 
 def request_of(body: DryRunRequest) -> PlacementRequest:
-    """Validated dry-run body (levels and profile are enums there) -> core request."""
-
-    def plain(value: Any) -> str | None:
-        return None if value is None else str(value.value)
-
-    return PlacementRequest(
-        chips=body.chips,
-        required_level=plain(body.required_level),
-        preferred_level=plain(body.preferred_level),
-        whole_servers=body.whole_servers,
-        profile=plain(body.profile),
-    )
+    """Validated dry-run body (levels and profile are enums there) -> core request; what
+    only the core can judge (a mode with a level) becomes a 422 naming the field."""
+    wire = body.model_dump(mode="json", by_alias=True, exclude_none=True)
+    profile = None if body.profile is None else str(body.profile.value)
+    try:
+        return request_from_topology(body.chips, wire, profile)
+    except ValueError as exc:
+        field = str(exc).split(":", 1)[0].removeprefix("topology.")
+        raise ApiError(422, "ValidationError", f"body.{field}", str(exc).split(": ", 1)[-1]
+                       ) from exc
 
 
 def spec_priority(spec: JobSpec) -> int:

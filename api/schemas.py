@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
-from ultraplane.resources import InferenceJobSpec, Level, ProfileName, TrainingJobSpec
+from ultraplane.resources import InferenceJobSpec, Level, ProfileName, TopologyMode, TrainingJobSpec
 from ultraplane.resources.labels import check_labels, labels_json_schema
 
 JobKind = Literal["TrainingJob", "InferenceJob"]
@@ -143,6 +143,10 @@ class DryRunRequest(Wire):
                                   "not have is a 422.")
     preferred_level: Level | None = None
     whole_servers: bool = Field(default=False, strict=True)
+    mode: TopologyMode | None = Field(
+        default=None, description="Local, SplitWhenItPays or Unconstrained, as a job's "
+        "spec.topology.mode (unset: Unconstrained if requiredLevel is above ultraserver, "
+        "else Local).")
     profile: ProfileName | None = None
     priority: int = Field(default=0, ge=-1_000_000, le=1_000_000, strict=True)
     alternatives: int = Field(default=2, ge=0, le=5, strict=True,

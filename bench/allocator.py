@@ -15,7 +15,9 @@ A rejected gang is dropped. "large" = >= 144 chips. A "no fragmentation" referen
 same trace) is printed too: how much of the rejection is capacity rather than placement. Latencies and placements/s are per allocate
 call, measured in CPU time of the benchmark thread (`time.thread_time`), so that other processes
 on a shared machine do not count; wall time of the whole run is printed as well.
-Ends with ONE JSON line of figures (of the main run).
+Ends with ONE JSON line of figures (of the main run; with `--pressure`, also
+`pressure_large_rejected` and `pressure_reference_large_rejected`, the no-fragmentation
+reference's count in the same pressure run).
 """
 
 from __future__ import annotations
@@ -182,10 +184,22 @@ def main() -> None:
 
     ours, base, best, rss_mb = scenario(ultraservers, jobs, args.seed, args.load)
     report(describe(args.load), ours, base, best)
+    pressure: dict[str, object] = {}
     if args.pressure is not None:
         p_ours, p_base, p_best, _ = scenario(ultraservers, jobs, args.seed, args.pressure)
-        report("pressure scenario (not in the JSON line): " + describe(args.pressure),
-               p_ours, p_base, p_best)
+        report("pressure scenario (its rejections are in the JSON line as pressure_*): "
+               + describe(args.pressure), p_ours, p_base, p_best)
+        ref = p_base["chips_only_large_rejected"]
+        if ref:
+            print(f"pressure large_rejected vs its no-fragmentation reference: "
+                  f"{p_ours['large_rejected'] / ref:.3f} (target <= 1.10)")
+        pressure = {
+            "pressure_load": args.pressure,
+            "pressure_large_rejected": p_ours["large_rejected"],
+            "pressure_reference_large_rejected": ref,
+            "pressure_first_fit_large_rejected": p_base["large_rejected"],
+            "pressure_best_fit_large_rejected": p_best["large_rejected"],
+        }
     print(json.dumps({
         "chips": chips, "ops": ours["ops"],
         "placements_per_s": round(ours["placements_per_s"]),
@@ -195,6 +209,7 @@ def main() -> None:
         "first_fit_large_rejected": base["large_rejected"],
         "best_fit_placements_per_s": round(best["placements_per_s"]),
         "best_fit_large_rejected": best["large_rejected"],
+        **pressure,
     }))
 
 

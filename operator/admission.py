@@ -29,6 +29,7 @@ from ultraplane.operator.observations import Observations
 from ultraplane.operator.requests import (
     INFERENCE,
     TERMINAL_PHASES,
+    expected_end,
     plural_of_key,
     view_job,
 )
@@ -39,6 +40,7 @@ from ultraplane.ids import JobKey, kind_of_job_key
 from ultraplane.topology import Topology
 
 log = logging.getLogger("ultraplane.operator")
+STARTUP_RESYNCS = (3.0, 15.0)  # seconds after a (re)start: see Controller.sync
 Emit = Callable[[Mapping[str, Any], str, str, str], None]
 
 
@@ -144,11 +146,15 @@ class Controller(Observations):
         self.wake = asyncio.Event()
         self.cycles = 0
         self.cycle_stats = CycleStats(every=stats_seconds)
+        self._positions: asyncio.Task[None] | None = None
+        # position writes may take an eighth of the writers: admissions keep the rest
+        self._position_limit = asyncio.Semaphore(max(1, concurrency // 8))
         self._last_positions = 0.0
         self._last_us = 0.0
         self.us_seconds = us_seconds
         self.resync_seconds = resync_seconds
         self._last_resync = 0.0
+        self._resync_due = False
         self._pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="kube")
         self._limit = asyncio.Semaphore(concurrency)
 
@@ -171,6 +177,15 @@ class Controller(Observations):
             self.enforce_health(entry_name, full=True)
         log.info("recovered %d UltraServers, %d jobs (%d holding chips)", len(servers),
                  len(jobs), len(self.scheduler.running()))
+        # Our list and kopf's watch are two reads: a job deleted between them is in the first
+        # and never reaches the watch (no finalizer holds it). Two early resyncs close that gap.
+        loop = asyncio.get_running_loop()
+        for delay in STARTUP_RESYNCS:
+            loop.call_later(delay, self._ask_resync)
+        self.wake.set()
+
+    def _ask_resync(self) -> None:
+        self._resync_due = True
         self.wake.set()
 
     # -- the loop ----------------------------------------------------------------------
@@ -185,8 +200,8 @@ class Controller(Observations):
             if not (self.ready and self.leader):
                 continue
             try:
-                if loop.time() - self._last_resync >= self.resync_seconds:
-                    self._last_resync = loop.time()
+                if self._resync_due or loop.time() - self._last_resync >= self.resync_seconds:
+                    self._last_resync, self._resync_due = loop.time(), False
                     await self.resync()
                 await self.run_cycle()
             except Exception:  # one bad cycle must not stop admission for good
@@ -214,7 +229,14 @@ class Controller(Observations):
     async def run_cycle(self) -> None:
         self.cycles += 1
         started = asyncio.get_running_loop().time()
-        decisions = self.admissions.cycle()
+        # Predicted ends of running jobs (from their progress) and the clock turn on the
+        # core's EASY backfilling and split-when-it-pays decisions.
+        clock = self.clock()
+        for key in self.scheduler.running():
+            body = self.bodies.get(key)
+            if body is not None:
+                self.admissions.expect_end(key, expected_end(body.get("status") or {}, clock))
+        decisions = self.admissions.cycle(now=clock.timestamp())
         decided = asyncio.get_running_loop().time()
         self.reserved = decisions.held_for()
         for victim in decisions.preempted:
@@ -232,7 +254,7 @@ class Controller(Observations):
             stale |= self._pending(waiting, refresh)
         if stale:  # positions moved; write them once the refresh interval has passed
             asyncio.get_running_loop().call_later(self.position_seconds, self.wake.set)
-        admissions = {a.key: Transition("admit", "Admitted", placements=a.placements)
+        admissions = {a.key: Transition("admit", "Admitted", a.message, a.placements)
                       for a in decisions.admitted}
         self._collect_ghosts()
         # Evictions first: an admission may take a victim's chips.
@@ -242,7 +264,7 @@ class Controller(Observations):
             if not done and self.scheduler.is_running(key):
                 self.scheduler.requeue(key)
                 self.wake.set()
-        await self.flush_pending()
+        self.start_positions()
         loop = asyncio.get_running_loop()
         if loop.time() - self._last_us >= self.us_seconds:
             self._last_us = loop.time()
@@ -282,12 +304,32 @@ class Controller(Observations):
                 self.outbox.setdefault(key, batch[key])
                 self.wake.set()
 
+    def start_positions(self) -> None:
+        """Write reasons and queue positions in the background: they are informative only, and
+        a deep queue's rewrites (hundreds when the head moves) must not hold back the next
+        cycle's admissions. One round at a time; what comes meanwhile waits for the next."""
+        if self._positions is None or self._positions.done():
+            self._positions = asyncio.create_task(self.flush_pending())
+
+    async def positions_written(self) -> None:
+        """Wait for the round of position writes in flight (tests, shutdown)."""
+        if self._positions is not None:
+            await self._positions
+
     async def flush_pending(self) -> None:
         """Reasons and queue positions: informative only, so written after the admissions."""
         batch, self.outbox = self.outbox, {}
-        pending = {k: t for k, t in batch.items() if t.kind == "pending"}
+        pending = sorted(((k, t) for k, t in batch.items() if t.kind == "pending"),
+                         key=lambda kt: kt[1].position or 0)  # the head of the queue first
         self.outbox.update({k: t for k, t in batch.items() if t.kind != "pending"})
-        await self._gather(pending)
+
+        async def one(key: JobKey, change: Transition) -> None:
+            async with self._position_limit:
+                await self._write(key, change)
+
+        await asyncio.gather(*(one(k, t) for k, t in pending))
+        if any(t.kind == "pending" for t in self.outbox.values()):
+            self.wake.set()  # queued while this round ran
 
     async def _gather(self, batch: Mapping[JobKey, Transition]) -> dict[JobKey, bool]:
         keys = list(batch)
@@ -307,6 +349,8 @@ class Controller(Observations):
             current = body.get("status") or {}
             if current.get("phase") in TERMINAL_PHASES and change.kind != "fail":
                 return False
+            if change.kind == "pending" and not self.scheduler.is_queued(key):
+                return False  # admitted (or gone) since: a late Pending must never overwrite it
             meta = body["metadata"]
             plural = plural_of_key(key)
             status = self._status(current, change, replicated=plural == INFERENCE)
@@ -350,7 +394,8 @@ class Controller(Observations):
                 status = statuses.admitted_replicas(current, change.placements, now,
                                                     change.reason)
             else:
-                status = statuses.admitted(current, change.placements[0], now, change.reason)
+                status = statuses.admitted(current, change.placements[0], now, change.reason,
+                                           change.message)
             if change.kind == "replace":
                 status["restarts"] = int(current.get("restarts") or 0) + 1
             return status

@@ -132,6 +132,11 @@ class Observations:
                             outcome.message)
                 self.outbox[key] = Transition("restart", "AllocationLost", outcome.message)
             return
+        status = body.get("status") or {}
+        if view.phase == "Pending" and status.get("reason"):
+            # What an earlier run wrote still stands; rewrite it only when it changes (a restart
+            # would otherwise rewrite every waiting job at once).
+            self.written_positions[key] = (str(status["reason"]), status.get("queuePosition"))
         self.admissions.submit(view.queued)
 
     def _owner(self, part: JobKey) -> JobKey:

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from ultraplane.allocator import PlacementRequest
 from ultraplane.ids import ChipId, JobKey, job_key, kind_of_job_key
+from ultraplane.placements import request_from_topology
 from ultraplane.scheduling import QueuedJob
-from ultraplane.topology import parse_level
 
 GROUP = "ultraplane.dev"
 VERSION = "v1alpha1"
@@ -90,22 +91,12 @@ def _positive(spec: Mapping[str, Any], field: str) -> int:
 def placement_request(spec: Mapping[str, Any], kind: str = "TrainingJob") -> PlacementRequest:
     """The gang of a TrainingJob, or of one replica of an InferenceJob."""
     chips = _positive(spec, "chipsPerReplica" if kind == "InferenceJob" else "chips")
-    topo = spec.get("topology") or {}
-    required = topo.get("requiredLevel")
-    preferred = topo.get("preferredLevel")
-    for field, level in (("requiredLevel", required), ("preferredLevel", preferred)):
-        if level is not None:
-            try:
-                parse_level(str(level))
-            except ValueError as exc:
-                raise InvalidJobError(f"spec.topology.{field}: {exc}") from exc
-    return PlacementRequest(
-        chips=chips,
-        required_level=required,
-        preferred_level=preferred,
-        whole_servers=bool(topo.get("wholeServers", False)),
-        profile=spec.get("profile"),
-    )
+    try:
+        return request_from_topology(chips, spec.get("topology"), spec.get("profile"))
+    except ValueError as exc:
+        if not str(exc).startswith("topology."):
+            raise
+        raise InvalidJobError(f"spec.{exc}") from exc
 
 
 def replica_chips(allocation: Mapping[str, Any]) -> tuple[tuple[ChipId, ...], ...]:
@@ -167,3 +158,23 @@ def view_job(body: Body, kind: str | None = None) -> JobView:
         queued=queued,
         error=error,
     )
+
+
+def expected_end(status: Mapping[str, Any], now: datetime) -> float | None:
+    """A running job's predicted end (epoch seconds) from its progress: the time since
+    `startTime` scaled by what is left of `progressPercent`. None before any progress (the
+    scheduler then counts the job as never ending)."""
+    start, percent = status.get("startTime"), status.get("progressPercent")
+    if not isinstance(start, str) or not isinstance(percent, int | float) or not 0 < percent <= 100:
+        return None
+    try:
+        began = datetime.fromisoformat(start.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    if began.tzinfo is None:
+        began = began.replace(tzinfo=UTC)
+    clock = now if now.tzinfo is not None else now.replace(tzinfo=UTC)
+    elapsed = (clock - began).total_seconds()
+    if elapsed <= 0:
+        return None
+    return clock.timestamp() + elapsed * (100.0 - float(percent)) / float(percent)

@@ -51,9 +51,13 @@ def allocation(placement: Placement) -> dict[str, Any]:
 
 
 def admitted(current: Mapping[str, Any], placement: Placement, now: datetime,
-             reason: str = "Admitted") -> Status:
+             reason: str = "Admitted", note: str = "") -> Status:
+    """`note`: the scheduler's reason when a prediction placed the job (a split that pays,
+    a backfill onto reserved UltraServers), appended to the message."""
     where = ", ".join(placement.ultraservers)
     message = f"{len(placement.chip_ids)} chips in one {placement.level} on {where}."
+    if note:
+        message += f" {note[:1].upper()}{note[1:]}."
     return {
         "phase": "Admitted",
         "reason": reason,

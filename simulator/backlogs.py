@@ -22,24 +22,27 @@ class Backlog:
     """Waiting jobs bucketed by (priority, chips), FIFO by `seq` inside a bucket."""
 
     def __init__(self) -> None:
-        self._buckets: dict[tuple[int, int], list[tuple[int, str, QueuedJob]]] = {}
+        self._buckets: dict[tuple[int, int, bool], list[tuple[int, str, QueuedJob]]] = {}
         self._n = 0
 
     def __len__(self) -> int:
         return self._n
 
     def add(self, job: QueuedJob) -> None:
-        bucket = self._buckets.setdefault((job.priority, job.request.chips), [])
+        bucket = self._buckets.setdefault(
+            (job.priority, job.request.chips, job.request.may_split), [])
         heapq.heappush(bucket, (job.seq, job.key, job))
         self._n += 1
 
     def sizes(self) -> Iterator[int]:
-        return (size for (_, size), b in self._buckets.items() if b)
+        return (size for (_, size, _), b in self._buckets.items() if b)
 
-    def take(self, free: int) -> list[QueuedJob]:
-        """Pop, in (priority desc, seq) order, every job that fits in the `free` chips left."""
+    def take(self, free: int, *, hole: int | None = None, whole: int = 0) -> list[QueuedJob]:
+        """Pop, in (priority desc, seq) order, every job that fits in the `free` chips left;
+        with `hole`, a job of at most `whole` chips (one UltraServer) that may not be split
+        must also fit in the biggest free hole of one UltraServer."""
         out: list[QueuedJob] = []
-        while (job := self._pop(0, free)) is not None:
+        while (job := self._pop(0, free, hole, whole)) is not None:
             free -= job.request.chips
             out.append(job)
         return out
@@ -48,15 +51,18 @@ class Backlog:
         """Pop the first job, in (priority desc, seq) order, of at least `min_chips` chips."""
         return self._pop(min_chips, None)
 
-    def _pop(self, low: int, high: int | None) -> QueuedJob | None:
+    def _pop(self, low: int, high: int | None, hole: int | None = None,
+             whole: int = 0) -> QueuedJob | None:
         """Pop the first job, in (priority desc, seq) order, of `low` to `high` chips."""
-        best: tuple[int, int, int] | None = None
-        for (prio, size), bucket in self._buckets.items():
+        best: tuple[int, int, tuple[int, int, bool]] | None = None
+        for key, bucket in self._buckets.items():
+            prio, size, may_split = key
             if (bucket and low <= size and (high is None or size <= high)
+                    and (hole is None or may_split or size > whole or size <= hole)
                     and (best is None or (-prio, bucket[0][0]) < best[:2])):
-                best = (-prio, bucket[0][0], size)
+                best = (-prio, bucket[0][0], key)
         if best is None:
             return None
-        _, _, job = heapq.heappop(self._buckets[(-best[0], best[2])])
+        _, _, job = heapq.heappop(self._buckets[best[2]])
         self._n -= 1
         return job

@@ -151,11 +151,23 @@ def simulate(fleet: str | None, cluster_file: Path | None, traces: tuple[Path, .
     summary = run_policies(topology, jobs, configs, out_dir, fleet_name=fleet_name,
                            traces=[str(t) for t in traces], bad_rows=bad, progress=show, held=held)
     wall = time.perf_counter() - started
+    def ratio(v: float | None) -> str:
+        return "n/a" if v is None else f"{v:.2f}"
+
     for policy, s in summary.items():
         click.echo(f"{policy:>10}: {s['jobs_completed']}/{s['jobs_submitted']} completed, "
-                   f"utilization {s['utilization']:.1%}, JCT p50 {s['jct_p50_s'] / 3600:.2f} h, "
+                   f"useful utilization {s['useful_utilization']:.1%} (allocated "
+                   f"{s['allocated_utilization']:.1%}), JCT p50 {s['jct_p50_s'] / 3600:.2f} h, "
                    f"queue delay mean {s['queue_delay_mean_s'] / 60:.1f} min, "
-                   f"energy {s['energy_kwh'] / 1000:,.1f} MWh, rejected {s['jobs_rejected']}")
+                   f"energy {s['energy_kwh'] / 1000:,.1f} MWh, rejected {s['jobs_rejected']}, "
+                   f"split {s['split_jobs_that_fit_one_ultraserver']} of "
+                   f"{s['jobs_that_fit_one_ultraserver']} jobs that fit one UltraServer")
+        for ref, name in (("greedy", "greedy in one domain"), ("fluid", "fluid (no topology)")):
+            click.echo(f"{'':>12}vs {name}: JCT mean x{ratio(s.get(f'jct_mean_vs_{ref}'))}, "
+                       f"large-job wait x{ratio(s.get(f'large_wait_vs_{ref}'))}, "
+                       f"useful utilization x{ratio(s.get(f'useful_util_vs_{ref}'))}")
+    first = next(iter(summary.values()), {})
+    click.echo(f"{first.get('large_job_threshold', '')}")
     if bad:
         click.echo(f"{len(bad)} bad row(s) skipped (listed in summary.json)", err=True)
     click.echo(f"wrote {out_dir}/report.html ({wall:.1f} s)")

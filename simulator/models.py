@@ -18,6 +18,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from ultraplane.predictions import stretch
+
 #: Levels in the order a job's spread gets worse (nearest first).
 INTRA_LEVELS = ("server", "rack", "ultraserver")
 
@@ -172,9 +174,9 @@ def spread_slowdown(hw: Hardware, level: str, chips: int, a: Assumptions = DEFAU
     """
     if chips <= 1:
         return 1.0
-    f = a.trace_comm_fraction
     ref = hw.bottleneck_gbytes_per_s(hw.ideal_level(chips))
-    return max(1.0, (1.0 - f) + f * ref / hw.bottleneck_gbytes_per_s(level))
+    # The formula is the core's (the scheduler predicts split slowdowns with it).
+    return stretch(ref, hw.bottleneck_gbytes_per_s(level), a.trace_comm_fraction)
 
 
 @dataclass(frozen=True)

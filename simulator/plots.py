@@ -135,12 +135,25 @@ _ROWS = [
     ("jct_mean_s", "JCT mean (h)", "h"), ("jct_p50_s", "JCT p50 (h)", "h"), ("jct_p99_s", "JCT p99 (h)", "h"),
     ("queue_delay_mean_s", "queue delay mean (min)", "m"), ("queue_delay_p99_s", "queue delay p99 (min)", "m"),
     ("large_jobs_queue_delay_mean_s", "large jobs' queue delay mean (min)", "m"),
-    ("utilization", "utilization", "{:.1%}"), ("energy_kwh", "energy (MWh)", "mwh"),
+    ("useful_utilization", "useful utilization (trace work / fleet capacity)", "{:.1%}"),
+    ("allocated_utilization", "allocated utilization (chips held, incl. slowdowns)", "{:.1%}"),
+    ("split_jobs_that_fit_one_ultraserver", "jobs split although they fit one UltraServer",
+     "{:,.0f}"),
+    ("split_jobs_stretch_p50", "median stretch of those split jobs", "{:.2f}x"),
+    ("jct_mean_vs_greedy", "JCT mean / greedy in one domain", "{:.2f}"),
+    ("large_wait_vs_greedy", "large jobs' wait / greedy in one domain", "{:.2f}"),
+    ("useful_util_vs_greedy", "useful utilization / greedy in one domain", "{:.2f}"),
+    ("jct_mean_vs_fluid", "JCT mean / fluid (no topology)", "{:.2f}"),
+    ("large_wait_vs_fluid", "large jobs' wait / fluid (no topology)", "{:.2f}"),
+    ("useful_util_vs_fluid", "useful utilization / fluid (no topology)", "{:.2f}"),
+    ("energy_kwh", "energy (MWh)", "mwh"),
     ("avg_power_kw", "average power (kW)", "{:,.0f}"), ("peak_power_kw", "peak power (kW)", "{:,.0f}"),
 ]
 
 
-def _fmt(v: float, f: str) -> str:
+def _fmt(v: float | None, f: str) -> str:
+    if v is None:
+        return "n/a"
     if f == "h":
         return f"{v / 3600:,.2f}"
     if f == "m":
@@ -155,8 +168,14 @@ def write_html(out: Path, summary: dict[str, Any], images: list[tuple[str, str]]
     pols = list(summary)
     head = "".join(f"<th>{html.escape(p)}</th>" for p in pols)
     rows = "".join(
-        f"<tr><td>{label}</td>" + "".join(f"<td>{_fmt(summary[p][k], f)}</td>" for p in pols) + "</tr>"
-        for k, label, f in _ROWS)
+        f"<tr><td>{label}</td>" + "".join(f"<td>{_fmt(summary[p].get(k), f)}</td>" for p in pols)
+        + "</tr>" for k, label, f in _ROWS)
+    bounds = next((summary[p]["bounds"] for p in pols if "bounds" in summary[p]), {})
+    brows = "".join(
+        f"<tr><td>{html.escape(str(b['name']))}</td><td>{_fmt(b['jct_mean_s'], 'h')}</td>"
+        f"<td>{_fmt(b['large_jobs_queue_delay_mean_s'], 'm')}</td>"
+        f"<td>{_fmt(b['useful_utilization'], '{:.1%}')}</td></tr>" for b in bounds.values())
+    large = html.escape(str(meta.get("large_job_threshold", "")))
     imgs = "".join(
         f'<figure><img alt="{html.escape(cap)}" src="data:image/png;base64,'
         f'{base64.b64encode((out / name).read_bytes()).decode()}"><figcaption>{html.escape(cap)}'
@@ -166,7 +185,14 @@ def write_html(out: Path, summary: dict[str, Any], images: list[tuple[str, str]]
 <style>body{{font-family:system-ui,sans-serif;max-width:1250px;margin:2em auto;color:#222}}
 table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:4px 10px;text-align:right}}
 td:first-child{{text-align:left}}img{{max-width:100%}}figure{{margin:1.5em 0}}</style></head><body>
-<h1>Ultraplane trace replay</h1><table><tr><th>figure</th>{head}</tr>{rows}</table>
+<h1>Ultraplane trace replay</h1><p>{large}. Useful utilization counts the trace's own
+chip-seconds; allocated utilization every chip-second held (split jobs' slowdown,
+checkpoints and lost work included).</p><table><tr><th>figure</th>{head}</tr>{rows}</table>
+<h2>Reference replays of the same trace (no overheads)</h2><p>fluid: chips fungible, no
+topology, arrival order, every job that fits starts. greedy-in-domain: first fit inside one
+UltraServer (larger jobs: the first idle UltraServers), arrival order, never split, no
+reservation.</p><table><tr><th>reference</th><th>JCT mean (h)</th>
+<th>large jobs' queue delay mean (min)</th><th>useful utilization</th></tr>{brows}</table>
 <h2>Run</h2><ul>{notes}</ul><h2>Plots</h2>{imgs}
 <p>Files: summary.json, jobs.csv, placements.jsonl. Model and assumptions: docs/simulator.md.</p>
 </body></html>

@@ -20,6 +20,8 @@ class JobRecord:
     energy_kwh: float = 0.0
     status: str = "pending"  # completed | failed | rejected | unfinished
     reason: str = ""
+    duration_s: float = 0.0  # the trace's run time (at the tightest placement, no overheads)
+    max_ultraservers: int = 0  # most UltraServers any attempt spanned
 
     @property
     def queue_delay_s(self) -> float | None:
@@ -28,6 +30,14 @@ class JobRecord:
     @property
     def jct_s(self) -> float | None:
         return None if self.end_s is None else self.end_s - self.submit_s
+
+    @property
+    def stretch(self) -> float | None:
+        """Wall time from first start to end over the trace's run time (>= 1 with overheads,
+        slowdown of a split or restarts)."""
+        if self.end_s is None or self.start_s is None or self.duration_s <= 0:
+            return None
+        return (self.end_s - self.start_s) / self.duration_s
 
 
 @dataclass(slots=True)

@@ -36,6 +36,7 @@ from ultraplane.simulator.traces import TraceJob
 from ultraplane.admissions import Admissions, Admitted
 from ultraplane.allocator import Allocator, NoFit, Placement, PlacementRequest
 from ultraplane.ids import JobKey
+from ultraplane.placements import request_from_topology
 from ultraplane.scheduling import QueuedJob
 
 POLICIES = ("ultraplane", "first-fit")
@@ -52,7 +53,7 @@ class ReplayConfig:
     faults: FaultPlan = field(default_factory=FaultPlan)
     tokens_per_step: float = 4_194_304.0  # assumption for trace rows that name a model
     heatmap_bins: int = 240
-    large_job_chips: int = 32
+    large_job_chips: int | None = None  # None: one UltraServer of the fleet (144 on Gen2)
     reservation: bool = True  # backfill reservation for the first waiting whole-UltraServer gang
     assumptions: Assumptions = DEFAULT_ASSUMPTIONS
 
@@ -111,6 +112,10 @@ class Replay:
         # backfill reservation. The smallest UltraServer's chips count as "whole".
         self._whole_chips = min(self.shape.chips_of.values(), default=0)
         self._whole: dict[str, int] = {}
+        # The last cycle's reservation: its UltraServers and predicted start (EASY).
+        self._reserved: frozenset[str] = frozenset()
+        self._shadow: float | None = None
+        self._now = 0.0
         self._probe = Allocator(topology, policy=config.policy)  # type: ignore[arg-type]
         self._verdicts: dict[tuple[int, str | None], str | None] = {}
         self._one_priority = len({j.priority for j in jobs}) <= 1
@@ -197,17 +202,22 @@ class Replay:
     def _submit(self, seq: int, job: TraceJob) -> None:
         chips = job.gpus * self.cfg.chips_per_gpu
         self._submitted += 1
-        rec = JobRecord(job.job_id, job.submit_s, chips)
+        rec = JobRecord(job.job_id, job.submit_s, chips, duration_s=job.duration_s)
         self.result.records.append(rec)
         self.runs[job.job_id] = _Run(job, chips, rec)
-        level = job.topology if job.topology not in (None, "cluster") else None
-        request = PlacementRequest(chips=chips, required_level=level)
+        request = request_from_topology(
+            chips, {"requiredLevel": job.topology} if job.topology else None)
         never = self._never(request)
         if never is not None:  # larger than the fleet could ever hold: a verdict now
             rec.status, rec.reason = "rejected", never
             self._done()
             return
-        queued = QueuedJob(JobKey(job.job_id), request, job.priority, seq)
+        # What the scheduler may predict with: the run time at the tightest placement, with
+        # the checkpoints a training job writes (the replay charges them).
+        expected = job.duration_s
+        if job.kind == "training":
+            expected += (job.duration_s // self.cfg.checkpoint_interval_s) * self.a.checkpoint_cost_s
+        queued = QueuedJob(JobKey(job.job_id), request, job.priority, seq, expected_s=expected)
         if self._one_priority:
             self.backlog.add(queued)
         else:  # preemption needs every waiting job in front of the Scheduler
@@ -228,6 +238,12 @@ class Replay:
         if job.request.chips >= self._whole_chips:
             self._whole[job.key] = job.seq
 
+    def _before_shadow(self, key: str) -> bool:
+        """Whether a waiting job would end before the last reservation starts (unknown: yes)."""
+        if self._shadow is None:
+            return True
+        return self._now + self._wall_needed(self.runs[key]) <= self._shadow
+
     def _unwait(self, key: str) -> None:
         self._waiting.pop(key, None)
         self._whole.pop(key, None)
@@ -235,8 +251,33 @@ class Replay:
     def _cycle(self, t: float) -> None:
         # The backlog stands in for the Scheduler's queue (which would hold every waiting job):
         # it hands over what could fit in the free chips left by the waiting jobs that could.
+        # Only waiting jobs that could fit count against what is handed over: a gang larger
+        # than the biggest hole in one UltraServer (it stays in one NeuronSwitch domain) is
+        # blocked and takes no chips, so it must not hold back the smaller jobs behind it.
         free = self._free()
-        for job in self.backlog.take(free - sum(c for c in self._waiting.values() if c <= free)):
+        hole = max((self.shape.chips_of[n] - b for n, b in self.ledger.busy_of.items()),
+                   default=0)
+        whole = self._whole_chips
+        # Likewise a gang of several UltraServers takes idle ones (policy ultraplane) and the
+        # remainder on one more, so it counts only when that much is free.
+        busy_of, chips_of = self.ledger.busy_of, self.shape.chips_of
+        idle = free if self.cfg.policy == "first-fit" else sum(
+            chips_of[n] for n, b in busy_of.items() if not b)
+        partial = max((chips_of[n] - b for n, b in busy_of.items() if b), default=0)
+        # A job that fits only on the UltraServers the last cycle reserved, and would end
+        # after the reservation starts, cannot start either (EASY): it must not count.
+        outside = max((chips_of[n] - b for n, b in busy_of.items()
+                       if n not in self._reserved), default=0)
+
+        def counts(key: str, c: int) -> bool:
+            if c > whole:
+                return c <= idle + partial
+            if c <= outside:
+                return True
+            return c <= hole and self._before_shadow(key)
+
+        budget = free - sum(c for k, c in self._waiting.items() if counts(k, c))  # (approx.)
+        for job in self.backlog.take(budget, hole=hole, whole=whole):
             self._wait(job)
         if self.cfg.reservation and self._one_priority:
             # The first whole-UltraServer job must be in the Scheduler even when it cannot fit,
@@ -247,7 +288,11 @@ class Replay:
                     self.backlog.add(head)  # an older one is waiting there already
                 else:
                     self._wait(head)
-        decisions = self.admissions.cycle()
+        decisions = self.admissions.cycle(t)
+        held = decisions.reservation
+        self._reserved = frozenset(held.ultraservers) if held is not None else frozenset()
+        self._shadow = held.start if held is not None else None
+        self._now = t
         for victim in decisions.preempted:
             run = self.runs[victim.key]
             self._stop(run, t, released=True)
@@ -292,9 +337,11 @@ class Replay:
             run.started_once = True
             run.record.start_s = t
         run.record.ultraservers = len(placement.ultraservers)
+        run.record.max_ultraservers = max(run.record.max_ultraservers, len(placement.ultraservers))
         self.result.placements.append((job.job_id, t, "start", placement.chip_ids))
         end = t + self._wall_needed(run)
         run.end_token = self.engine.schedule(end, END, Event("end", job.job_id))
+        self.admissions.expect_end(JobKey(job.job_id), end)  # the replay knows it exactly
 
     def _restart_cost(self, run: _Run) -> float:
         return self.a.restart_cost_s if run.restarts else 0.0

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import csv
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from ultraplane.simulator.bounds import BoundResult
 from ultraplane.simulator.records import ReplayResult
 
 
@@ -27,8 +28,19 @@ def _mean(values: Sequence[float]) -> float:
     return float(np.mean(values)) if values else 0.0
 
 
-def summarize(r: ReplayResult, *, large_job_chips: int = 32) -> dict[str, Any]:
-    """The per-policy figures of summary.json (issue 5's keys first, then context)."""
+def _ratio(a: float, b: float) -> float | None:
+    return a / b if b > 0 else None
+
+
+def summarize(r: ReplayResult, *, large_job_chips: int = 144, one_domain_chips: int = 144,
+              bounds: Mapping[str, BoundResult] | None = None) -> dict[str, Any]:
+    """The per-policy figures of summary.json (issue 5's keys first, then context).
+
+    `utilization` is *useful* utilization: the trace's chip-seconds of the jobs that completed
+    over the fleet's chip-seconds in the makespan. `allocated_utilization` counts every
+    chip-second chips were held, including the slowdown of split jobs, checkpoints and lost
+    work, so a policy that wastes more does not look better. `bounds` are the reference
+    replays of the same trace (`simulator.bounds`); the `*_vs_*` keys are ratios to them."""
     done = [x for x in r.records if x.status == "completed"]
     jct = [x.jct_s for x in done if x.jct_s is not None]
     delays = [x.queue_delay_s for x in r.records if x.queue_delay_s is not None]
@@ -36,7 +48,13 @@ def summarize(r: ReplayResult, *, large_job_chips: int = 32) -> dict[str, Any]:
              if x.queue_delay_s is not None and x.chips >= large_job_chips]
     span = max(r.t_end - r.t0, 1e-9)
     energy = r.energy_kwh
-    return {
+    capacity = r.total_chips * span
+    useful = sum(x.chips * x.duration_s for x in done) / capacity if r.total_chips else 0.0
+    allocated = r.busy_chip_s / capacity if r.total_chips else 0.0
+    fits = [x for x in r.records if x.chips <= one_domain_chips and x.max_ultraservers]
+    split = [x for x in fits if x.max_ultraservers > 1]
+    stretch = [x.stretch for x in split if x.stretch is not None]
+    out: dict[str, Any] = {
         "jobs_submitted": len(r.records),
         "jobs_completed": len(done),
         "jct_mean_s": _mean(jct),
@@ -44,7 +62,9 @@ def summarize(r: ReplayResult, *, large_job_chips: int = 32) -> dict[str, Any]:
         "jct_p99_s": _pct(jct, 99),
         "queue_delay_mean_s": _mean(delays),
         "queue_delay_p99_s": _pct(delays, 99),
-        "utilization": r.busy_chip_s / (r.total_chips * span) if r.total_chips else 0.0,
+        "utilization": useful,
+        "useful_utilization": useful,
+        "allocated_utilization": allocated,
         "energy_kwh": energy,
         "avg_power_kw": energy * 3600.0 / span,
         "peak_power_kw": r.peak_power_w / 1e3,
@@ -52,6 +72,10 @@ def summarize(r: ReplayResult, *, large_job_chips: int = 32) -> dict[str, Any]:
         "large_jobs_queue_delay_p99_s": _pct(large, 99),
         "large_jobs_queue_delay_max_s": max(large, default=0.0),
         "large_job_chips": large_job_chips,
+        "large_jobs": len(large),
+        "jobs_that_fit_one_ultraserver": len(fits),
+        "split_jobs_that_fit_one_ultraserver": len(split),
+        "split_jobs_stretch_p50": _pct(stretch, 50) if stretch else None,
         "jobs_rejected": sum(x.status == "rejected" for x in r.records),
         "jobs_failed": sum(x.status == "failed" for x in r.records),
         "jobs_unfinished": sum(x.status == "unfinished" for x in r.records),
@@ -61,6 +85,14 @@ def summarize(r: ReplayResult, *, large_job_chips: int = 32) -> dict[str, Any]:
         "makespan_s": span,
         "events": r.events,
     }
+    for short, bound in (bounds or {}).items():
+        out[f"jct_mean_vs_{short}"] = _ratio(out["jct_mean_s"], bound.jct_mean_s)
+        out[f"large_wait_vs_{short}"] = _ratio(out["large_jobs_queue_delay_mean_s"],
+                                               bound.large_jobs_queue_delay_mean_s)
+        out[f"useful_util_vs_{short}"] = _ratio(useful, bound.useful_utilization)
+    if bounds:
+        out["bounds"] = {short: b.as_dict() for short, b in bounds.items()}
+    return out
 
 
 def write_tables(out: Path, results: Sequence[ReplayResult]) -> None:
@@ -85,10 +117,13 @@ def _num(v: float | None) -> str:
 
 
 def write_report(out: Path, results: Sequence[ReplayResult], *, meta: dict[str, Any],
-                 large_job_chips: int = 32) -> dict[str, Any]:
+                 large_job_chips: int = 144, one_domain_chips: int = 144,
+                 bounds: Mapping[str, BoundResult] | None = None) -> dict[str, Any]:
     """Write every output file; returns the summary dict."""
     out.mkdir(parents=True, exist_ok=True)
-    summary = {r.policy: {**summarize(r, large_job_chips=large_job_chips), **meta} for r in results}
+    summary = {r.policy: {**summarize(r, large_job_chips=large_job_chips,
+                                      one_domain_chips=one_domain_chips, bounds=bounds), **meta}
+               for r in results}
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     write_tables(out, results)
     from ultraplane.simulator import plots  # matplotlib only when writing a report

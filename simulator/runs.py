@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from ultraplane.simulator.bounds import fluid_bound, greedy_in_domain
 from ultraplane.simulator.fleets import FleetShape
 from ultraplane.simulator.records import ReplayResult
 from ultraplane.simulator.replay import Replay, ReplayConfig
@@ -59,4 +60,16 @@ def run_policies(topology: Any, jobs: Sequence[TraceJob], configs: Sequence[Repl
         "held_allocations": len(held or {}),
         "bad_rows": list(bad_rows),
     }
-    return write_report(out, results, meta=meta, large_job_chips=cfg.large_job_chips)
+    sizes = [shape.chips_of[n] for n in shape.names]
+    one = min(sizes, default=0)
+    large = cfg.large_job_chips or one
+    profiles = sorted({shape.hardware_of[n].name for n in shape.names if shape.chips_of[n] == one})
+    meta["large_job_threshold"] = (
+        f"large jobs: {large} chips or more" + (
+            f" (one {', '.join(profiles)} UltraServer)" if large == one else ""))
+    bounds = {
+        "greedy": greedy_in_domain(jobs, cfg.chips_per_gpu, sizes, large),
+        "fluid": fluid_bound(jobs, cfg.chips_per_gpu, sum(sizes), large),
+    }
+    return write_report(out, results, meta=meta, large_job_chips=large,
+                        one_domain_chips=max(sizes, default=0), bounds=bounds)

@@ -52,6 +52,9 @@ class Admitted:
     key: JobKey
     placements: tuple[Placement, ...]
     replicated: bool = False
+    # Why it was placed so, when a prediction decided it (a split that pays, a backfill onto
+    # reserved UltraServers), with the numbers; empty otherwise.
+    message: str = ""
 
     @property
     def chip_ids(self) -> tuple[ChipId, ...]:
@@ -92,6 +95,7 @@ class Reserved:
     key: JobKey
     domains: str
     ultraservers: tuple[str, ...]
+    start: float | None = None  # predicted start (EASY), when the cycle had a clock
 
 
 Transition = Admitted | Preempted | Pending | Failed
@@ -207,12 +211,19 @@ class Admissions:
         return Admitted(key, self.scheduler.placements(key), job.replicas is not None)
 
     # -- the cycle ---------------------------------------------------------------------
-    def cycle(self) -> Decisions:
-        """Run one scheduling cycle and say what follows from it."""
-        result = self.scheduler.cycle()
+    def expect_end(self, key: JobKey, end: float | None) -> None:
+        """The caller's predicted end of a running job (the replay knows it; the operator
+        estimates it from progress and work), for EASY backfilling and SplitWhenItPays."""
+        self.scheduler.expect_end(key, end)
+
+    def cycle(self, now: float | None = None) -> Decisions:
+        """Run one scheduling cycle and say what follows from it (`now`: the caller's clock,
+        which turns on the predictions; see `Scheduler.cycle`)."""
+        result = self.scheduler.cycle(now)
         decisions = Decisions()
         decisions.preempted = [Preempted(v, by) for v, by in result.preempted]
-        decisions.admitted = [Admitted(k, (p,)) for k, p in result.admitted]
+        decisions.admitted = [Admitted(k, (p,), message=result.notes.get(k, ""))
+                              for k, p in result.admitted]
         decisions.admitted += [Admitted(k, ps, True) for k, ps in result.admitted_replicas]
         known_fleet = len(self.allocator.topology) > 0
         position = 0
@@ -224,7 +235,7 @@ class Admissions:
             position += 1
             decisions.pending.append(Pending(key, nofit.kind, nofit.message, position))
         if result.reserved is not None:
-            decisions.reservation = Reserved(*result.reserved)
+            decisions.reservation = Reserved(*result.reserved, start=result.reservation_start)
         return decisions
 
     # -- queries -----------------------------------------------------------------------

@@ -146,9 +146,28 @@ class Allocator:
                 best = (free, name, tuple(s.us.name for s in top))
         return None if best is None else best[1:]
 
+    def reservation_domains(self, request: PlacementRequest) -> list[tuple[str, tuple[str, ...]]]:
+        """The domains `reservation` chooses among (gangs of at least one UltraServer)."""
+        return self._domains(request, whole_only=True)
+
+    def profile_of(self, ultraserver: str) -> str:
+        return self._get(ultraserver).us.profile
+
+    def chips_of(self, ultraserver: str) -> int:
+        """Chips of an UltraServer (healthy or not)."""
+        return self._get(ultraserver).cpu
+
+    def free_by_ultraserver(self, request: PlacementRequest) -> dict[str, int]:
+        """Free chips of each schedulable UltraServer that could hold `request` alone (its
+        profile, at least its size), in fleet order."""
+        slots = sorted(self._slots.values(), key=lambda s: s.order)
+        return {s.us.name: s.total for s in slots
+                if s.us.schedulable and request.profile in (None, s.us.profile)
+                and s.cpu >= request.chips}
+
     def _domains(self, request: PlacementRequest, *, whole_only: bool
                  ) -> list[tuple[str, tuple[str, ...]]]:
-        required = parse_level(request.required_level) if request.required_level else CLUSTER
+        required = self._required(request)
         out: list[tuple[str, tuple[str, ...]]] = []
         for pool in self._pools.values():
             if request.profile not in (None, pool.profile) or self._never(pool, request, required):
@@ -269,10 +288,10 @@ class Allocator:
             # inventory: cached until the inventory changes.
             if len(self._plans) > 4096:
                 self._plans.clear()
-            required = parse_level(request.required_level) if request.required_level else CLUSTER
             preferred = parse_level(request.preferred_level) if request.preferred_level else None
             pools = [p for p in self._pools.values()
                      if p.slots and request.profile in (None, p.profile)]
+            required = self._required(request, pools)
             plan = self._plans[request] = (
                 required, preferred, pools, [self._never(p, request, required) for p in pools])
         required, preferred, pools, reasons = plan
@@ -300,6 +319,21 @@ class Allocator:
             return min(found, key=lambda f: f[:2])[2]
         pool = next(p for p, never in zip(pools, reasons, strict=True) if not never)
         return self._no_capacity(pool, request, required)
+
+    def _required(self, request: PlacementRequest, pools: Iterable[Pool] | None = None) -> Level:
+        """The level the search never crosses. Locality by default: a gang that fits in one
+        UltraServer (of some pool it may use) stays inside one NeuronSwitch domain unless its
+        mode is `Unconstrained`; pools whose UltraServers are too small for it are then
+        ruled out by `_never`, so it never spans several small UltraServers either."""
+        required = parse_level(request.required_level) if request.required_level else CLUSTER
+        if request.mode == "Unconstrained" or required <= ULTRASERVER:
+            return required
+        if pools is None:
+            pools = [p for p in self._pools.values()
+                     if p.slots and request.profile in (None, p.profile)]
+        if request.chips <= max((p.cpu for p in pools), default=0):
+            return ULTRASERVER
+        return required
 
     def _domain_count(self, pool: Pool, depth: int) -> int:
         """Most UltraServers of `pool` in one network domain at `depth` (healthy or not)."""
@@ -385,6 +419,19 @@ class Allocator:
             yield turned
         finally:
             self._fence(tuple(n for n in turned if n in self._slots), schedulable=True)
+
+    @contextmanager
+    def lifted(self, ultraservers: Iterable[str]) -> Iterator[None]:
+        """Inside a `held_back` block: make these held-back UltraServers placeable again while
+        this block runs (a backfill that ends before the reservation starts), then hold them
+        back again."""
+        names = tuple(n for n in dict.fromkeys(ultraservers)
+                      if n in self._slots and not self._slots[n].us.schedulable)
+        self._fence(names, schedulable=True)
+        try:
+            yield
+        finally:
+            self._fence(tuple(n for n in names if n in self._slots), schedulable=False)
 
     def _fence(self, names: tuple[str, ...], *, schedulable: bool) -> None:
         """Flip `schedulable` and re-file only: health and free counts are unchanged, so
@@ -472,7 +519,7 @@ class Allocator:
                 for s, m in pairs]
         kept = [p for p in kept if p[2]]
         request = rec.request or PlacementRequest(chips=rec.placement.chips)
-        required = parse_level(request.required_level) if request.required_level else CLUSTER
+        required = self._required(request)
         if kept:
             near = nearby(kept, self._pool(kept[0][0]).slots, required, need)
             found: tuple[Level, Held] | NoFit = (

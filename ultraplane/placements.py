@@ -7,18 +7,24 @@ strings only when someone reads `chip_ids` (then caches them).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import cache, cached_property
-from typing import Literal, cast
+from typing import Any, Literal, cast
 
 from ultraplane.ids import ChipId, JobKey, ServerId, parse_chip_id, server_id
 from ultraplane.profiles import load_profile
 from ultraplane.topology import parse_level
 
-__all__ = ["AllocationConflict", "NoFit", "NoFitKind", "Placement", "PlacementRequest"]
+__all__ = [
+    "MODES", "AllocationConflict", "NoFit", "NoFitKind", "Placement", "PlacementRequest",
+    "SpanMode", "request_from_topology",
+]
 
 NoFitKind = Literal["NoCapacity", "Unsatisfiable"]
+# How a gang that fits in one UltraServer may be spread (see PlacementRequest).
+SpanMode = Literal["Local", "SplitWhenItPays", "Unconstrained"]
+MODES: tuple[SpanMode, ...] = ("Local", "SplitWhenItPays", "Unconstrained")
 
 
 class AllocationConflict(ValueError):
@@ -42,6 +48,16 @@ class PlacementRequest:
     `required_level` is never crossed. `preferred_level` is where the search starts (default:
     the tightest level that can hold the job); it widens up to the required level.
     `whole_servers` gives the job whole servers only (chips must be a multiple of a server).
+
+    `mode` says whether a gang that fits in one UltraServer may be split across several
+    (the NeuronSwitch domain is what makes its collectives fast, so splitting is opt-in):
+    `Local` never splits it (it waits for one UltraServer); `Unconstrained` spreads it when
+    no single UltraServer has room, up to the required level; `SplitWhenItPays` lets the
+    scheduler split it only when the predicted slowdown of the split costs less time than
+    the predicted wait for one UltraServer (`ultraplane.predictions`). Unset means
+    `Unconstrained` when `required_level` is above `ultraserver` (an explicit opt-in) and
+    `Local` otherwise. Gangs larger than one UltraServer are not affected: they take whole
+    UltraServers in the nearest network domain the required level allows.
     """
 
     chips: int
@@ -49,6 +65,7 @@ class PlacementRequest:
     preferred_level: str | None = None
     whole_servers: bool = False
     profile: str | None = None
+    mode: SpanMode | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.chips, bool) or not isinstance(self.chips, int) or self.chips <= 0:
@@ -59,6 +76,39 @@ class PlacementRequest:
                 object.__setattr__(self, name, parse_level(value).name)
         if self.profile is not None:
             load_profile(self.profile)  # UnknownProfileError names the known profiles
+        if self.mode is None:
+            far = self.required_level is not None and parse_level(self.required_level).rank > 2
+            object.__setattr__(self, "mode", "Unconstrained" if far else "Local")
+        elif self.mode not in MODES:
+            raise ValueError(f"mode must be one of {', '.join(MODES)}, got {self.mode!r}")
+
+    @property
+    def may_split(self) -> bool:
+        """Whether a gang that fits in one UltraServer may ever be spread over several."""
+        return self.mode != "Local"
+
+
+def request_from_topology(chips: int, topology: Mapping[str, Any] | None,
+                          profile: str | None = None) -> PlacementRequest:
+    """The gang request of a job spec's `topology` block (wire names: requiredLevel,
+    preferredLevel, wholeServers, mode). The one reading of that block: the operator, the
+    REST API (job specs and dry runs) and trace replay all build their requests here, so the
+    locality rule cannot differ between them. Bad values raise ValueError naming the field."""
+    topo = topology or {}
+    kw: dict[str, Any] = {}
+    for field, name in (("requiredLevel", "required_level"), ("preferredLevel", "preferred_level")):
+        value = topo.get(field)
+        if value is not None:
+            try:
+                kw[name] = parse_level(str(value)).name
+            except ValueError as exc:
+                raise ValueError(f"topology.{field}: {exc}") from None
+    mode = topo.get("mode")
+    if mode is not None and str(mode) not in MODES:
+        raise ValueError(f"topology.mode: must be one of {', '.join(MODES)}, got {mode!r}")
+    return PlacementRequest(
+        chips=chips, whole_servers=bool(topo.get("wholeServers", False)), profile=profile,
+        mode=cast("SpanMode | None", None if mode is None else str(mode)), **kw)
 
 
 @dataclass(frozen=True)

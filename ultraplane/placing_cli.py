@@ -108,13 +108,16 @@ def _placement_table(p: Placement) -> str:
               "(server, rack, ultraserver, block, network-N, cluster).")
 @click.option("--prefer", "preferred", metavar="LEVEL", help="Start the search at this level.")
 @click.option("--whole-servers", is_flag=True, help="Whole servers only.")
+@click.option("--mode", type=click.Choice(["Local", "SplitWhenItPays", "Unconstrained"]),
+              help="May a gang that fits one UltraServer span several (default: Local unless "
+                   "--require is above ultraserver; a dry run splits only when Unconstrained).")
 @click.option("--profile", metavar="PROFILE", help="Only UltraServers of this profile.")
 @click.option("--policy", type=click.Choice(["ultraplane", "first-fit"]), default="ultraplane",
               show_default=True)
 @click.option("-o", "--output", type=_OUTPUT, default="table", show_default=True)
 def place(fleet: str | None, cluster: str | None, chips: int, required: str | None,
-          preferred: str | None, whole_servers: bool, profile: str | None, policy: str,
-          output: str) -> None:
+          preferred: str | None, whole_servers: bool, mode: str | None, profile: str | None,
+          policy: str, output: str) -> None:
     """Show where a gang of CHIPS would be placed (nothing is allocated)."""
     if not 0 < chips <= MAX_CHIPS:
         raise click.BadParameter(f"must be 1..{MAX_CHIPS} chips, got {chips}",
@@ -127,7 +130,7 @@ def place(fleet: str | None, cluster: str | None, chips: int, required: str | No
     request = PlacementRequest(
         chips=chips, required_level=_level(required, "--require"),
         preferred_level=_level(preferred, "--prefer"), whole_servers=whole_servers,
-        profile=profile,
+        profile=profile, mode=mode,  # type: ignore[arg-type]
     )
     alloc = _allocator(fleet, cluster, policy)
     for hint, level in (("--require", request.required_level), ("--prefer", request.preferred_level)):

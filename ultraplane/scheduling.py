@@ -29,12 +29,15 @@ chips, so a half-placed job never holds chips and never costs a victim anything.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
+from dataclasses import replace as dc_replace
 
 from ultraplane.allocator import AllocationConflict, Allocator, NoFit, Placement, PlacementRequest
 from ultraplane.ids import ChipId, JobKey
+from ultraplane.predictions import drain_time, earliest_start, split_slowdown
 from ultraplane.preemption import plan_preemption
 
 __all__ = ["CycleResult", "QueuedJob", "Scheduler", "replica_key"]
@@ -59,6 +62,7 @@ class QueuedJob:
     seq: int = 0
     preemptible: bool = True
     replicas: int | None = None
+    expected_s: float | None = None  # predicted run time at the tightest placement, if known
 
     def __post_init__(self) -> None:
         if self.replicas is not None and self.replicas < 1:
@@ -88,6 +92,10 @@ class CycleResult:
     preempted: list[tuple[JobKey, JobKey]] = field(default_factory=list)
     pending: list[tuple[JobKey, NoFit, int]] = field(default_factory=list)
     reserved: tuple[JobKey, str, tuple[str, ...]] | None = None
+    # Why an admitted job was placed as it was, when a prediction decided it (a split that
+    # pays, a backfill onto reserved UltraServers); pending jobs carry theirs in the NoFit.
+    notes: dict[JobKey, str] = field(default_factory=dict)
+    reservation_start: float | None = None  # predicted start of the reserved job, if known
 
     def held_for(self) -> dict[str, JobKey]:
         """UltraServer -> the job its chips are reserved for (empty without a reservation)."""
@@ -109,6 +117,10 @@ class Scheduler:
         self._owners: dict[JobKey, JobKey] = {}  # allocator key of a running part -> its job
         self._lowest: int | None = None  # lowest preemptible running priority, cycle start
         self._failed: dict[PlacementRequest, NoFit] = {}  # requests that did not fit, this cycle
+        self._ends: dict[JobKey, float] = {}  # predicted end of running jobs
+        self._now: float | None = None  # the clock of the current cycle, when the caller gave one
+        self._fenced: list[str] = []  # UltraServers held back by this cycle's reservation
+        self._shadow: float | None = None  # predicted start of this cycle's reservation
 
     # -- observations ------------------------------------------------------------------
     def submit(self, job: QueuedJob) -> None:
@@ -134,7 +146,19 @@ class Scheduler:
         self._queued[key] = job
         return job
 
+    def expect_end(self, key: JobKey, end: float | None) -> None:
+        """The caller's prediction of when a running job ends (None: unknown). The cycle
+        otherwise predicts `start + expected_s x predicted slowdown` at admission."""
+        if end is None:
+            self._ends.pop(key, None)
+        elif key in self._running:
+            self._ends[key] = end
+
+    def expected_end(self, key: JobKey) -> float | None:
+        return self._ends.get(key)
+
     def _release(self, job: QueuedJob) -> frozenset[ChipId]:
+        self._ends.pop(job.key, None)
         freed: set[ChipId] = set()
         for part in job.parts():
             self._owners.pop(part, None)
@@ -218,11 +242,18 @@ class Scheduler:
         return {job.key: i for i, job in enumerate(self.queued(), start=1)}
 
     # -- the cycle ---------------------------------------------------------------------
-    def cycle(self) -> CycleResult:
-        """Admit what fits, in order; preempt for jobs that do not; report the rest."""
+    def cycle(self, now: float | None = None) -> CycleResult:
+        """Admit what fits, in order; preempt for jobs that do not; report the rest.
+
+        `now` (the caller's clock) turns on the predictions: running jobs' expected ends
+        choose the reservation that starts soonest and allow backfill onto it (EASY), and
+        `SplitWhenItPays` jobs are split only when it pays. Without it the cycle decides as
+        if nothing could be predicted (see the module docstring)."""
         result = CycleResult()
+        self._now, self._fenced, self._shadow = now, [], None
         with ExitStack() as fences:
             self._cycle(result, fences)
+        self._fenced = []
         return result
 
     def _cycle(self, result: CycleResult, fences: ExitStack) -> None:
@@ -239,6 +270,11 @@ class Scheduler:
         self._failed.clear()
         for index, job in enumerate(queue):
             outcome = self._place(job, result)
+            if isinstance(outcome, NoFit) and outcome.kind == "NoCapacity" and job.replicas is None:
+                if job.request.mode == "SplitWhenItPays":
+                    outcome = self._split_if_it_pays(job, outcome, result)
+                if isinstance(outcome, NoFit) and self._fenced:
+                    outcome = self._backfill(job, outcome, result)
             if isinstance(outcome, NoFit):
                 if (self.reservation and result.reserved is None
                         and outcome.kind == "NoCapacity"):
@@ -248,6 +284,7 @@ class Scheduler:
                 result.pending.append((job.key, outcome, position))
                 continue
             self._hold(job)
+            self._predict_end(job, outcome)
             if job.replicas is None:
                 result.admitted.append((job.key, outcome[0]))
             else:
@@ -259,18 +296,27 @@ class Scheduler:
         per gang (each replica of a replicated job gets its own), or nothing unless every gang
         gets one. `fences` None: nothing is queued behind it, so nothing is held back."""
         picked: list[tuple[str, tuple[str, ...]]] = []
+        starts: list[float] = []
         hold = ExitStack()
         with hold:
             for _ in range(job.replicas or 1):
-                found = self.allocator.reservation(job.request)
+                soonest = self._soonest_domain(job)
+                found = (soonest[1:] if soonest is not None
+                         else self.allocator.reservation(job.request))
                 if found is None:
                     return nofit
                 picked.append(found)
-                hold.enter_context(self.allocator.held_back(found[1]))
+                if soonest is not None:
+                    starts.append(soonest[0])
+                fenced = hold.enter_context(self.allocator.held_back(found[1]))
+                if fences is not None:
+                    self._fenced.extend(fenced)
             if fences is not None:
                 fences.enter_context(hold.pop_all())
         names = tuple(n for _, members in picked for n in members)
         result.reserved = (job.key, ", ".join(d for d, _ in picked), names)
+        if starts and len(starts) == len(picked) and max(starts) < math.inf:
+            self._shadow = result.reservation_start = max(starts)
         if len(names) == 1:
             what = f"UltraServer {names[0]}"
         elif len(picked) == 1:
@@ -278,8 +324,133 @@ class Scheduler:
         else:
             shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
             what = f"UltraServers {shown}"
-        return NoFit(nofit.kind, f"{nofit.message}; {what} reserved for it: jobs queued behind "
-                     "it are placed elsewhere until it starts", nofit.blocking)
+        when = ""
+        if self._shadow is not None and self._now is not None:
+            when = f" (predicted to start in {_span(self._shadow - self._now)})"
+        return NoFit(nofit.kind, f"{nofit.message}; {what} reserved for it{when}: jobs queued "
+                     "behind it are placed elsewhere until it starts, or there only if they are "
+                     "predicted to end before it starts", nofit.blocking)
+
+    # -- predictions -------------------------------------------------------------------
+    def _releases(self) -> dict[str, list[tuple[float, int]]]:
+        """UltraServer -> (predicted end, chips) of every job holding chips there."""
+        out: dict[str, list[tuple[float, int]]] = {}
+        for part, placement in self.allocator.allocations().items():
+            end = self._ends.get(self._owners.get(part, part), math.inf)
+            for us, _, mask in placement.parts:
+                out.setdefault(us, []).append((end, mask.bit_count()))
+        return out
+
+    def _soonest_domain(self, job: QueuedJob) -> tuple[float, str, tuple[str, ...]] | None:
+        """EASY: among the domains the gang may use, the one whose k UltraServers drain
+        soonest by predicted end times, as (start, domain, UltraServers); ties go to the
+        most free chips, then fleet order. None without a clock (the caller then uses the
+        allocator's freest-domain rule)."""
+        if self._now is None:
+            return None
+        now = self._now
+        releases = self._releases()
+        best: tuple[float, int, int, str, tuple[str, ...]] | None = None
+        for order, (name, members) in enumerate(self.allocator.reservation_domains(job.request)):
+            size = {m: self.allocator.free_chips([m]) for m in members}
+            per = self.allocator.chips_of(members[0])
+            k = -(-job.request.chips // per)
+            rem = job.request.chips - (k - 1) * per
+            if len(members) < k:
+                continue
+            ranked = sorted(members, key=lambda m: (
+                drain_time(releases.get(m, ()), now), -size[m], members.index(m)))
+            whole, rest = ranked[:k - 1], ranked[k - 1:]
+            # The last UltraServer needs only the remainder free (searches: idle + partial).
+            last = min(rest, key=lambda m: (
+                earliest_start({m: (size[m], releases.get(m, []))}, rem, now), -size[m],
+                members.index(m)))
+            ranked = [*whole, last]
+            start = max([drain_time(releases.get(m, ()), now) for m in whole]
+                        + [earliest_start({last: (size[last], releases.get(last, []))}, rem, now)])
+            key = (start, -sum(size[m] for m in ranked), order, name, tuple(ranked))
+            if best is None or key < best:
+                best = key
+        if best is None:
+            return None
+        if best[0] == math.inf:
+            return None  # nothing predicted: the freest domain, as without a clock
+        return best[0], best[3], best[4]
+
+    def _slowdown(self, placement: Placement, chips: int) -> float:
+        profile = self.allocator.profile_of(placement.ultraservers[0])
+        return split_slowdown(profile, placement.level, chips)
+
+    def _predict_end(self, job: QueuedJob, placements: tuple[Placement, ...]) -> None:
+        if self._now is None or job.expected_s is None or not placements:
+            return
+        slow = max(self._slowdown(p, job.request.chips) for p in placements)
+        self._ends[job.key] = self._now + job.expected_s * slow
+
+    def _split_if_it_pays(self, job: QueuedJob, nofit: NoFit, result: CycleResult
+                          ) -> tuple[Placement, ...] | NoFit:
+        """SplitWhenItPays: split when the predicted cost of the split (run time x
+        (slowdown - 1)) is less than the predicted wait for one UltraServer."""
+        wide = dc_replace(job.request, mode="Unconstrained")
+        split = self.allocator.place(wide)
+        if isinstance(split, NoFit):
+            return nofit
+        slow = self._slowdown(split, job.request.chips)
+        n = len(split.ultraservers)
+        wait: float | None = None
+        if self._now is not None:
+            free = self.allocator.free_by_ultraserver(job.request)
+            releases = self._releases()
+            start = earliest_start({u: (f, releases.get(u, [])) for u, f in free.items()},
+                                   job.request.chips, self._now)
+            wait = None if start == math.inf else start - self._now
+        run = job.expected_s
+        if run is None:
+            pays = wait is None  # nothing to price the split with: split only if no wait is known
+            why = ("no run time is known to price the split"
+                   + ("" if pays else f" and one UltraServer is predicted free in {_span(wait)}"))
+        else:
+            cost = run * (slow - 1.0)
+            pays = wait is None or cost < wait
+            shown = "unknown (no running job there has a predicted end)" if wait is None \
+                else _span(wait)
+            why = (f"the predicted slowdown {slow:.2f}x over {n} UltraServers costs "
+                   f"{_span(cost)}; the predicted wait for one UltraServer is {shown}")
+        if not pays:
+            return NoFit(nofit.kind, f"{nofit.message}; waiting for one UltraServer rather than "
+                         f"splitting: {why}", nofit.blocking)
+        placed = self.allocator.allocate(job.key, wide)
+        if isinstance(placed, NoFit):  # cannot differ from place() on the same state
+            return nofit
+        result.notes[job.key] = f"split over {n} UltraServers because it pays: {why}"
+        return (placed,)
+
+    def _backfill(self, job: QueuedJob, nofit: NoFit, result: CycleResult
+                  ) -> tuple[Placement, ...] | NoFit:
+        """EASY's backfill rule: a job that fits only on the reserved UltraServers may go
+        there if it is predicted to end before the reservation starts."""
+        if self._shadow is None or self._now is None or job.expected_s is None:
+            return nofit
+        if self._now + job.expected_s > self._shadow:
+            # ends after the reservation starts even unslowed: no placement to look for
+            return NoFit(nofit.kind, f"{nofit.message}; it is predicted to end "
+                         f"{_span(self._now + job.expected_s - self._shadow)} after the "
+                         "reservation starts", nofit.blocking)
+        with self.allocator.lifted(self._fenced):
+            got = self.allocator.place(job.request)
+            if isinstance(got, NoFit):
+                return nofit
+            end = self._now + job.expected_s * self._slowdown(got, job.request.chips)
+            if end > self._shadow:
+                return NoFit(nofit.kind, f"{nofit.message}; it would fit on the reserved "
+                             f"UltraServers but is predicted to end {_span(end - self._shadow)} "
+                             "after the reservation starts", nofit.blocking)
+            placed = self.allocator.allocate(job.key, job.request)
+        if isinstance(placed, NoFit):
+            return nofit
+        result.notes[job.key] = (f"backfilled onto UltraServers reserved for a waiting job: "
+                                 f"predicted to end {_span(self._shadow - end)} before it starts")
+        return (placed,)
 
     def _place(self, job: QueuedJob, result: CycleResult) -> tuple[Placement, ...] | NoFit:
         """Every part of `job` placed, or nothing held and every victim of this job back."""
@@ -352,3 +523,14 @@ class Scheduler:
                 continue
             self._hold(victim)
         return lost
+
+
+def _span(seconds: float | None) -> str:
+    """A duration for a status message: 45 s, 12.5 min, 3.2 h."""
+    if seconds is None:
+        return "unknown"
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"

@@ -222,8 +222,11 @@ def _spread(pool: Pool, c: int, required: Level, whole: bool,
 def _whole_ultraservers(pool: Pool, c: int, required: Level,
                         within: list[Slot] | None) -> tuple[Level, Held] | None:
     k = -(-c // pool.cpu)
+    rem = c - (k - 1) * pool.cpu
     chosen: list[Slot] | None = None
-    if within is None:
+    if within is None and rem < pool.cpu:
+        chosen = _idle_plus_partial(pool, k - 1, rem)
+    if within is None and chosen is None:
         block = pool.block_with_idle(k)
         if block is not None:
             members = pool.block_idle[block]
@@ -251,6 +254,24 @@ def _whole_ultraservers(pool: Pool, c: int, required: Level,
 
 def _order(slot: Slot) -> int:
     return slot.order
+
+
+def _idle_plus_partial(pool: Pool, need: int, rem: int) -> list[Slot] | None:
+    """A gang of `need` whole UltraServers plus `rem` chips: `need` idle UltraServers and,
+    in the same network block, the partly used UltraServer with the fewest free chips that
+    still holds `rem` (best fit), so the remainder fills a broken UltraServer instead of
+    breaking another idle one (and the gang does not wait for one more to drain). Blocks are
+    tried from the fewest idle UltraServers up; None when no block has such a pair."""
+    top = max(pool.blocks_by_idle, default=0)
+    for count in range(need, top + 1):
+        for block in pool.blocks_by_idle.get(count, ()):
+            partial = [s for s in pool.block_slots[block]
+                       if s.us.schedulable and not s.idle and s.total >= rem]
+            if partial:
+                members = pool.block_idle[block]
+                whole = sorted(members, key=_order)[:need]
+                return [*whole, min(partial, key=lambda s: (s.total, s.order))]
+    return None
 
 
 def first_fit(

@@ -211,6 +211,22 @@ def test_dry_run_placement_alternatives_and_preemption(fleet: Fleet) -> None:
     assert sum(u["allocatedChips"] for u in fleet.client.get("/v1/ultraservers").json()["items"]) == 1152
 
 
+def test_dry_run_keeps_a_gang_that_fits_one_ultraserver_local_unless_it_opts_in(
+        fleet: Fleet) -> None:
+    # 8 UltraServers, each [100 chips used | 44 free]: 72 chips fit no single one.
+    for i in range(8):
+        fleet.submit(f"part-{i}", 100, duration=20_000)
+    fleet.advance(1)
+    local = fleet.client.post("/v1/placements:dryRun", json={"chips": 72}).json()
+    assert not local["fits"] and local["reason"]["kind"] == "NoCapacity"
+    spread = fleet.client.post("/v1/placements:dryRun",
+                               json={"chips": 72, "mode": "Unconstrained"}).json()
+    assert spread["fits"] and len(spread["placement"]["ultraServers"]) == 2
+    block = fleet.client.post("/v1/placements:dryRun",
+                              json={"chips": 72, "requiredLevel": "block"}).json()
+    assert block["fits"]  # a required level above the UltraServer opts in too
+
+
 @pytest.mark.parametrize(
     ("method", "path", "body", "status", "field"),
     [
@@ -225,6 +241,11 @@ def test_dry_run_placement_alternatives_and_preemption(fleet: Fleet) -> None:
         ("post", "/v1/placements:dryRun", {"chips": 4, "requiredLevel": "galaxy"}, 422, "body.requiredLevel"),
         ("post", "/v1/placements:dryRun", {"chips": 4, "profile": "trn9"}, 422, "body.profile"),
         ("post", "/v1/placements:dryRun", {"chips": "many"}, 422, "body.chips"),
+        ("post", "/v1/placements:dryRun", {"chips": 4, "mode": "Sometimes"}, 422, "body.mode"),
+        ("post", f"/v1/namespaces/{NS}/trainingjobs",
+         {"metadata": {"name": "x"}, "spec": {"chips": 4, "work": {"durationSeconds": 60},
+                                              "topology": {"mode": "Often"}}},
+         422, "body.spec.topology.mode"),
         ("get", "/v1/accounting/days?since=yesterday", None, 422, "query.since"),
         ("get", f"/v1/namespaces/{NS}/inferencejobs/ghost", None, 404, "name"),
     ],

@@ -96,9 +96,23 @@ def test_kill9_during_churn_loses_nothing(op: Harness) -> None:
         return jobs if (waiting == 0 or smallest_waiting > free) and all(
             (j.get("status") or {}).get("phase") for j in jobs) else None
 
-    jobs = op.wait("the queue to settle", settled, timeout=120)
-    time.sleep(3)  # let the last UltraServer status writes land
-    jobs = op.jobs()
+    op.wait("the queue to settle", settled, timeout=120)
+
+    def us_agrees() -> list[dict[str, Any]] | None:
+        # UltraServer status is a view written at most once per interval: wait for it to agree
+        # with the job statuses (read after it, so a job admitted meanwhile shows in both)
+        us = {n: (op.get_ultraserver(n).get("status") or {}) for n in fleet}
+        jobs = op.jobs()
+        held: Counter[str] = Counter()
+        for job in jobs:
+            status = job.get("status") or {}
+            if status.get("phase") in HOLDING:
+                held.update(c.split("/")[0] for c in (status.get("allocation") or {}).get(
+                    "chips", []))
+        ok = all((us[n].get("allocated") or {}).get("chips") == held[n] for n in fleet)
+        return jobs if ok else None
+
+    jobs = op.wait("UltraServer status to agree with the jobs", us_agrees, timeout=60)
     assert len(jobs) == JOBS
     assert not double_allocated(jobs)
     assert {(j.get("status") or {}).get("phase", "") for j in jobs} <= ALLOWED
@@ -126,6 +140,7 @@ def test_kill9_during_churn_loses_nothing(op: Harness) -> None:
         return True if set(phases) <= {"Succeeded/None", "Succeeded/Admitted"} else ValueError(
             dict(phases))
 
-    op.wait("every job to finish", all_done, timeout=180)
+    # 1,000 jobs through 576 chips: minutes on a loaded 2-core machine, so a generous bound
+    op.wait("every job to finish", all_done, timeout=480)
     op.wait("chips released", lambda: all(
         op.get_ultraserver(n)["status"]["allocated"]["chips"] == 0 for n in fleet), timeout=30)

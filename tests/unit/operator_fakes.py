@@ -109,3 +109,4 @@ def controller(kube: FakeKube, servers: int = 1) -> Controller:
 async def settle(c: Controller, cycles: int = 3) -> None:
     for _ in range(cycles):
         await c.run_cycle()
+        await c.positions_written()

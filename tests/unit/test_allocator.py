@@ -27,6 +27,14 @@ class Cluster:
         self.cps = self.topo.ultraservers[0].spec.chips_per_server
         self._n = 0
 
+    def mixed_with(self, profile: str, count: int) -> Cluster:
+        """Add `count` UltraServers of another profile, in the same network block."""
+        extra = build_fleet(profile, count, per_block=1000)
+        for us in extra.ultraservers:
+            self.alloc.upsert_ultraserver(us)
+        self.topo = self.alloc.topology
+        return self
+
     def used(self, us: int, servers: Iterable[int], chips: int | None = None) -> Cluster:
         """A job holds the first `chips` chips (default all) of each listed server."""
         name = self.topo.ultraservers[us].name
@@ -108,9 +116,24 @@ CASES = [
     # with fewer idle ones, keeping block-000 whole for a 288-chip gang.
     Case("small-breaks-least-valuable-block", Cluster(count=4, per_block=2).full(2), req(1),
          ("gen2-0003",), "server"),
-    # gen2-0000 60 free, gen2-0001 60 free, same block: 100 chips spread over both ...
-    Case("spread-when-allowed", Cluster(count=2).used(0, range(21)).used(1, range(21)), req(100),
+    # gen2-0000 60 free, gen2-0001 60 free, same block: 100 chips fit one UltraServer, so by
+    # default they wait for one (locality by default) ...
+    Case("local-by-default", Cluster(count=2).used(0, range(21)).used(1, range(21)), req(100),
+         nofit="NoCapacity"),
+    # ... and spread over both only when the spec opts in: a required level above the
+    # UltraServer, or mode Unconstrained ...
+    Case("spread-when-required-level-allows", Cluster(count=2).used(0, range(21))
+         .used(1, range(21)), req(100, required_level="block"),
          ("gen2-0000", "gen2-0001"), "network-1"),
+    Case("spread-when-unconstrained", Cluster(count=2).used(0, range(21)).used(1, range(21)),
+         req(100, mode="Unconstrained"), ("gen2-0000", "gen2-0001"), "network-1"),
+    # ... (SplitWhenItPays is the scheduler's decision; the allocator alone keeps it local) ...
+    Case("split-when-it-pays-is-local-in-the-allocator", Cluster(count=2).used(0, range(21))
+         .used(1, range(21)), req(100, mode="SplitWhenItPays"), nofit="NoCapacity"),
+    # trn2 (64 chips each) and gen2 side by side, gen2 full: 100 chips fit one gen2, so they
+    # never take two trn2 UltraServers instead.
+    Case("local-never-spans-smaller-ultraservers", Cluster().mixed_with("trn2", 2).full(0),
+         req(100), nofit="NoCapacity"),
     # ... but never when one UltraServer is required.
     Case("spread-not-across-required", Cluster(count=2).used(0, range(21)).used(1, range(21)),
          req(100, required_level="ultraserver"), nofit="NoCapacity"),
@@ -121,6 +144,11 @@ CASES = [
     # ... unless the request prefers rack locality.
     Case("preferred-rack-breaks-idle", Cluster(count=2).used(0, range(8)).used(0, range(18, 28)),
          req(72, preferred_level="rack"), ("gen2-0001",), "rack"),
+    # block-000: gen2-0000 [20 servers used, 64 free]  gen2-0001 idle  gen2-0002 idle
+    # 200 chips = one idle UltraServer + 56 on the partly used one; gen2-0002 stays idle
+    # (it does not wait for, or break, a second idle UltraServer).
+    Case("large-remainder-on-a-partly-used-ultraserver", Cluster(count=3).used(0, range(20)),
+         req(200), ("gen2-0000", "gen2-0001"), "network-1"),
     # Unsatisfiable: more than a server, more than the fleet, not a whole-server multiple.
     Case("more-than-a-server", Cluster(), req(5, required_level="server"), nofit="Unsatisfiable"),
     Case("more-than-the-fleet", Cluster(count=2), req(289), nofit="Unsatisfiable"),

@@ -91,3 +91,28 @@ def test_the_event_budget_passes_a_burst_then_thins_a_flood_to_its_rate() -> Non
     assert sum(bucket.take() for _ in range(20)) == 5
     unlimited = TokenBucket(qps=0, burst=1, clock=lambda: now[0])
     assert all(unlimited.take() for _ in range(1000))
+
+
+def test_a_restart_does_not_rewrite_the_positions_already_written() -> None:
+    async def scenario() -> None:
+        kube = FakeKube()
+        c = controller(kube)
+        kube.add_job("big", 144)
+        for i in range(20):
+            kube.add_job(f"w{i}", 144)
+        await c.sync()
+        await settle(c)
+        assert kube.jobs["w19"]["status"]["queuePosition"] == 20
+        kube.log.clear()
+        again = controller(kube)  # kill -9 and start again on the same objects
+        again.position_seconds = 0
+        await again.sync()
+        await settle(again)
+        assert [w for w in kube.log if w[1] != "us"] == []
+        kube.jobs["big"]["status"]["phase"] = "Succeeded"
+        again.observe_job(kube.bump(kube.jobs["big"]))
+        await settle(again)
+        assert kube.jobs["w0"]["status"]["phase"] == "Admitted"
+        assert kube.jobs["w19"]["status"]["queuePosition"] == 19  # moved: rewritten
+
+    asyncio.run(scenario())

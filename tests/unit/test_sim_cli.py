@@ -119,7 +119,9 @@ def test_cluster_file_instead_of_fleet(tmp_path: Path) -> None:
     held = {c for chips in loaded.allocations.values() for c in chips}
     starts = [json.loads(x) for x in (out / "placements.jsonl").read_text().splitlines()]
     assert not held & set(starts[0]["chips"])  # the file's allocations stay busy
-    assert s["utilization"] > 0.9 * len(held) / loaded.topology.chip_count
+    # held chips count as allocated, not as useful work of the trace
+    assert s["allocated_utilization"] > 0.9 * len(held) / loaded.topology.chip_count
+    assert s["useful_utilization"] < s["allocated_utilization"]
 
 
 @pytest.mark.parametrize(("policy", "failed", "completed"), [("Fail", 1, 1), ("RestartAll", 0, 2)])
@@ -133,3 +135,25 @@ def test_scripted_server_failure_from_the_command_line(tmp_path: Path, policy: s
     assert res.exit_code == 0, res.output
     s = json.loads((out / "summary.json").read_text())["ultraplane"]
     assert (s["jobs_failed"], s["jobs_completed"]) == (failed, completed)
+
+
+def test_every_run_reports_against_the_fluid_bound_and_the_in_domain_greedy(tmp_path: Path) -> None:
+    # two UltraServers; a: 200 chips (one whole + 56), b: 100 chips arriving while a runs.
+    # The greedy baseline has no overheads: a ends at 1000 s there, at 1030 s here (one
+    # checkpoint), so ultraplane's JCT ratio is above 1 and its useful utilization below.
+    trace = write(tmp_path, "a,0,1000,200\nb,10,1000,100\n")
+    out = tmp_path / "out"
+    res = run("--fleet", "trn3-gen2:2", "--trace", str(trace), "--out", str(out), "--no-progress",
+              "--policy", "ultraplane")
+    assert res.exit_code == 0, res.output
+    assert "vs greedy in one domain: JCT mean x" in res.output
+    assert "large jobs: 144 chips or more (one trn3-gen2 UltraServer)" in res.output
+    s = json.loads((out / "summary.json").read_text())["ultraplane"]
+    assert s["large_job_chips"] == 144 and s["large_jobs"] == 1
+    assert set(s["bounds"]) == {"greedy", "fluid"}
+    assert s["bounds"]["greedy"]["jobs"] == 2
+    assert s["jct_mean_vs_greedy"] > 1.0 and s["useful_util_vs_greedy"] < 1.0
+    assert s["useful_utilization"] < s["allocated_utilization"]
+    assert s["split_jobs_that_fit_one_ultraserver"] == 0
+    html = (out / "report.html").read_text()
+    assert "greedy-in-domain" in html and "144 chips or more" in html

@@ -62,10 +62,14 @@ def test_power_follows_utilization_and_energy_integrates() -> None:
 
 
 def test_spread_across_ultraservers_is_slower() -> None:
-    # 136 chips busy on each UltraServer: the 16-chip job can only be split 8 + 8 over EFA
-    res = replay("x,0,5000,136\ny,0,5000,136\na,1,1000,16\n", us=2)
+    # 136 chips busy on each UltraServer: a 16-chip job that opts in to spanning (topology
+    # cluster) can only be split 8 + 8 over EFA, and runs slower
+    res = replay("x,0,5000,136\ny,0,5000,136\na,1,1000,16,training,0,cluster\n", us=2)
     a = by_id(res)["a"]
     assert a.ultraservers == 2 and a.end_s - a.start_s > 1030 * 1.5
+    # without the opt-in it waits for one UltraServer instead (locality by default)
+    b = by_id(replay("x,0,5000,136\ny,0,5000,136\nb,1,1000,16\n", us=2))["b"]
+    assert b.ultraservers == 1 and b.start_s is not None and b.start_s >= 5000
     # the trace duration holds for jobs whose size already forces them over EFA
     assert by_id(replay("b,0,1000,200\n", us=2))["b"].end_s == 1030
 

@@ -18,6 +18,7 @@ from ultraplane.resources.commons import (
     Phase,
     Precision,
     ProfileName,
+    TopologyMode,
     TopologyPolicy,
     to_wire,
 )
@@ -80,6 +81,7 @@ __all__ = [
     "ProfileName",
     "Progress",
     "ReplicaAllocation",
+    "TopologyMode",
     "TopologyPolicy",
     "TrainingJob",
     "TrainingJobSpec",

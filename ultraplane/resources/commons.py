@@ -104,6 +104,14 @@ LEVEL_RANK: dict[str, int] = {
 }
 
 
+class TopologyMode(StrEnum):
+    """Whether a gang that fits in one UltraServer may be split across several."""
+
+    LOCAL = "Local"
+    SPLIT_WHEN_IT_PAYS = "SplitWhenItPays"
+    UNCONSTRAINED = "Unconstrained"
+
+
 class Phase(StrEnum):
     """Lifecycle phase. The operator writes Pending/Admitted/Preempted (and Failed for a job
     that can never fit); the simulator writes Running/Succeeded/Failed."""
@@ -183,7 +191,22 @@ class TopologyPolicy(SpecModel):
     required_level: Level | None = Field(
         default=None,
         description="All chips must sit inside one domain of this level (server, rack, "
-        "ultraserver, network-1 alias block, network-2..4, cluster). Unset means no constraint.",
+        "ultraserver, network-1 alias block, network-2..4, cluster). Unset: a gang that fits in "
+        "one UltraServer stays inside one NeuronSwitch domain (see mode); a larger gang takes "
+        "whole UltraServers in the nearest network domain that has them. A level above "
+        "ultraserver opts a gang that fits in one UltraServer in to spanning (mode "
+        "Unconstrained unless mode says otherwise).",
+    )
+    mode: TopologyMode | None = Field(
+        default=None,
+        description="Whether a gang that fits in one UltraServer may be split across "
+        "UltraServers (only such gangs are affected). Local: never; it waits for one "
+        "UltraServer, whose NeuronSwitch all-to-all makes its collectives fast. "
+        "SplitWhenItPays: split (within requiredLevel) only when the predicted slowdown of the "
+        "split, from the profile's bandwidth per level, costs less time than the predicted "
+        "wait for one UltraServer, from running jobs' expected end times; the numbers are in "
+        "the job's status message. Unconstrained: spread whenever no single UltraServer has "
+        "room. Unset: Unconstrained if requiredLevel is above ultraserver, else Local.",
     )
     preferred_level: Level | None = Field(
         default=None,
