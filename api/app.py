@@ -10,10 +10,11 @@ import gc
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI
-from ultraplane.api import errors
-from ultraplane.api.auth import Guard, load_tokens, token_reviewer
+from fastapi import Depends, FastAPI
+from ultraplane.api import errors, openapi
+from ultraplane.api.auth import Guard, load_tokens
 from ultraplane.api.backends import make_backend
+from ultraplane.api.limits import BodySizeLimit
 from ultraplane.api.metrics import Metrics, MetricsMiddleware
 from ultraplane.api.routers_accounting import router as accounting_router
 from ultraplane.api.routers_health import router as health_router
@@ -29,7 +30,8 @@ DESCRIPTION = """Topology-aware gang scheduling onto AWS Trainium UltraServers.
 
 Jobs are the `ultraplane.dev/v1alpha1` custom resources; their specs here are
 validated by the same models as the CRDs. Errors are `{"error", "field", "message"}`.
-Mutating endpoints need `Authorization: Bearer <token>` when tokens are configured."""
+Once tokens or TokenReview are configured, job and accounting requests need
+`Authorization: Bearer <token>` granting the verb in the namespace (docs/api.md, Auth)."""
 
 
 def create_app(
@@ -43,10 +45,12 @@ def create_app(
     engine = make_engine(settings.db)
     migrate(engine)
     backend = make_backend(settings, engine, clock=clock)
-    reviewer = None
+    reviews = None
     if settings.backend == "kubernetes" and settings.token_review:
-        reviewer = token_reviewer(getattr(backend, "api_client", None))
-    guard = Guard(load_tokens(settings), protect_reads=settings.api_protect_reads, reviewer=reviewer)
+        from ultraplane.api.kube_reviews import KubeReviews
+
+        reviews = KubeReviews(getattr(backend, "api_client", None))
+    guard = Guard(load_tokens(settings), protect_reads=settings.api_protect_reads, reviews=reviews)
     metrics = Metrics()
     metrics.watch_fleet(backend.fleet_summary)
 
@@ -75,6 +79,7 @@ def create_app(
         version=__version__,
         description=DESCRIPTION,
         lifespan=lifespan,
+        dependencies=[Depends(openapi.reject_unknown_query)],
     )
     app.state.settings = settings
     app.state.engine = engine
@@ -85,5 +90,7 @@ def create_app(
     for router in (health_router, ultraservers_router, training_router, inference_router,
                    placements_router, accounting_router):
         app.include_router(router)
+    openapi.install(app, guard, kubernetes=settings.backend == "kubernetes")
+    app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(MetricsMiddleware, metrics=metrics)
     return app

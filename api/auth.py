@@ -1,112 +1,153 @@
-"""Bearer tokens: required on mutating endpoints once any token is configured.
+"""Who is calling (authentication) and whether they may do this (authorization).
 
-Tokens come from `ULTRAPLANE_API_TOKENS` (comma-separated) and/or a token file
-(one per line, `#` comments). With no token configured the API is open, which
-is what a newcomer's `ultraplane serve` on loopback wants. Reads stay open
-unless `ULTRAPLANE_API_PROTECT_READS=1`. In Kubernetes mode a token that is
-not in the static list can be checked with a TokenReview against the cluster.
+Authentication: a bearer token is a static token (`ULTRAPLANE_API_TOKENS`,
+`--token-file`, see `ultraplane.api.tokens`) or, in Kubernetes mode with
+`ULTRAPLANE_TOKEN_REVIEW=1`, any token the cluster's TokenReview accepts. With
+no token configured and no TokenReview the API is open, which is what a
+newcomer's `ultraplane serve` on loopback wants.
+
+Authorization, once authentication is on: every request on jobs (create,
+delete, get, list) and on accounting is checked for the caller, by verb,
+resource and namespace. A static token is checked against its own grant
+(namespaces and verbs). A TokenReview user is checked by a SubjectAccessReview,
+so the API never does what the caller could not do with kubectl. Fleet-wide
+reads (UltraServers, capacity, dry runs) hold no one's jobs and stay open
+unless `ULTRAPLANE_API_PROTECT_READS=1`, which makes them need any valid token.
 """
 
 from __future__ import annotations
 
 import hmac
-from collections.abc import Callable
-from pathlib import Path
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.concurrency import run_in_threadpool
 from ultraplane.api.errors import ApiError
-from ultraplane.api.settings import Settings
+from ultraplane.api.kube_reviews import KubeReviews, UserInfo
+from ultraplane.api.tokens import Grant, StaticToken, load_tokens
 
-TokenReviewer = Callable[[str], bool]
+__all__ = ["Access", "Caller", "Guard", "load_tokens", "require_access", "require_fleet_read"]
 
-bearer = HTTPBearer(auto_error=False, description="Bearer token (see docs/api.md).")
+bearer = HTTPBearer(auto_error=False, description="Bearer token (see docs/api.md, Auth).")
 
 
-def load_tokens(settings: Settings) -> frozenset[str]:
-    """All static tokens; a missing or unreadable token file is a startup error, not open access."""
-    tokens = {t.strip() for t in settings.api_tokens.split(",") if t.strip()}
-    if settings.token_file:
-        path = Path(settings.token_file)
-        try:
-            text = path.read_text()
-        except OSError as exc:
-            raise ValueError(f"token file {path} cannot be read: {exc.strerror}") from exc
-        for line in text.splitlines():
-            line = line.strip()
-            if line and not line.startswith("#"):
-                tokens.add(line)
-    return frozenset(tokens)
+@dataclass(frozen=True)
+class Access:
+    """One request's verb on resources; `namespace` None means across all namespaces."""
+
+    verb: str
+    resources: tuple[str, ...]
+    namespace: str | None
+    name: str | None = None
+
+    def where(self) -> str:
+        return f"in namespace {self.namespace}" if self.namespace else "in all namespaces"
+
+
+@dataclass(frozen=True)
+class Caller:
+    """An authenticated caller: a static token's grant, or a cluster user to ask about."""
+
+    name: str
+    grant: Grant | None = None
+    user: UserInfo | None = None
 
 
 class Guard:
-    """Decides whether a request may read or write; built once per app."""
+    """Authenticates and authorizes requests; built once per app."""
 
     def __init__(
         self,
-        tokens: frozenset[str],
+        tokens: tuple[StaticToken, ...] = (),
         *,
         protect_reads: bool = False,
-        reviewer: TokenReviewer | None = None,
+        reviews: KubeReviews | None = None,
     ) -> None:
         self.tokens = tokens
         self.protect_reads = protect_reads
-        self.reviewer = reviewer
+        self.reviews = reviews
 
     @property
     def enabled(self) -> bool:
-        return bool(self.tokens) or self.reviewer is not None
+        return bool(self.tokens) or self.reviews is not None
 
-    def accepts(self, token: str) -> bool:
-        # Compare every token in constant time so timing does not reveal a prefix.
-        if any(hmac.compare_digest(token.encode(), t.encode()) for t in self.tokens):
-            return True
-        return self.reviewer is not None and self.reviewer(token)
-
-    def check(self, credentials: HTTPAuthorizationCredentials | None, *, write: bool) -> None:
-        if not self.enabled or (not write and not self.protect_reads):
-            return
+    def authenticate(self, credentials: HTTPAuthorizationCredentials | None) -> Caller:
         if credentials is None or not credentials.credentials:
             raise ApiError(401, "Unauthorized", "Authorization", "a bearer token is required")
-        if not self.accepts(credentials.credentials):
-            raise ApiError(403, "Forbidden", "Authorization", "the bearer token is not accepted")
+        token = credentials.credentials.encode()
+        found: StaticToken | None = None
+        # Compare with every token in constant time so timing does not reveal a prefix.
+        for static in self.tokens:
+            if hmac.compare_digest(token, static.token.encode()):
+                found = static
+        if found is not None:
+            return Caller(name=found.name, grant=found.grant)
+        if self.reviews is not None:
+            user = self.reviews.authenticate(credentials.credentials)
+            if user is not None:
+                return Caller(name=user.username, user=user)
+        raise ApiError(401, "Unauthorized", "Authorization", "the bearer token is not accepted")
+
+    def authorize(self, caller: Caller, access: Access) -> None:
+        for resource in access.resources:
+            if caller.grant is not None:
+                allowed, reason = caller.grant.allows(access.verb, access.namespace), ""
+            elif caller.user is not None and self.reviews is not None:
+                allowed, reason = self.reviews.authorize(
+                    caller.user, verb=access.verb, resource=resource,
+                    namespace=access.namespace, name=access.name)
+            else:
+                allowed, reason = False, ""
+            if not allowed:
+                because = f" ({reason})" if reason else ""
+                raise ApiError(403, "Forbidden", "Authorization",
+                               f"{caller.name} may not {access.verb} {resource} "
+                               f"{access.where()}{because}")
+
+    def check(self, credentials: HTTPAuthorizationCredentials | None,
+              access: Access | None) -> None:
+        """Raise 401/403 unless the request may go on; `access` None is a fleet-wide read."""
+        if not self.enabled or (access is None and not self.protect_reads):
+            return
+        caller = self.authenticate(credentials)
+        if access is not None:
+            self.authorize(caller, access)
 
 
 Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]
 
 
-async def _check(request: Request, credentials: Credentials, *, write: bool) -> None:
-    # async on purpose: a sync dependency costs a thread hop per request. Only a
-    # TokenReview (a network call) goes to a worker thread.
+async def _check(request: Request, credentials: Credentials, access: Access | None) -> None:
+    # async on purpose: a sync dependency costs a thread hop per request. Only the
+    # cluster's reviews (network calls) go to a worker thread.
     guard: Guard = request.app.state.guard
-    if guard.reviewer is None:
-        guard.check(credentials, write=write)
+    if guard.reviews is None:
+        guard.check(credentials, access)
     else:
-        await run_in_threadpool(guard.check, credentials, write=write)
+        await run_in_threadpool(guard.check, credentials, access)
 
 
-async def require_read(request: Request, credentials: Credentials) -> None:
-    await _check(request, credentials, write=False)
+async def require_fleet_read(request: Request, credentials: Credentials) -> None:
+    """UltraServers, capacity and dry runs: a token only with ULTRAPLANE_API_PROTECT_READS."""
+    await _check(request, credentials, None)
 
 
-async def require_write(request: Request, credentials: Credentials) -> None:
-    await _check(request, credentials, write=True)
+def require_access(
+    verb: str, *resources: str
+) -> Callable[[Request, HTTPAuthorizationCredentials | None], Awaitable[None]]:
+    """A dependency authorizing `verb` on `resources` in the request's namespace.
 
+    The namespace is the `{namespace}` path parameter, else the `namespace` query
+    parameter, else none (a request across all namespaces).
+    """
 
-def token_reviewer(api_client: object) -> TokenReviewer:
-    """A reviewer that asks the cluster's TokenReview API (Kubernetes mode only)."""
-    from kubernetes import client
+    async def dependency(request: Request, credentials: Credentials) -> None:
+        params = request.path_params
+        namespace = params.get("namespace") or request.query_params.get("namespace") or None
+        name = params.get("name") if verb in ("get", "delete") else None
+        await _check(request, credentials, Access(verb, resources, namespace, name))
 
-    auth = client.AuthenticationV1Api(api_client)
-
-    def review(token: str) -> bool:
-        body = client.V1TokenReview(spec=client.V1TokenReviewSpec(token=token))
-        try:
-            result = auth.create_token_review(body)
-        except Exception:
-            return False
-        return bool(result.status and result.status.authenticated)
-
-    return review
+    return dependency

@@ -20,6 +20,7 @@ from ultraplane.api.schemas import (
     DryRunRequest,
     DryRunResult,
     JobKind,
+    JobPage,
     JobResource,
     NoFitView,
     PlacementView,
@@ -47,7 +48,9 @@ class Backend(Protocol):
     def capacity(self) -> dict[str, Any]: ...
     def ultraservers_json(self) -> bytes: ...  # `{"items": [...]}`, pre-rendered for speed
     def capacity_json(self) -> bytes: ...
-    def list_jobs(self, kind: JobKind, namespace: str | None) -> list[JobResource]: ...
+    def list_jobs(
+        self, kind: JobKind, namespace: str | None, *, limit: int, cont: str | None
+    ) -> JobPage: ...
     def get_job(self, kind: JobKind, namespace: str, name: str) -> JobResource: ...
     def create_job(
         self, kind: JobKind, namespace: str, name: str, spec: JobSpec, labels: dict[str, str]
@@ -130,19 +133,12 @@ def requests_of(spec: JobSpec) -> list[PlacementRequest]:
 
 
 def request_of(body: DryRunRequest) -> PlacementRequest:
-    """Validated dry-run body -> core request; bad values become a 422 naming the field."""
-    if body.profile is not None:
-        from ultraplane.profiles import profile_names
-
-        if body.profile not in profile_names():
-            known = ", ".join(profile_names())
-            raise ApiError(
-                422, "ValidationError", "body.profile",
-                f"unknown profile {body.profile!r}; known profiles: {known}",
-            )
+    """Validated dry-run body (levels and profile are enums there) -> core request; what
+    only the core can judge (a mode with a level) becomes a 422 naming the field."""
     wire = body.model_dump(mode="json", by_alias=True, exclude_none=True)
+    profile = None if body.profile is None else str(body.profile.value)
     try:
-        return request_from_topology(body.chips, wire, body.profile)
+        return request_from_topology(body.chips, wire, profile)
     except ValueError as exc:
         field = str(exc).split(":", 1)[0].removeprefix("topology.")
         raise ApiError(422, "ValidationError", f"body.{field}", str(exc).split(": ", 1)[-1]

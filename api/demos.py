@@ -78,7 +78,7 @@ class DemoStream:
                 name = f"train-{seq:05d}"
             job = JobState(uid=str(uuid.uuid4()), kind=kind, namespace=NAMESPACE, name=name,
                            spec=spec, seq=seq, created_s=now, labels={"ultraplane.dev/demo": "true"})
-            jobs[job.uid] = job
+            self.b.register(job)
             self.b.runner.submit(job)
         # Only jobs already saved (not dirty): their final accounting row is written.
         finished = sorted(

@@ -17,6 +17,7 @@ from ultraplane.api.schemas import DryRunRequest, DryRunResult, PreemptionView
 from ultraplane.allocator import Allocator, NoFit, Placement
 from ultraplane.ids import JobKey
 from ultraplane.preemption import plan_preemption
+from ultraplane.topology import level_problem, parse_level
 
 PROBE = "__dry-run-probe-{}__"
 
@@ -52,6 +53,11 @@ def _dry_run(
     job_name: Callable[[str], str],
 ) -> DryRunResult:
     request = request_of(body)
+    for field, level in (("requiredLevel", request.required_level),
+                         ("preferredLevel", request.preferred_level)):
+        problem = level_problem(allocator.topology, parse_level(level)) if level else None
+        if problem:
+            raise ApiError(422, "ValidationError", f"body.{field}", f"body.{field}: {problem}")
     taken: list[JobKey] = []
     alternatives: list[Placement] = []
     try:

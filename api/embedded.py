@@ -11,6 +11,7 @@ last checkpoint, as a real cluster would after a control-plane restart.
 
 from __future__ import annotations
 
+import heapq
 import logging
 import threading
 import time
@@ -20,7 +21,7 @@ from typing import Any
 
 from sqlalchemy import Engine
 from sqlmodel import Session
-from ultraplane.api import store
+from ultraplane.api import pages, store
 from ultraplane.api.accounting import day_of
 from ultraplane.api.backends import JobSpec, not_found
 from ultraplane.api.dryruns import dry_run
@@ -32,6 +33,7 @@ from ultraplane.api.schemas import (
     DryRunRequest,
     DryRunResult,
     JobKind,
+    JobPage,
     JobResource,
     UltraServerView,
 )
@@ -65,6 +67,10 @@ class EmbeddedBackend:
         self.reservation: tuple[tuple[str, ...], int] | None = None  # (UltraServers, priority)
         self.runtime = JobRuntime(self.topology, clock=clock, time_scale=settings.time_scale)
         self.jobs: dict[str, JobState] = {}  # uid -> state
+        # (kind, namespace, name) -> uid: requests find a job without a scan of the queue
+        self._names: dict[tuple[str, str, str], str] = {}
+        self._cycle_due = True  # set by anything that can change the next cycle's decisions
+        self._holders_view: tuple[dict[JobKey, int], dict[str, str]] | None = None
         self.runner = JobRunner(self)
         self.fleet = FleetView(self.topology, self.allocator, preset)
         self._wake = threading.Event()
@@ -107,8 +113,7 @@ class EmbeddedBackend:
         with Session(self.engine) as session, self.lock:
             self._load_clock(session)
             for row in store.list_jobs(session):
-                job = JobState.from_row(row)
-                self.jobs[job.uid] = job
+                self.register(JobState.from_row(row))
             self.runner.recover(self.sim_now())
         self.tick()
         if background:
@@ -145,6 +150,7 @@ class EmbeddedBackend:
         with self.lock:
             now = self.sim_now()
             self.runner.step(now)
+            self._holders_view = None
             if self.demo is not None:
                 self.demo.step(now)
             # Phase changes mark jobs dirty; only then did chips or per-chip power change.
@@ -156,26 +162,42 @@ class EmbeddedBackend:
             self._ticks += 1
         self.persist()
 
+    def register(self, job: JobState) -> None:
+        """Keep a job in memory (state lock held), findable by kind, namespace and name."""
+        self.jobs[job.uid] = job
+        self._names[(job.kind, job.namespace, job.name)] = job.uid
+        self._cycle_due = True
+
+    def cycle_due(self, *, changed: bool) -> bool:
+        """Whether this tick needs a scheduling cycle (state lock held): only if a job came or
+        went, a runtime event (finish, chip failure) happened, or the fleet changed."""
+        due, self._cycle_due = self._cycle_due or changed, False
+        return due
+
     def forget(self, job: JobState) -> None:
         """Drop a job from memory; its row goes at the next persist, its accounting stays."""
         self._final.append(self.runner.accounting_of(job))
         self._removed.add(job.uid)
         del self.jobs[job.uid]
+        self._names.pop((job.kind, job.namespace, job.name), None)
+        self._cycle_due = True
 
-    def persist(self, *, force: bool = False) -> None:
+    def persist(self, *, force: bool = False, only: list[JobState] | None = None) -> None:
         """Save changed jobs at once, running jobs' progress and accounting every few seconds.
 
         The snapshot is taken under the state lock and written outside it, so requests
         are not blocked by the database; `_persist_lock` keeps writes in snapshot order.
         Never call with the state lock held (lock order: persist, then state).
+        `only`: a request's own jobs, saved without a scan of every job (the tick saves the rest).
         """
         with self._persist_lock:
             with self.lock:
                 wall = self.clock()
-                periodic = force or wall - self._last_persist >= (
+                periodic = force or (only is None and wall - self._last_persist >= (
                     self.settings.accounting_interval_seconds
-                )
-                changed = [j for j in self.jobs.values() if j.dirty or (periodic and j.running)]
+                ))
+                pool = self.jobs.values() if only is None else only
+                changed = [j for j in pool if j.dirty or (periodic and j.running)]
                 rows = [j.to_values() for j in changed]
                 records = [self.runner.accounting_of(j) for j in changed] + self._final
                 for job in changed:
@@ -214,18 +236,25 @@ class EmbeddedBackend:
             return self.fleet.summary(self.jobs)
 
     def _find(self, kind: JobKind, namespace: str, name: str) -> JobState:
-        for job in self.jobs.values():
-            if job.kind == kind and job.namespace == namespace and job.name == name:
-                return job
-        raise not_found(kind, namespace, name)
+        job = self.jobs.get(self._names.get((kind, namespace, name), ""))
+        if job is None:
+            raise not_found(kind, namespace, name)
+        return job
 
-    def list_jobs(self, kind: JobKind, namespace: str | None) -> list[JobResource]:
+    def list_jobs(
+        self, kind: JobKind, namespace: str | None, *, limit: int, cont: str | None
+    ) -> JobPage:
+        """Jobs in submission order, `limit` at a time; `cont` is the last page's token."""
+        after = pages.seq_after(cont)
         with self.lock:
-            jobs = sorted(self.jobs.values(), key=lambda j: j.seq)
-            return [
-                j.resource() for j in jobs
-                if j.kind == kind and (namespace is None or j.namespace == namespace)
-            ]
+            jobs = heapq.nsmallest(limit + 1, (
+                j for j in self.jobs.values()
+                if j.seq > after and j.kind == kind
+                and (namespace is None or j.namespace == namespace)
+            ), key=lambda j: j.seq)
+            items = [j.resource() for j in jobs[:limit]]
+        more = len(jobs) > limit
+        return JobPage(items=items, next=pages.token_after(jobs[limit - 1].seq) if more else None)
 
     def get_job(self, kind: JobKind, namespace: str, name: str) -> JobResource:
         with self.lock:
@@ -250,10 +279,10 @@ class EmbeddedBackend:
                 uid=str(uuid.uuid4()), kind=kind, namespace=namespace, name=name, spec=spec,
                 seq=self.next_seq, created_s=self.sim_now(), labels=labels,
             )
-            self.jobs[job.uid] = job
+            self.register(job)
             self.runner.submit(job)
             resource = job.resource()
-        self.persist()
+        self.persist(only=[job])
         self._wake.set()
         return resource
 
@@ -262,15 +291,17 @@ class EmbeddedBackend:
             job = self._find(kind, namespace, name)
             self.runner.remove(job, self.sim_now())
             self.forget(job)
+            self._holders_view = None
             self.fleet.refresh(self.jobs, self.runtime, self.reserved)
             resource = job.resource()
-        self.persist()
+        self.persist(only=[])
         return resource
 
     def fail_chip(self, chip_id: str) -> list[str]:
         """Break a chip: the allocator stops using it, jobs on it restart from a checkpoint
         (or fail, per their failurePolicy) at the next tick. For chaos drills and tests."""
         with self.lock:
+            self._cycle_due = True
             self.allocator.set_chip_failed(ChipId(chip_id), True)
             return self.runtime.fail_chip(chip_id)
 
@@ -283,14 +314,19 @@ class EmbeddedBackend:
         finally:
             self.lock.release()
 
+    def _holders(self) -> tuple[dict[JobKey, int], dict[str, str]]:
+        """(preemptible holder key -> priority, holder key -> namespace/name), rebuilt only
+        when chips changed hands (a tick, a delete): a dry run must not scan the queue."""
+        if self._holders_view is None:
+            held = [j for j in self.jobs.values() if j.held]
+            running = {JobKey(key): j.priority for j in held if j.preemptible for key in j.held}
+            owners = {key: f"{j.namespace}/{j.name}" for j in held for key in j.held}
+            self._holders_view = (running, owners)
+        return self._holders_view
+
     def dry_run(self, request: DryRunRequest) -> DryRunResult:
         with self.lock:
-            running = {
-                JobKey(key): job.priority
-                for job in self.jobs.values() if job.held and job.preemptible
-                for key in job.held
-            }
-            owners = {key: f"{j.namespace}/{j.name}" for j in self.jobs.values() for key in j.held}
+            running, owners = self._holders()
             return dry_run(
                 self.allocator, request, running=running,
                 job_name=lambda key: owners.get(key, key), reservation=self.reservation,

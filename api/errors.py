@@ -46,7 +46,7 @@ def first_error(errors: list[Any], *, prefix: str = "") -> tuple[str, str]:
         return prefix.rstrip(".") or "body", "the request is invalid"
     err = errors[0]
     field = prefix + _loc(err.get("loc", ()))
-    message = str(err.get("msg", "invalid value"))
+    message = str(err.get("msg", "invalid value")).removeprefix("Value error, ")
     return field or "body", f"{field}: {message}" if field else message
 
 
@@ -55,6 +55,24 @@ def error_response(status: int, error: str, field: str | None, message: str) -> 
         status_code=status,
         content=ErrorBody(error=error, field=field, message=message).model_dump(),
     )
+
+
+def _allowed_methods(request: Request) -> str:
+    """Every method some operation serves on this path (Starlette names only one route's).
+
+    Read from the app's own OpenAPI paths, so it is exactly what the document says.
+    """
+    import re
+
+    path = request.url.path
+    methods: set[str] = set()
+    for template, operations in request.app.openapi().get("paths", {}).items():
+        pattern = re.sub(r"\\\{[^}]+\\\}", "[^/]+", re.escape(template))
+        if re.fullmatch(pattern, path):
+            methods |= {m.upper() for m in operations if m != "parameters"}
+    if "GET" in methods:
+        methods.add("HEAD")
+    return ", ".join(sorted(methods))
 
 
 def install(app: FastAPI) -> None:
@@ -69,7 +87,12 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _validation(_request: Request, exc: RequestValidationError) -> JSONResponse:
-        field, message = first_error(list(exc.errors()))
+        errors = list(exc.errors())
+        if errors and errors[0].get("type") == "json_invalid":
+            detail = (errors[0].get("ctx") or {}).get("error", "")
+            return error_response(400, "BadRequest", "body",
+                                  f"the request body is not valid JSON: {detail}".rstrip(": "))
+        field, message = first_error(errors)
         return error_response(422, "ValidationError", field, message)
 
     @app.exception_handler(ValidationError)
@@ -79,9 +102,16 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        names = {404: "NotFound", 405: "MethodNotAllowed", 401: "Unauthorized"}
+        names = {400: "BadRequest", 404: "NotFound", 405: "MethodNotAllowed",
+                 401: "Unauthorized", 413: "PayloadTooLarge"}
         error = names.get(exc.status_code, "HTTPError")
-        return error_response(exc.status_code, error, None, str(exc.detail))
+        field = "body" if exc.status_code in (400, 413) else None
+        response = error_response(exc.status_code, error, field, str(exc.detail))
+        for key, value in (exc.headers or {}).items():
+            response.headers[key] = value
+        if exc.status_code == 405:
+            response.headers["Allow"] = _allowed_methods(_request)
+        return response
 
     @app.exception_handler(Exception)
     async def _bug(request: Request, exc: Exception) -> JSONResponse:

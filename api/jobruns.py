@@ -78,10 +78,21 @@ class JobRunner:
 
     # -- one tick --------------------------------------------------------------------------
     def step(self, now: float) -> None:
+        events = 0
         for event in self.b.runtime.advance():
+            events += 1
             job = self._by_sched_key(event.key)
             if job is not None and job.running:
                 self._on_event(job, event, now)
+        # A cycle over an unchanged queue and fleet decides what the last one did; skipping it
+        # keeps a deep queue from holding the fleet lock (and every request) each tick.
+        if self.b.cycle_due(changed=events > 0):
+            self._cycle(now)
+        for job in self.b.jobs.values():
+            if job.running:
+                self._sample(job, now)
+
+    def _cycle(self, now: float) -> None:
         decisions = self.b.admissions.cycle()
         self.b.reserved = decisions.held_for()
         holder = None if decisions.reservation is None else self._by_sched_key(
@@ -106,9 +117,6 @@ class JobRunner:
             job = self._by_sched_key(waiting.key)
             if job is not None:
                 self._pending(job, waiting)
-        for job in self.b.jobs.values():
-            if job.running:
-                self._sample(job, now)
 
     def _on_event(self, job: JobState, event: Any, now: float) -> None:
         kind = str(event.kind)

@@ -29,6 +29,7 @@ from ultraplane.api.schemas import (
     DryRunRequest,
     DryRunResult,
     JobKind,
+    JobPage,
     JobResource,
     ObjectMeta,
     UltraServerView,
@@ -262,15 +263,23 @@ class KubernetesBackend:
             spec=obj.get("spec") or {}, status=obj.get("status") or {},
         )
 
-    def list_jobs(self, kind: JobKind, namespace: str | None) -> list[JobResource]:
+    def list_jobs(
+        self, kind: JobKind, namespace: str | None, *, limit: int, cont: str | None
+    ) -> JobPage:
+        """One page from the API server itself (its own limit/continue chunking)."""
         plural = PLURALS[kind]
-        with self._errors("namespace", kind, namespace or "", ""):
+        paging: dict[str, Any] = {"limit": limit}
+        if cont:
+            paging["_continue"] = cont
+        with self._errors("continue", kind, namespace or "", ""):
             if namespace is None:
-                items = _items(self.custom.list_cluster_custom_object(GROUP, VERSION, plural))
+                answer = self.custom.list_cluster_custom_object(GROUP, VERSION, plural, **paging)
             else:
-                items = _items(self.custom.list_namespaced_custom_object(
-                    GROUP, VERSION, namespace, plural))
-        return [self._resource(kind, obj) for obj in items]
+                answer = self.custom.list_namespaced_custom_object(
+                    GROUP, VERSION, namespace, plural, **paging)
+        items = [self._resource(kind, obj) for obj in _items(answer)]
+        meta: dict[str, Any] = answer.get("metadata") or {}  # type: ignore[attr-defined]
+        return JobPage(items=items, next=meta.get("continue") or None)
 
     def get_job(self, kind: JobKind, namespace: str, name: str) -> JobResource:
         with self._errors("name", kind, namespace, name):
@@ -336,8 +345,11 @@ class _ApiErrors:
                 raise ApiError(404, "NotFound", "namespace", message) from exc
             if exc.status == 409:
                 raise ApiError(409, "AlreadyExists", self.field, message) from exc
+            if exc.status == 410:  # a continue token the API server no longer keeps
+                raise ApiError(410, "Expired", self.field, message) from exc
             if exc.status in (400, 422):
-                raise ApiError(422, "ValidationError", "body.spec", message) from exc
+                field = self.field if self.field == "continue" else "body.spec"
+                raise ApiError(422, "ValidationError", field, message) from exc
             if exc.status in (401, 403):
                 raise ApiError(503, "ClusterForbidden", None,
                                f"the API server refused this API's credentials: {message}") from exc

@@ -11,8 +11,18 @@ from __future__ import annotations
 
 from typing import Any
 
+from pydantic import ConfigDict
+from pydantic.alias_generators import to_camel
 from sqlalchemy import JSON, Column, UniqueConstraint
 from sqlmodel import Field, SQLModel
+
+
+def wire_name(field: str) -> str:
+    """camelCase as every other body; `energyKWh` as in the jobs' status."""
+    return {"energy_kwh": "energyKWh"}.get(field, to_camel(field))
+
+
+WIRE = ConfigDict(alias_generator=wire_name, populate_by_name=True)
 
 
 class JobBase(SQLModel):
@@ -68,7 +78,9 @@ class AccountingRecord(AccountingBase, table=True):
 
 
 class AccountingPublic(AccountingBase):
-    pass
+    """One job's accounting as the API answers it (camelCase)."""
+
+    model_config = WIRE  # type: ignore[assignment]
 
 
 class DailyUsageBase(SQLModel):
@@ -98,6 +110,8 @@ class KeyValue(SQLModel, table=True):
 
 
 class NamespaceUsage(SQLModel):
+    model_config = WIRE  # type: ignore[assignment]
+
     namespace: str
     jobs: int
     finished_jobs: int
@@ -107,6 +121,8 @@ class NamespaceUsage(SQLModel):
 
 
 class DayUsage(SQLModel):
+    model_config = WIRE  # type: ignore[assignment]
+
     day: str
     namespace: str | None = None
     jobs: int

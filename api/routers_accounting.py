@@ -6,11 +6,11 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query
 from ultraplane.api import store
-from ultraplane.api.auth import require_read
+from ultraplane.api.auth import require_access
 from ultraplane.api.deps import SessionDep
 from ultraplane.api.models import AccountingPublic, DayUsage, NamespaceUsage
 
-router = APIRouter(prefix="/v1/accounting", tags=["accounting"], dependencies=[Depends(require_read)])
+router = APIRouter(prefix="/v1/accounting", tags=["accounting"], dependencies=[Depends(require_access("list", "trainingjobs", "inferencejobs"))])
 
 DAY = r"^\d{4}-\d{2}-\d{2}$"
 NamespaceQuery = Annotated[str | None, Query(max_length=63, description="Only this namespace.")]

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Depends, Response
 from starlette.concurrency import run_in_threadpool
-from ultraplane.api.auth import require_read
+from ultraplane.api.auth import require_fleet_read
 from ultraplane.api.deps import BackendDep
 from ultraplane.api.schemas import DryRunRequest, DryRunResult
 
-router = APIRouter(prefix="/v1", tags=["placements"], dependencies=[Depends(require_read)])
+router = APIRouter(prefix="/v1", tags=["placements"], dependencies=[Depends(require_fleet_read)])
 
 
 @router.post("/placements:dryRun", response_model=DryRunResult, response_model_exclude_none=True)

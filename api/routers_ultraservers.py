@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Depends, Response
 from fastapi.responses import JSONResponse
-from ultraplane.api.auth import require_read
+from ultraplane.api.auth import require_fleet_read
 from ultraplane.api.deps import BackendDep, NamePath
 from ultraplane.api.errors import ApiError
 from ultraplane.api.schemas import CapacityView, UltraServerList, UltraServerView
 
-router = APIRouter(prefix="/v1", tags=["ultraservers"], dependencies=[Depends(require_read)])
+router = APIRouter(prefix="/v1", tags=["ultraservers"], dependencies=[Depends(require_fleet_read)])
 
 
 @router.get("/ultraservers", response_model=UltraServerList)

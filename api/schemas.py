@@ -9,12 +9,13 @@ cluster without changing its parser.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
-from ultraplane.resources import InferenceJobSpec, TopologyMode, TrainingJobSpec
+from ultraplane.resources import InferenceJobSpec, Level, ProfileName, TopologyMode, TrainingJobSpec
+from ultraplane.resources.labels import check_labels, labels_json_schema
 
 JobKind = Literal["TrainingJob", "InferenceJob"]
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
@@ -26,9 +27,20 @@ class Wire(BaseModel):
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
 
 
+Labels = Annotated[
+    dict[str, str],
+    AfterValidator(check_labels),
+    Field(description="Labels, by Kubernetes' rules for keys and values; at most 64.",
+          json_schema_extra=labels_json_schema()),
+]
+
+LIST_LIMIT_DEFAULT = 500
+LIST_LIMIT_MAX = 1000
+
+
 class ObjectMetaIn(Wire):
     name: str = Field(min_length=1, max_length=63, pattern=DNS_LABEL)
-    labels: dict[str, str] = Field(default_factory=dict)
+    labels: Labels = Field(default_factory=dict)
 
 
 class TrainingJobCreate(Wire):
@@ -57,8 +69,22 @@ class JobResource(Wire):
     status: dict[str, Any] = Field(default_factory=dict)
 
 
+class ListMeta(Wire):
+    continue_: str | None = Field(
+        default=None, alias="continue",
+        description="Pass as `continue` to get the next page; absent on the last page.")
+
+
 class JobList(Wire):
+    metadata: ListMeta = Field(default_factory=ListMeta)
     items: list[JobResource]
+
+
+class JobPage(BaseModel):
+    """One page of a backend's job list: the items and the token of the next page."""
+
+    items: list[JobResource]
+    next: str | None = None
 
 
 class UltraServerView(Wire):
@@ -109,17 +135,22 @@ class CapacityView(Wire):
 
 
 class DryRunRequest(Wire):
-    chips: int = Field(ge=1, le=1_048_576, description="Chips in the gang.")
-    required_level: str | None = Field(default=None, max_length=32)
-    preferred_level: str | None = Field(default=None, max_length=32)
-    whole_servers: bool = False
+    """A gang request. Numbers are JSON integers and flags JSON booleans (no strings)."""
+
+    chips: int = Field(ge=1, le=1_048_576, strict=True, description="Chips in the gang.")
+    required_level: Level | None = Field(
+        default=None, description="Never cross this level; a network level the fleet does "
+                                  "not have is a 422.")
+    preferred_level: Level | None = None
+    whole_servers: bool = Field(default=False, strict=True)
     mode: TopologyMode | None = Field(
         default=None, description="Local, SplitWhenItPays or Unconstrained, as a job's "
         "spec.topology.mode (unset: Unconstrained if requiredLevel is above ultraserver, "
         "else Local).")
-    profile: str | None = Field(default=None, max_length=32)
-    priority: int = Field(default=0, ge=-1_000_000, le=1_000_000)
-    alternatives: int = Field(default=2, ge=0, le=5, description="Other placements to show.")
+    profile: ProfileName | None = None
+    priority: int = Field(default=0, ge=-1_000_000, le=1_000_000, strict=True)
+    alternatives: int = Field(default=2, ge=0, le=5, strict=True,
+                              description="Other placements to show.")
 
 
 class PlacementView(Wire):

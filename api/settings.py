@@ -42,22 +42,31 @@ class Settings(BaseSettings):
     cluster: str | None = Field(default=None, description="Cluster YAML instead of --fleet.")
     demo: bool = Field(default=False, description="Submit a stream of demo jobs.")
     demo_seed: int = 7
-    time_scale: float = Field(default=60.0, gt=0, description="Simulated seconds per wall second.")
-    tick_seconds: float = Field(default=1.0, gt=0, description="Wall seconds between ticks.")
+    time_scale: float = Field(default=60.0, gt=0, le=1e7,
+                              description="Simulated seconds per wall second.")
+    tick_seconds: float = Field(default=1.0, ge=0.01, le=3600,
+                                description="Wall seconds between ticks.")
     api_tokens: str = Field(default="", description="Comma-separated bearer tokens.")
     token_file: str | None = Field(default=None, description="File with one token per line.")
     api_protect_reads: bool = False
     token_review: bool = Field(default=False, description="Kubernetes mode: ask TokenReview.")
     kubeconfig: str | None = None
     kube_context: str | None = None
-    accounting_interval_seconds: float = Field(default=5.0, gt=0)
+    accounting_interval_seconds: float = Field(default=5.0, ge=0.01, le=86400)
+    max_body_bytes: int = Field(default=1 << 20, ge=1024, le=1 << 30,
+                                description="Larger request bodies get 413.")
 
     @field_validator("fleet")
     @classmethod
     def _fleet_shape(cls, value: str) -> str:
+        from ultraplane.topology import MAX_ULTRASERVERS
+
         profile, sep, count = value.partition(":")
-        if not profile or (sep and not count.isdigit()) or (sep and int(count) < 1):
+        if not profile or (sep and not (count.isascii() and count.isdigit())) or (
+                sep and int(count) < 1):
             raise ValueError("fleet must look like PROFILE:COUNT, e.g. trn3-gen2:8")
+        if sep and (len(count) > 9 or int(count) > MAX_ULTRASERVERS):
+            raise ValueError(f"fleet COUNT must be at most {MAX_ULTRASERVERS} UltraServers")
         return value
 
     def fleet_profile_and_count(self) -> tuple[str, int]:

@@ -13,10 +13,17 @@ Targets on the 2-core dev machine: >= 1,000 reads/s, >= 300 dry runs/s,
 p99 <= 50 ms. Client and server share the two cores, so these are lower bounds
 of what the server alone can do.
 
-    python bench/api.py [--seconds 5] [--concurrency 16]
+Queue depth (`--depths 1000,10000`): with the fleet loaded, that many jobs that
+cannot fit now (the whole fleet each) are queued through the API, then submits
+(new queued jobs), reads (GET of one queued job) and dry runs are measured with 8
+clients at each depth; the empty-queue figures of the same run are the baseline.
+Target: p99 <= 50 ms at every depth.
+
+    python bench/api.py [--seconds 5] [--concurrency 8] [--depths 1000,10000]
 
 Ends with ONE JSON line:
-{"read_rps":..., "read_p99_ms":..., "dryrun_rps":..., "dryrun_p99_ms":..., ...}
+{"read_rps":..., "read_p99_ms":..., "dryrun_rps":..., "dryrun_p99_ms":..., ...,
+ "queue_depths": [{"queued":..., "submit_p99_ms":..., "read_p99_ms":..., "dryrun_p99_ms":...}]}
 """
 
 from __future__ import annotations
@@ -31,6 +38,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from itertools import count
 from pathlib import Path
 
 READ = ("GET", "/v1/ultraservers", None)
@@ -44,6 +53,41 @@ DRYRUN_PREEMPT = ("POST", "/v1/placements:dryRun",
 # A fixed load (half the fleet, mixed gang sizes), so every run measures the same state.
 WORKLOAD = [(36, "rack")] * 8 + [(16, "rack")] * 8 + [(4, "server")] * 16 + [(144, "ultraserver")] * 1
 TARGETS = {"read_rps": 1000.0, "dryrun_rps": 300.0, "p99_ms": 50.0}
+QUEUED_SPEC = {"chips": 1152, "topology": {"requiredLevel": "network-1"}, "priority": 0,
+               "work": {"durationSeconds": 3600}}  # the whole fleet: waits while half is busy
+_names = count()
+_sent = [0]
+
+
+def queued_job_bytes(port: int) -> bytes:
+    """A POST of one more job that will queue (a new name each time)."""
+    _sent[0] += 1
+    body = json.dumps({"metadata": {"name": f"q-{next(_names):06d}"}, "spec": QUEUED_SPEC})
+    return request_bytes("POST", "/v1/namespaces/queue/trainingjobs", body, port)
+
+
+async def fill_queue(port: int, depth: int, concurrency: int) -> None:
+    """Submit jobs until `depth` are queued (not timed)."""
+    todo = max(0, depth - _sent[0])
+    await phase(port, lambda: queued_job_bytes(port), 3600, concurrency, todo)
+
+
+def depth_phases(port: int, depth: int, seconds: float, concurrency: int,
+                 limit: int) -> dict[str, float]:
+    asyncio.run(fill_queue(port, depth, concurrency))
+    queued = _sent[0]
+    read = ("GET", "/v1/namespaces/queue/trainingjobs/q-000000", None)
+    # Bounded so the submit phase adds at most a tenth to the depth being measured.
+    submit = asyncio.run(phase(port, lambda: queued_job_bytes(port), seconds, concurrency,
+                               max(100, depth // 10)))
+    got = {"queued": queued, "submit": submit,
+           "read": asyncio.run(phase(port, read, seconds, concurrency, limit)),
+           "dryrun": asyncio.run(phase(port, DRYRUN, seconds, concurrency, limit))}
+    for name in ("submit", "read", "dryrun"):
+        r = got[name]
+        print(f"queued {queued:6d} {name:7s} {r['requests']:7d} req  {r['rps']:8.0f} req/s  "  # type: ignore[index]
+              f"p50 {r['p50_ms']:6.2f} ms  p99 {r['p99_ms']:6.2f} ms  errors {r['errors']}")  # type: ignore[index]
+    return got  # type: ignore[return-value]
 
 
 def free_port() -> int:
@@ -61,14 +105,18 @@ def request_bytes(method: str, path: str, body: str | None, port: int) -> bytes:
     return head.encode() + data
 
 
-async def worker(port: int, payload: bytes, deadline: float, limit: int,
+Payload = bytes | Callable[[], bytes]
+
+
+async def worker(port: int, payload: Payload, deadline: float, limit: int,
                  latencies: list[float], errors: list[int]) -> None:
     """One keep-alive connection sending requests back to back until the deadline or limit."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     try:
         while time.perf_counter() < deadline and len(latencies) < limit:
+            data = payload() if callable(payload) else payload  # before the clock starts
             start = time.perf_counter()
-            writer.write(payload)
+            writer.write(data)
             await writer.drain()
             status_line = await reader.readline()
             length = 0
@@ -88,9 +136,9 @@ async def worker(port: int, payload: bytes, deadline: float, limit: int,
         writer.close()
 
 
-async def phase(port: int, call: tuple[str, str, str | None], seconds: float,
+async def phase(port: int, call: tuple[str, str, str | None] | Payload, seconds: float,
                 concurrency: int, limit: int) -> dict[str, float]:
-    payload = request_bytes(*call, port)
+    payload = request_bytes(*call, port) if isinstance(call, tuple) else call
     latencies: list[float] = []
     errors: list[int] = []
     start = time.perf_counter()
@@ -152,7 +200,11 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=5.0, help="Duration of each phase.")
     parser.add_argument("--concurrency", type=int, default=8, help="Keep-alive connections.")
     parser.add_argument("--limit", type=int, default=50_000, help="Max requests per phase.")
+    parser.add_argument("--depths", default="1000,10000",
+                        help="Queue depths to measure, comma-separated ('' for none).")
     args = parser.parse_args()
+    depths = [int(d) for d in args.depths.split(",") if d.strip()]
+    by_depth: list[dict[str, object]] = []
 
     port = free_port()
     tmp = Path(tempfile.mkdtemp(prefix="ultraplane-bench-"))
@@ -171,6 +223,8 @@ def main() -> None:
             print(f"{name:9s} {call[0]:4s} {call[1]:24s} {r['requests']:7d} req  "
                   f"{r['rps']:8.0f} req/s  p50 {r['p50_ms']:6.2f} ms  p99 {r['p99_ms']:6.2f} ms  "
                   f"errors {r['errors']}")
+        for depth in depths:
+            by_depth.append(depth_phases(port, depth, args.seconds, args.concurrency, args.limit))
     finally:
         proc.send_signal(signal.SIGTERM)
         try:
@@ -186,6 +240,16 @@ def main() -> None:
         "read p99 <= 50 ms": results["read"]["p99_ms"] <= TARGETS["p99_ms"],
         "dry-run p99 <= 50 ms": results["dryrun"]["p99_ms"] <= TARGETS["p99_ms"],
     }
+    rows = [{"queued": d["queued"],
+             **{f"{k}_p99_ms": round(d[k]["p99_ms"], 2) for k in ("submit", "read", "dryrun")},  # type: ignore[index]
+             **{f"{k}_rps": round(d[k]["rps"], 1) for k in ("submit", "read", "dryrun")}}  # type: ignore[index]
+            for d in by_depth]
+    for row in rows:
+        worst = max(float(row[f"{k}_p99_ms"]) for k in ("submit", "read", "dryrun"))  # type: ignore[arg-type]
+        verdicts[f"p99 <= 50 ms with {row['queued']} queued"] = worst <= TARGETS["p99_ms"]
+        print(f"queued {row['queued']}: read p99 / empty-queue read p99 = "
+              f"{float(row['read_p99_ms']) / max(0.01, results['read']['p99_ms']):.2f}x; "  # type: ignore[arg-type]
+              f"dry-run p99 ratio {float(row['dryrun_p99_ms']) / max(0.01, results['dryrun']['p99_ms']):.2f}x")  # type: ignore[arg-type]
     for what, ok in verdicts.items():
         print(f"target {what}: {'met' if ok else 'MISSED'}")
     print(json.dumps({
@@ -199,6 +263,7 @@ def main() -> None:
         "baseline_healthz_rps": round(base, 1),
         "concurrency": args.concurrency,
         "errors": sum(int(r["errors"]) for r in results.values()),
+        "queue_depths": rows,
     }))
 
 

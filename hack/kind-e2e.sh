@@ -169,8 +169,32 @@ step_lifecycle() {
     done
 }
 
+# A ServiceAccount token for the REST checks, with RBAC on the two job kinds only: the
+# chart's API authorizes every job request for its caller (TokenReview + SubjectAccessReview).
+rest_token() {
+    kc -n "$JOB_NAMESPACE" create serviceaccount e2e-rest --dry-run=client -o yaml | kc apply -f - >/dev/null
+    kc apply -f - >/dev/null <<EOF
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: ultraplane-e2e-rest}
+rules:
+  - apiGroups: [ultraplane.dev]
+    resources: [trainingjobs, inferencejobs]
+    verbs: [get, list, create, delete]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: ultraplane-e2e-rest-$JOB_NAMESPACE}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: ultraplane-e2e-rest}
+subjects: [{kind: ServiceAccount, name: e2e-rest, namespace: $JOB_NAMESPACE}]
+EOF
+    kc -n "$JOB_NAMESPACE" create token e2e-rest --duration=1h
+}
+
 rest_checks() {
-    local base="$1" body name=e2e-rest
+    local base="$1" body name=e2e-rest token auth
+    token="$(rest_token)" || die "cannot make a ServiceAccount token for the REST checks."
+    auth="Authorization: Bearer $token"
     for _ in $(seq 1 30); do curl -fsS "$base/healthz" >/dev/null 2>&1 && break; sleep 1; done
     curl -fsS "$base/healthz" >/dev/null || die "GET /healthz failed."
     curl -fsS "$base/readyz" >/dev/null || die "GET /readyz failed."
@@ -179,23 +203,26 @@ rest_checks() {
     for us in $(kc get ultraservers -o jsonpath='{.items[*].metadata.name}'); do
         grep -q "\"$us\"" <<<"$body" || die "GET /v1/ultraservers does not list $us: $body"
     done
-    body="$(curl -fsS "$base/v1/trainingjobs")" || die "GET /v1/trainingjobs failed."
+    body="$(curl -fsS -H "$auth" "$base/v1/trainingjobs")" || die "GET /v1/trainingjobs failed."
     for job in $(kc -n "$JOB_NAMESPACE" get trainingjobs -o jsonpath='{.items[*].metadata.name}'); do
         grep -q "\"$job\"" <<<"$body" || die "GET /v1/trainingjobs does not list $job: $body"
     done
     for job in $FINISHING_JOBS; do
-        body="$(curl -fsS "$base/v1/namespaces/$JOB_NAMESPACE/${job%%/*}s/${job#*/}")" \
+        body="$(curl -fsS -H "$auth" "$base/v1/namespaces/$JOB_NAMESPACE/${job%%/*}s/${job#*/}")" \
             || die "GET of $job failed."
         grep -q '"Succeeded"' <<<"$body" || die "the API does not show $job Succeeded: $body"
     done
+    code="$(curl -s -o /dev/null -w '%{http_code}' -X POST -H 'Content-Type: application/json' \
+        "$base/v1/namespaces/$JOB_NAMESPACE/trainingjobs" -d '{}')"
+    [[ "$code" == 401 ]] || die "POST without a bearer token answered $code, not 401."
     # A job submitted through the API is a real custom resource: the operator admits it.
-    curl -fsS -X POST -H 'Content-Type: application/json' \
+    curl -fsS -X POST -H 'Content-Type: application/json' -H "$auth" \
         "$base/v1/namespaces/$JOB_NAMESPACE/trainingjobs" \
         -d "{\"metadata\": {\"name\": \"$name\"}, \"spec\": {\"chips\": 4, \"work\": {\"durationSeconds\": 864000}}}" \
         >/dev/null || die "POST of a TrainingJob failed."
     wait_for "Admitted (created through the API)" "trainingjob/$name" "$JOB_NAMESPACE" \
         "$(condition Admitted)" is_one_of True
-    curl -fsS -X DELETE "$base/v1/namespaces/$JOB_NAMESPACE/trainingjobs/$name" >/dev/null \
+    curl -fsS -X DELETE -H "$auth" "$base/v1/namespaces/$JOB_NAMESPACE/trainingjobs/$name" >/dev/null \
         || die "DELETE of trainingjob/$name failed."
     for _ in $(seq 1 60); do
         kc -n "$JOB_NAMESPACE" get "trainingjob/$name" >/dev/null 2>&1 || return 0

@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import click
-from ultraplane.simulator.traces import TraceError, TraceJob, load_trace
+from ultraplane.simulator.faults import MAX_CHIP_RATE_PER_HOUR, MAX_SERVER_RATE_PER_HOUR
+from ultraplane.simulator.traces import MAX_TIME_S, TraceError, TraceJob, load_trace
 
 
 def parse_fleet(value: str) -> Any:
@@ -20,7 +21,7 @@ def parse_fleet(value: str) -> Any:
     from ultraplane.topology import build_fleet
 
     profile, sep, count = value.partition(":")
-    if not sep or not count.isdigit() or int(count) < 1:
+    if not sep or not count.isascii() or not count.isdigit() or len(count) > 9 or int(count) < 1:
         raise click.BadParameter(f"expected PROFILE:COUNT such as trn3-gen2:64, got {value!r}",
                                  param_hint="'--fleet'")
     try:
@@ -32,10 +33,14 @@ def parse_fleet(value: str) -> Any:
 def parse_fault(value: str) -> tuple[float, str]:
     at, sep, target = value.partition(":")
     try:
-        return float(at), target if sep else ""
+        seconds = float(at)
     except ValueError:
-        raise click.BadParameter(f"expected SECONDS:CHIP-OR-SERVER, got {value!r}",
+        raise click.BadParameter(f"expected SECONDS:CHIP-OR-SERVER, got {value[:80]!r}",
                                  param_hint="'--fail'") from None
+    if not 0 <= seconds <= MAX_TIME_S:  # also refuses nan and inf
+        raise click.BadParameter(f"SECONDS must be 0..{MAX_TIME_S:g}, got {at[:40]!r}",
+                                 param_hint="'--fail'")
+    return seconds, target if sep else ""
 
 
 def _load_traces(paths: tuple[Path, ...], skip_bad: bool) -> tuple[list[TraceJob], list[str]]:
@@ -61,6 +66,19 @@ def _load_traces(paths: tuple[Path, ...], skip_bad: bool) -> tuple[list[TraceJob
     return jobs, bad
 
 
+def _check_out(out_dir: Path) -> None:
+    """The report folder exists (made now) and is writable: said before an hour of replay."""
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        probe = out_dir / ".ultraplane-write-test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as exc:
+        reason = exc.strerror or exc.__class__.__name__
+        raise click.BadParameter(f"cannot write the report to {out_dir}: {reason}",
+                                 param_hint="'--out'") from None
+
+
 @click.command("simulate")
 @click.option("--fleet", help="PROFILE:COUNT, e.g. trn3-gen2:64.")
 @click.option("--cluster", "cluster_file", type=click.Path(path_type=Path, dir_okay=False),
@@ -71,17 +89,20 @@ def _load_traces(paths: tuple[Path, ...], skip_bad: bool) -> tuple[list[TraceJob
 @click.option("--out", "out_dir", required=True, type=click.Path(path_type=Path, file_okay=False))
 @click.option("--policy", "policies", multiple=True, type=click.Choice(["ultraplane", "first-fit"]),
               help="Placement policy (repeatable; default both).")
-@click.option("--chips-per-gpu", type=click.IntRange(min=1), default=1, show_default=True,
+@click.option("--chips-per-gpu", type=click.IntRange(min=1, max=144), default=1, show_default=True,
               help="Trainium chips per trace GPU.")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--failure-policy", type=click.Choice(["RestartAll", "ReplaceAffected", "Fail"]),
               default="RestartAll", show_default=True)
-@click.option("--chip-failure-rate", type=click.FloatRange(min=0), default=0.0,
+@click.option("--chip-failure-rate", type=click.FloatRange(min=0, max=MAX_CHIP_RATE_PER_HOUR),
+              default=0.0,
               help="Random chip failures per chip-hour (seeded).")
-@click.option("--server-failure-rate", type=click.FloatRange(min=0), default=0.0,
+@click.option("--server-failure-rate", type=click.FloatRange(min=0, max=MAX_SERVER_RATE_PER_HOUR),
+              default=0.0,
               help="Random server failures per server-hour (seeded).")
 @click.option("--fail", "scripted", multiple=True, help="Scripted failure SECONDS:CHIP-or-SERVER id.")
-@click.option("--checkpoint-interval", type=click.FloatRange(min=1), default=600.0, show_default=True)
+@click.option("--checkpoint-interval", type=click.FloatRange(min=60, max=MAX_TIME_S), default=600.0,
+              show_default=True, help="Seconds between checkpoints (60 s to the longest trace).")
 @click.option("--skip-bad-rows", is_flag=True, help="Replay the good rows; still report the bad ones.")
 @click.option("--no-reservation", is_flag=True,
               help="Plain best-effort FIFO: no backfill reservation for waiting gangs of whole "
@@ -120,6 +141,7 @@ def simulate(fleet: str | None, cluster_file: Path | None, traces: tuple[Path, .
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="'--fail'") from None
     jobs, bad = _load_traces(traces, skip_bad_rows)
+    _check_out(out_dir)
     configs = [ReplayConfig(policy=p, chips_per_gpu=chips_per_gpu, seed=seed,
                             checkpoint_interval_s=checkpoint_interval,
                             failure_policy=failure_policy, faults=plan,

@@ -17,6 +17,13 @@ from ultraplane.simulator.fleets import FleetShape
 
 from ultraplane.ids import parse_chip_id
 
+# Caps that keep a replay finite: a chip failing once per 100 chip-hours (server: per 10
+# server-hours) is already thousands of times real hardware's rate, and no run draws more
+# than MAX_RANDOM_FAULTS random failures (a rate of 1e308 would otherwise never advance time).
+MAX_CHIP_RATE_PER_HOUR = 0.01
+MAX_SERVER_RATE_PER_HOUR = 0.1
+MAX_RANDOM_FAULTS = 100_000
+
 
 @dataclass(frozen=True)
 class FaultPlan:
@@ -28,6 +35,12 @@ class FaultPlan:
     def __post_init__(self) -> None:
         if self.chip_rate_per_hour < 0 or self.server_rate_per_hour < 0 or self.repair_s <= 0:
             raise ValueError("failure rates must be >= 0 and repair time > 0")
+        if self.chip_rate_per_hour > MAX_CHIP_RATE_PER_HOUR:
+            raise ValueError(f"the chip failure rate must be at most {MAX_CHIP_RATE_PER_HOUR} "
+                             f"per chip-hour, got {self.chip_rate_per_hour:g}")
+        if self.server_rate_per_hour > MAX_SERVER_RATE_PER_HOUR:
+            raise ValueError(f"the server failure rate must be at most {MAX_SERVER_RATE_PER_HOUR} "
+                             f"per server-hour, got {self.server_rate_per_hour:g}")
         for _, target in self.scripted:
             _targets(target, 4)  # raises on a malformed id
 
@@ -53,6 +66,7 @@ class FaultSource:
         self._servers = 0
         self.injected = 0
         self.pending_repairs = 0
+        self._drawn = 0
 
     def start(self) -> None:
         for at, target in self.plan.scripted:
@@ -66,6 +80,9 @@ class FaultSource:
         return (n * self.plan.chip_rate_per_hour + servers * self.plan.server_rate_per_hour) / 3600.0
 
     def _schedule_random(self) -> None:
+        self._drawn += 1
+        if self._drawn > MAX_RANDOM_FAULTS:
+            return
         rng = self.engine.rng
         at = self.engine.now + rng.expovariate(self._rate_per_s())
         chip = rng.choice(self._chips)

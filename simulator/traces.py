@@ -10,6 +10,12 @@ Columns: `job_id,submission_time,duration,num_gpu` (the ITP traces) plus the
 optional `kind,priority,topology,model,precision`. `topology` is a required
 level (`server`, `rack`, `ultraserver`, `network-1`, ...) or empty; `model` is
 a size in billions of parameters (`70`, `70b`) or empty.
+
+Bounds keep a replay finite: times within ten years, durations within one year,
+at most 1,048,576 GPUs a job, a priority within +-1,000,000. A UTF-8 byte-order
+mark (every spreadsheet export has one) is skipped; broken quoting (an
+unterminated quote, a NUL byte, a field over 128 KiB) stops the parse at that row,
+named by its line, since nothing after it can be trusted.
 """
 
 from __future__ import annotations
@@ -20,6 +26,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+MAX_TIME_S = 10 * 365 * 86400.0
+MAX_DURATION_S = 366 * 86400.0
+MAX_GPUS = 1_048_576
+MAX_PRIORITY = 1_000_000
+MAX_MODEL_B = 100_000
+MAX_NETWORK_DEPTH = 16
 REQUIRED = ("job_id", "submission_time", "duration", "num_gpu")
 OPTIONAL = ("kind", "priority", "topology", "model", "precision")
 KINDS = ("training", "inference")
@@ -78,9 +90,12 @@ def _level(raw: str) -> str | None:
     low = raw.strip().lower()
     if low == "block":
         return "network-1"
-    if low in LEVELS or (low.startswith("network-") and low[8:].isdigit()):
+    digits = low[8:]
+    if low in LEVELS or (low.startswith("network-") and digits.isascii() and digits.isdigit()
+                         and len(digits) <= 3 and 1 <= int(digits) <= MAX_NETWORK_DEPTH):
         return low
-    raise ValueError(f"topology must be one of server, rack, ultraserver, network-N, cluster; got {raw!r}")
+    raise ValueError("topology must be one of server, rack, ultraserver, network-N "
+                     f"(1 <= N <= {MAX_NETWORK_DEPTH}), cluster; got {raw[:40]!r}")
 
 
 def parse_row(row: dict[str, str], line: int) -> TraceJob:
@@ -91,23 +106,29 @@ def parse_row(row: dict[str, str], line: int) -> TraceJob:
     job_id = get("job_id")
     if not job_id:
         raise ValueError("job_id is empty")
+    if len(job_id) > 253 or not job_id.isprintable():
+        raise ValueError("job_id must be at most 253 printable characters")
     submit = _number(get("submission_time"), "submission_time")
     duration = _number(get("duration"), "duration")
     gpus = _number(get("num_gpu"), "num_gpu", integer=True)
-    if submit < 0:
-        raise ValueError(f"submission_time must be >= 0, got {submit:g}")
-    if duration <= 0:
-        raise ValueError(f"duration must be > 0, got {duration:g}")
-    if gpus < 1:
-        raise ValueError(f"num_gpu must be >= 1, got {gpus:g}")
+    if not 0 <= submit <= MAX_TIME_S:
+        raise ValueError(f"submission_time must be 0..{MAX_TIME_S:g} s (ten years), got {submit:g}")
+    if not 0 < duration <= MAX_DURATION_S:
+        raise ValueError(f"duration must be > 0 and at most {MAX_DURATION_S:g} s (one year), "
+                         f"got {duration:g}")
+    if not 1 <= gpus <= MAX_GPUS:
+        raise ValueError(f"num_gpu must be 1..{MAX_GPUS}, got {gpus:g}")
     kind = get("kind").lower() or "training"
     if kind not in KINDS:
         raise ValueError(f"kind must be training or inference, got {kind!r}")
     prio = int(_number(get("priority"), "priority", integer=True)) if get("priority") else 0
+    if abs(prio) > MAX_PRIORITY:
+        raise ValueError(f"priority must be within +-{MAX_PRIORITY}, got {prio}")
     model_raw = get("model").lower().removesuffix("b")
     model = _number(model_raw, "model") if model_raw else None
-    if model is not None and model <= 0:
-        raise ValueError(f"model must be a positive size in billions, got {get('model')!r}")
+    if model is not None and not 0 < model <= MAX_MODEL_B:
+        raise ValueError(f"model must be a size in billions, 0 < model <= {MAX_MODEL_B}, "
+                         f"got {get('model')[:40]!r}")
     precision = get("precision").upper() or "BF16"
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
@@ -117,8 +138,12 @@ def parse_row(row: dict[str, str], line: int) -> TraceJob:
 
 def parse_rows(lines: Iterable[str], path: str = "<trace>") -> tuple[list[TraceJob], list[BadRow]]:
     """Parse CSV text; returns the good jobs and every bad row (never raises for rows)."""
-    reader = csv.DictReader(lines)
-    header = [h.strip() for h in (reader.fieldnames or [])]
+    reader = csv.DictReader(lines, strict=True)
+    try:
+        fieldnames = reader.fieldnames or []
+    except csv.Error as exc:
+        raise TraceError(path, [BadRow(1, f"the header is not valid CSV: {exc}")]) from None
+    header = [h.strip().removeprefix("\ufeff") for h in fieldnames]
     missing = [c for c in REQUIRED if c not in header]
     if missing:
         raise TraceError(path, [BadRow(1, f"header lacks column(s) {', '.join(missing)}")])
@@ -126,7 +151,17 @@ def parse_rows(lines: Iterable[str], path: str = "<trace>") -> tuple[list[TraceJ
     jobs: list[TraceJob] = []
     bad: list[BadRow] = []
     seen: set[str] = set()
-    for row in reader:
+    rows = iter(reader)
+    while True:
+        starts = reader.line_num + 1
+        try:
+            row = next(rows)
+        except StopIteration:
+            break
+        except csv.Error as exc:  # broken quoting: nothing after this row can be trusted
+            bad.append(BadRow(starts, f"broken CSV quoting or data ({exc}); "
+                                      "the rows after it were not read"))
+            break
         line = reader.line_num
         if None in row:
             bad.append(BadRow(line, "row has more fields than the header"))
@@ -147,7 +182,7 @@ def parse_rows(lines: Iterable[str], path: str = "<trace>") -> tuple[list[TraceJ
 def load_trace(path: str | Path, *, prefix: str = "") -> tuple[list[TraceJob], list[BadRow]]:
     """Read a trace file; `prefix` keeps job ids unique when several files are merged."""
     p = Path(path)
-    with p.open(newline="", encoding="utf-8") as fh:
+    with p.open(newline="", encoding="utf-8-sig") as fh:
         jobs, bad = parse_rows(fh, str(p))
     if prefix:
         jobs = [TraceJob(prefix + j.job_id, *_rest(j)) for j in jobs]

@@ -17,9 +17,12 @@ import yaml
 
 from ultraplane.ids import ChipId, JobKey, UltraServerName, chip_id, parse_chip_id
 from ultraplane.profiles import load_profile
-from ultraplane.topology import Topology, UltraServer, build_fleet
+from ultraplane.topology import MAX_ULTRASERVERS, Topology, UltraServer, build_fleet
 
 __all__ = ["ClusterFile", "ClusterFileError", "load_cluster_file", "parse_cluster"]
+
+
+MAX_FILE_BYTES = 16 << 20
 
 
 class ClusterFileError(ValueError):
@@ -72,7 +75,7 @@ def _ultraserver(entry: Any, where: str) -> list[UltraServer]:
         )]
     except ClusterFileError:
         raise
-    except (ValueError, TypeError) as err:
+    except (ValueError, TypeError, OverflowError) as err:
         raise ClusterFileError(f"{where}: {err}") from None
 
 
@@ -102,6 +105,9 @@ def parse_cluster(data: Any, source: str = "cluster file") -> ClusterFile:
     found: list[UltraServer] = []
     for i, entry in enumerate(data["ultraservers"]):
         found += _ultraserver(entry, f"ultraservers[{i}]")
+        if len(found) > MAX_ULTRASERVERS:  # YAML aliases can repeat a fleet: stop early
+            raise ClusterFileError(f"{source}: at most {MAX_ULTRASERVERS} UltraServers "
+                                   f"(ultraservers[{i}] passes it)")
     if not found:
         raise ClusterFileError(f"{source}: 'ultraservers' is empty")
     try:
@@ -124,14 +130,24 @@ def parse_cluster(data: Any, source: str = "cluster file") -> ClusterFile:
 
 def load_cluster_file(path: str | Path) -> ClusterFile:
     """Read and check a cluster file; ClusterFileError (a ValueError) names what is wrong."""
+    where = f"cluster file {str(path)!r}"
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        with Path(path).open("rb") as fh:  # bounded: /dev/zero must not fill the memory
+            raw = fh.read(MAX_FILE_BYTES + 1)
     except OSError as err:
-        raise ClusterFileError(f"cannot read cluster file {str(path)!r}: {err.strerror}") from None
+        raise ClusterFileError(f"cannot read {where}: {err.strerror or err}") from None
+    if len(raw) > MAX_FILE_BYTES:
+        raise ClusterFileError(f"{where} is larger than {MAX_FILE_BYTES // (1 << 20)} MiB")
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        raise ClusterFileError(f"{where} is not UTF-8 text (byte {err.start})") from None
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         line = f" at line {mark.line + 1}" if mark is not None else ""
-        raise ClusterFileError(f"cluster file {str(path)!r} is not valid YAML{line}") from None
+        raise ClusterFileError(f"{where} is not valid YAML{line}") from None
+    except RecursionError:
+        raise ClusterFileError(f"{where} nests too deeply to be a cluster file") from None
     return parse_cluster(data, f"cluster file {str(path)!r}")

@@ -18,21 +18,22 @@ from ultraplane.clusterfiles import ClusterFileError, load_cluster_file
 from ultraplane.ids import parse_chip_id
 from ultraplane.placements import Placement
 from ultraplane.profiles import Precision, UnknownProfileError, load_profile, profile_names
-from ultraplane.topology import Topology, build_fleet, parse_level
+from ultraplane.topology import Topology, build_fleet, level_problem, parse_level
 
 __all__ = ["place", "profiles"]
 
 _OUTPUT = click.Choice(["table", "json"])
+MAX_CHIPS = 1_048_576  # the largest gang a job may ask for (resources' MAX_JOB_CHIPS)
 
 
 def _fleet(value: str) -> Topology:
     profile, sep, count = value.rpartition(":")
-    if not sep or not count.isdigit() or int(count) <= 0:
+    if not sep or not count.isascii() or not count.isdigit() or len(count) > 9 or int(count) <= 0:
         raise click.BadParameter("must be PROFILE:COUNT with COUNT > 0, e.g. trn3-gen2:8",
                                  param_hint="--fleet")
     try:
         return build_fleet(profile, int(count))
-    except UnknownProfileError as err:
+    except (UnknownProfileError, ValueError) as err:
         raise click.BadParameter(str(err), param_hint="--fleet") from None
 
 
@@ -118,8 +119,8 @@ def place(fleet: str | None, cluster: str | None, chips: int, required: str | No
           preferred: str | None, whole_servers: bool, mode: str | None, profile: str | None,
           policy: str, output: str) -> None:
     """Show where a gang of CHIPS would be placed (nothing is allocated)."""
-    if chips <= 0:
-        raise click.BadParameter(f"must be a positive number of chips, got {chips}",
+    if not 0 < chips <= MAX_CHIPS:
+        raise click.BadParameter(f"must be 1..{MAX_CHIPS} chips, got {chips}",
                                  param_hint="--chips")
     if profile is not None:
         try:
@@ -131,7 +132,12 @@ def place(fleet: str | None, cluster: str | None, chips: int, required: str | No
         preferred_level=_level(preferred, "--prefer"), whole_servers=whole_servers,
         profile=profile, mode=mode,  # type: ignore[arg-type]
     )
-    got = _allocator(fleet, cluster, policy).place(request)
+    alloc = _allocator(fleet, cluster, policy)
+    for hint, level in (("--require", request.required_level), ("--prefer", request.preferred_level)):
+        problem = level_problem(alloc.topology, parse_level(level)) if level else None
+        if problem:
+            raise click.BadParameter(problem, param_hint=hint)
+    got = alloc.place(request)
     if isinstance(got, NoFit) and got.kind == "Unsatisfiable":
         raise click.BadParameter(f"can never fit in this cluster: {got.message}",
                                  param_hint="--chips")

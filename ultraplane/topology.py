@@ -26,9 +26,16 @@ __all__ = [
     "Topology",
     "UltraServer",
     "build_fleet",
+    "level_problem",
     "network_from_labels",
     "parse_level",
 ]
+
+# Bounds that keep every command finite: 8,192 Gen2 UltraServers are 1.18M chips, past the
+# "up to 1M Trainium3 chips" per cluster; EFA fabrics have a handful of network layers.
+MAX_ULTRASERVERS = 8192
+MAX_SERVERS_PER_ULTRASERVER = 64
+MAX_NETWORK_DEPTH = 16
 
 _NAMED = {"server": 0, "rack": 1, "ultraserver": 2}
 _CLUSTER_RANK = 1_000
@@ -79,12 +86,27 @@ def parse_level(value: str | Level) -> Level:
         return CLUSTER
     if text == "block":
         return Level(3)
-    if text.startswith("network-") and text[8:].isdigit() and int(text[8:]) >= 1:
-        return Level(2 + int(text[8:]))
+    digits = text[8:]
+    if (text.startswith("network-") and digits.isascii() and digits.isdigit()
+            and len(digits) <= 3 and 1 <= int(digits) <= MAX_NETWORK_DEPTH):
+        return Level(2 + int(digits))
     raise ValueError(
-        f"unknown topology level {value!r}; use server, rack, ultraserver, block, "
-        "network-N (N >= 1) or cluster"
+        f"unknown topology level {str(value)[:40]!r}; use server, rack, ultraserver, block, "
+        f"network-N (1 <= N <= {MAX_NETWORK_DEPTH}) or cluster"
     )
+
+
+def level_problem(topology: Topology, level: Level) -> str | None:
+    """Why `level` is not a level of this fleet (a network level deeper than any UltraServer
+    declares), or None. Such a request could never be placed as asked."""
+    if level == CLUSTER or level.network_depth == 0:
+        return None
+    have = topology.network_depth()
+    if level.network_depth <= have:
+        return None
+    return (f"{level.name} is not a level of this fleet: its UltraServers declare "
+            f"{have} network level(s)" + (f" (network-1..network-{have})" if have > 1
+                                           else " (network-1)" if have == 1 else ""))
 
 
 def network_from_labels(labels: Mapping[str, str]) -> tuple[str, ...]:
@@ -112,8 +134,12 @@ class UltraServer:
     def __post_init__(self) -> None:
         spec = load_profile(self.profile)  # raises UnknownProfileError naming the profile
         n = self.server_count
-        if n <= 0:
-            raise ValueError(f"UltraServer {self.name}: servers must be positive, got {n}")
+        if not 0 < n <= MAX_SERVERS_PER_ULTRASERVER:
+            raise ValueError(f"UltraServer {self.name}: servers must be 1..{MAX_SERVERS_PER_ULTRASERVER}, "
+                             f"got {n}")
+        if len(self.network) > MAX_NETWORK_DEPTH:
+            raise ValueError(f"UltraServer {self.name}: at most {MAX_NETWORK_DEPTH} network levels, "
+                             f"got {len(self.network)}")
         for ref in self.failed_chips:
             server, chip = parse_local_ref(ref)
             if server >= n or chip >= spec.chips_per_server:
@@ -151,6 +177,9 @@ class Topology:
     _index: dict[str, int] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        if len(self.ultraservers) > MAX_ULTRASERVERS:
+            raise ValueError(f"a fleet holds at most {MAX_ULTRASERVERS} UltraServers, "
+                             f"got {len(self.ultraservers)}")
         index: dict[str, int] = {}
         for i, us in enumerate(self.ultraservers):
             if us.name in index:
@@ -193,8 +222,8 @@ def build_fleet(
 ) -> Topology:
     """`count` healthy UltraServers named `{prefix}-{i:04d}`, `per_block` per network block."""
     spec = profile if isinstance(profile, Profile) else load_profile(profile)
-    if count <= 0:
-        raise ValueError(f"count must be positive, got {count}")
+    if not 0 < count <= MAX_ULTRASERVERS:
+        raise ValueError(f"count must be 1..{MAX_ULTRASERVERS} UltraServers, got {count}")
     if per_block <= 0:
         raise ValueError(f"per_block must be positive, got {per_block}")
     stem = prefix or spec.prefix

@@ -116,14 +116,14 @@ def test_job_lifecycle_and_accounting(fleet: Fleet) -> None:
     assert job["status"]["phase"] == "Succeeded"
     [record] = fleet.client.get("/v1/accounting/jobs", params={"namespace": NS}).json()
     # An hour of work plus checkpoint/restart overheads, on 72 chips.
-    assert 72.0 <= record["chip_hours"] <= 72 * 1.25
-    assert record["energy_kwh"] > 0 and record["completion_time_s"] >= 3600
+    assert 72.0 <= record["chipHours"] <= 72 * 1.25
+    assert record["energyKWh"] > 0 and record["completionTimeS"] >= 3600
     [ns] = fleet.client.get("/v1/accounting/namespaces").json()
-    assert ns["namespace"] == NS and ns["finished_jobs"] == 1
-    assert ns["chip_hours"] == pytest.approx(record["chip_hours"])
+    assert ns["namespace"] == NS and ns["finishedJobs"] == 1
+    assert ns["chipHours"] == pytest.approx(record["chipHours"])
     days = fleet.client.get("/v1/accounting/days").json()
     assert [d["day"] for d in days] == ["2026-01-01"]
-    assert days[0]["energy_kwh"] == pytest.approx(record["energy_kwh"])
+    assert days[0]["energyKWh"] == pytest.approx(record["energyKWh"])
     # Chips are free again.
     assert all(u["allocatedChips"] == 0 for u in fleet.client.get("/v1/ultraservers").json()["items"])
 
@@ -136,7 +136,7 @@ def test_usage_crossing_midnight_is_split_by_day(fleet: Fleet) -> None:
         fleet.advance(40)
     days = {d["day"]: d for d in fleet.client.get("/v1/accounting/days").json()}
     assert set(days) == {"2026-01-01", "2026-01-02"}
-    assert days["2026-01-01"]["chip_hours"] == pytest.approx(4 * 59 / 60, rel=0.05)
+    assert days["2026-01-01"]["chipHours"] == pytest.approx(4 * 59 / 60, rel=0.05)
 
 
 def test_create_conflict_list_and_delete(fleet: Fleet) -> None:
@@ -261,10 +261,11 @@ def test_bad_input_gets_4xx_naming_the_field(
     assert payload["error"] and payload["message"]
 
 
-def test_malformed_json_is_a_422_not_a_500(fleet: Fleet) -> None:
+def test_malformed_json_is_a_400_not_a_500(fleet: Fleet) -> None:
     r = fleet.client.post(f"/v1/namespaces/{NS}/trainingjobs", content=b"{not json",
                           headers={"content-type": "application/json"})
-    assert r.status_code == 422 and r.json()["error"] == "ValidationError"
+    assert r.status_code == 400 and r.json()["error"] == "BadRequest"
+    assert r.json()["message"].startswith("the request body is not valid JSON")
 
 
 @pytest.mark.parametrize(("policy", "phase"), [("RestartAll", "Running"), ("Fail", "Failed")])
@@ -302,8 +303,8 @@ def test_demo_stream_keeps_the_fleet_busy_and_bounded(tmp_path: Path) -> None:
         busy = sum(u["allocatedChips"] for u in fleet.client.get("/v1/ultraservers").json()["items"])
         assert busy >= 1152 // 4
         [usage] = fleet.client.get("/v1/accounting/namespaces").json()
-        assert usage["namespace"] == "demo" and usage["chip_hours"] > 0
-        assert usage["finished_jobs"] >= 1 and usage["mean_completion_time_s"] > 0
+        assert usage["namespace"] == "demo" and usage["chipHours"] > 0
+        assert usage["finishedJobs"] >= 1 and usage["meanCompletionTimeS"] > 0
 
 
 def test_embedded_fleet_shows_the_backfill_reservation(fleet: Fleet) -> None:

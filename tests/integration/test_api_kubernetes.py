@@ -119,8 +119,8 @@ def test_jobs_round_trip_through_the_custom_resources(
     records = _poll_until(
         backend, lambda: [r for r in client.get("/v1/accounting/jobs", params={"namespace": ns}).json()
                           if r["name"] == "llm"], "an accounting row")
-    assert records[0]["chips"] == 4 and records[0]["energy_kwh"] == pytest.approx(1.5)
-    assert records[0]["chip_hours"] > 0  # running since 2026-01-01
+    assert records[0]["chips"] == 4 and records[0]["energyKWh"] == pytest.approx(1.5)
+    assert records[0]["chipHours"] > 0  # running since 2026-01-01
 
     # A dry run sees those chips as taken and would preempt the job at a higher priority.
     dry = client.post("/v1/placements:dryRun",
@@ -167,3 +167,28 @@ def test_readyz_reports_an_unreachable_cluster(tmp_path: Path) -> None:
         assert r.status_code == 503 and r.json()["status"] == "unavailable"
         jobs = client.get("/v1/namespaces/a/trainingjobs")
         assert jobs.status_code == 503 and jobs.json()["error"] == "ClusterUnavailable"
+
+
+def test_limits_hold_in_kubernetes_mode(
+    api: tuple[TestClient, Any], kube_env: Any, kube_namespace: str
+) -> None:
+    """The same limits as the embedded backend: 413, Kubernetes' label rules, list pages."""
+    client, _ = api
+    base = f"/v1/namespaces/{kube_namespace}/trainingjobs"
+    labels = {f"k{i}": "v" for i in range(100_000)}
+    r = client.post(base, json={"metadata": {"name": "big", "labels": labels}, "spec": SPEC})
+    assert r.status_code == 413, r.text
+    for bad in ({"../x": "y'; --"}, {"": "\u0000"}):
+        r = client.post(base, json={"metadata": {"name": "bad", "labels": bad}, "spec": SPEC})
+        assert r.status_code == 422 and r.json()["field"] == "body.metadata.labels", r.text
+    for i in range(3):
+        body = {"metadata": {"name": f"p{i}", "labels": {"app.kubernetes.io/part-of": "t"}},
+                "spec": SPEC}
+        assert client.post(base, json=body).status_code == 201
+    first = client.get(base, params={"limit": 2}).json()
+    assert len(first["items"]) == 2 and first["metadata"]["continue"]
+    rest = client.get(base, params={"limit": 2, "continue": first["metadata"]["continue"]}).json()
+    assert rest["metadata"]["continue"] is None
+    assert sorted(j["metadata"]["name"] for j in first["items"] + rest["items"]) == ["p0", "p1", "p2"]
+    r = client.get(base, params={"continue": "not-a-token"})
+    assert r.status_code in (410, 422) and r.json()["field"] == "continue", r.text

@@ -60,7 +60,7 @@ def test_restart_readopts_running_job_on_its_chips(kind: str, tmp_path: Path,
         now[0] += 30  # 30 simulated minutes
         app.state.backend.tick()
         before = client.get(f"/v1/namespaces/{NS}/trainingjobs/llm").json()["status"]
-        hours_before = client.get("/v1/accounting/jobs").json()[0]["chip_hours"]
+        hours_before = client.get("/v1/accounting/jobs").json()[0]["chipHours"]
     assert before["phase"] == "Running" and before["progress"]["checkpointedSteps"] > 0
 
     now[0] += 5  # the API was down for 5 wall seconds
@@ -77,7 +77,7 @@ def test_restart_readopts_running_job_on_its_chips(kind: str, tmp_path: Path,
         app2.state.backend.tick()
         app2.state.backend.persist(force=True)
         [record] = client.get("/v1/accounting/jobs").json()
-        assert record["chip_hours"] > hours_before
+        assert record["chipHours"] > hours_before
         # The simulated clock continued: the job's day is still the first simulated day.
         assert [d["day"] for d in client.get("/v1/accounting/days").json()] == ["2026-01-01"]
 
@@ -134,7 +134,7 @@ def test_real_server_restart_keeps_jobs_and_accounting(tmp_path: Path) -> None:
         url = f"{base}/v1/namespaces/{NS}/trainingjobs/llm"
         before = _poll(lambda: (s := httpx.get(url).json()["status"]).get("progress", {})
                        .get("checkpointedSteps") and s, "a checkpoint")
-        hours = _poll(lambda: httpx.get(f"{base}/v1/accounting/jobs").json()[0]["chip_hours"],
+        hours = _poll(lambda: httpx.get(f"{base}/v1/accounting/jobs").json()[0]["chipHours"],
                       "accounting to be written")
     finally:
         proc.send_signal(signal.SIGTERM)
@@ -149,7 +149,7 @@ def test_real_server_restart_keeps_jobs_and_accounting(tmp_path: Path) -> None:
         assert after["phase"] == "Running"
         assert after["allocation"]["chips"] == before["allocation"]["chips"]
         assert after["progress"]["completedSteps"] >= before["progress"]["checkpointedSteps"]
-        assert httpx.get(f"{base}/v1/accounting/jobs").json()[0]["chip_hours"] >= hours
+        assert httpx.get(f"{base}/v1/accounting/jobs").json()[0]["chipHours"] >= hours
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=30)

@@ -211,7 +211,10 @@ PERMISSIONS = [
     ("api", "ultraplane.dev", "trainingjobs", "watch", False),
     ("api", "ultraplane.dev", "trainingjobs/status", "patch", False),
     ("api", "ultraplane.dev", "ultraservers", "delete", False),
-    ("api", "authentication.k8s.io", "tokenreviews", "create", False),
+    ("api", "authentication.k8s.io", "tokenreviews", "create", True),
+    ("api", "authorization.k8s.io", "subjectaccessreviews", "create", True),
+    ("api", "rbac.authorization.k8s.io", "rolebindings", "list", False),
+    ("operator", "authorization.k8s.io", "subjectaccessreviews", "create", False),
 ]
 
 
@@ -223,11 +226,40 @@ def test_each_component_gets_exactly_the_access_it_needs(
 
 
 def test_token_review_grants_tokenreviews_to_the_api_only() -> None:
-    docs = render({"api": {"auth": {"tokenReview": True}}})
+    docs = render()  # on by default: the API authorizes every job request for its caller
     assert allowed(docs, "api", "authentication.k8s.io", "tokenreviews", "create")
     assert not allowed(docs, "operator", "authentication.k8s.io", "tokenreviews", "create")
     api = component(docs, "Deployment", "api")["spec"]["template"]["spec"]["containers"][0]
     assert {"name": "ULTRAPLANE_TOKEN_REVIEW", "value": "true"} in api["env"]
+    assert {"name": "ULTRAPLANE_MAX_BODY_BYTES", "value": "1048576"} in api["env"]
+    # Only `create` on the two review kinds: no other verb, no other authn/authz resource.
+    role = next(r for r in of_kind(docs, "ClusterRole")
+                if r["metadata"]["labels"]["app.kubernetes.io/component"] == "api")
+    reviews = [r for r in role["rules"] if set(r["apiGroups"]) & {
+        "authentication.k8s.io", "authorization.k8s.io"}]
+    assert sorted((r["resources"], r["verbs"]) for r in reviews) == [
+        (["subjectaccessreviews"], ["create"]), (["tokenreviews"], ["create"])]
+    off = render({"api": {"auth": {"tokenReview": False}}})
+    assert not allowed(off, "api", "authorization.k8s.io", "subjectaccessreviews", "create")
+    container = component(off, "Deployment", "api")["spec"]["template"]["spec"]["containers"][0]
+    assert "ULTRAPLANE_TOKEN_REVIEW" not in {e["name"] for e in container["env"]}
+
+
+def test_api_network_policy_admits_only_the_api_port_from_listed_peers() -> None:
+    docs = render()
+    policy = component(docs, "NetworkPolicy", "api")
+    pod = component(docs, "Deployment", "api")["spec"]["template"]
+    assert policy["spec"]["podSelector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    (rule,) = policy["spec"]["ingress"]
+    assert rule["ports"] == [{"port": "http", "protocol": "TCP"}]
+    assert rule["from"] == [{"podSelector": {}}]  # this namespace's pods only
+    peer = {"namespaceSelector": {"matchLabels": {"name": "ingress"}}}
+    wider = render({"api": {"networkPolicy": {"fromNamespaceSelector": {"matchLabels": {
+        "team": "ml"}}, "from": [peer]}}})
+    assert component(wider, "NetworkPolicy", "api")["spec"]["ingress"][0]["from"] == [
+        {"namespaceSelector": {"matchLabels": {"team": "ml"}}}, peer]
+    assert not of_kind(render({"api": {"networkPolicy": {"enabled": False}}}), "NetworkPolicy")
 
 
 @pytest.mark.parametrize("values", [{}, NON_DEFAULT], ids=["defaults", "non-defaults"])
@@ -363,6 +395,7 @@ BAD_VALUES = [
     ("api.service.type=Ingress", "/api/service/type"),
     ("api.servce.type=NodePort", "/api"),
     ("api.logLevel=loud", "/api/logLevel"),
+    ("api.maxBodyBytes=10", "/api/maxBodyBytes"),
     ("metrics.serviceMonitor.interval=often", "/metrics/serviceMonitor/interval"),
 ]
 
@@ -467,7 +500,12 @@ def test_service_monitors_are_optional_and_scrape_rendered_ports() -> None:
 def test_notes_name_the_api_service_and_warn_when_it_is_open() -> None:
     result = helm("install", "rel", str(CHART), "--dry-run=client", "--namespace", "ns1")
     assert result.returncode == 0, result.stderr
-    assert "rel-ultraplane-api" in result.stdout and "no bearer tokens" in result.stdout
+    assert "rel-ultraplane-api" in result.stdout and "no bearer tokens" not in result.stdout
+    assert "SubjectAccessReview" in result.stdout
+    result = helm("install", "rel", str(CHART), "--dry-run=client", "--namespace", "ns1",
+                  "--set", "api.auth.tokenReview=false")
+    assert result.returncode == 0, result.stderr
+    assert "no bearer tokens" in result.stdout
     result = helm("install", "rel", str(CHART), "--dry-run=client", "--namespace", "ns1",
                   "--set", "api.auth.tokenReview=true", "--set", "simulator.enabled=false")
     assert result.returncode == 0, result.stderr

@@ -62,3 +62,20 @@ def test_real_itp_file_parses_cleanly() -> None:
     jobs, bad = load_trace(ITP / "cluster01.csv", prefix="c1/")
     assert bad == [] and len(jobs) == 1595
     assert jobs[0].job_id.startswith("c1/") and 1 <= max(j.gpus for j in jobs) <= 64
+
+
+def test_bom_headers_are_accepted(tmp_path: Path) -> None:
+    path = tmp_path / "export.csv"
+    path.write_bytes("\ufeffjob_id,submission_time,duration,num_gpu\r\na,0,60,4\r\n".encode())
+    jobs, bad = load_trace(path)
+    assert [j.job_id for j in jobs] == ["a"] and bad == []
+
+
+def test_absurd_values_and_broken_quoting_are_rejected_with_the_row() -> None:
+    text = ["job_id,submission_time,duration,num_gpu\n", "ok,0,60,4\n", "long,0,1e18,4\n",
+            "many,0,60,99999999999\n", '"open,0,60,4\n', "never,0,60,4\n"]
+    jobs, bad = parse_rows(text)
+    assert [j.job_id for j in jobs] == ["ok"]
+    assert [(b.line, b.message.split(" ")[0]) for b in bad] == [
+        (3, "duration"), (4, "num_gpu"), (5, "broken")]
+    assert "the rows after it were not read" in bad[-1].message

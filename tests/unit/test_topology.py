@@ -112,3 +112,18 @@ def test_job_keys_carry_the_kind() -> None:
     assert job_key("InferenceJob", "ns", "x") == "ij/ns/x"
     assert kind_of_job_key("ij/ns/x#1") == "InferenceJob"
     assert kind_of_job_key(job_key("TrainingJob", "ns", "x")) == "TrainingJob"
+
+
+def test_levels_and_fleet_sizes_are_bounded() -> None:
+    from ultraplane.topology import MAX_ULTRASERVERS, level_problem
+
+    fleet = build_fleet("trn3-gen2", 2)  # one network layer: block-000
+    assert level_problem(fleet, parse_level("network-1")) is None
+    assert level_problem(fleet, parse_level("cluster")) is None
+    assert level_problem(fleet, parse_level("rack")) is None
+    assert "network-2 is not a level of this fleet" in str(level_problem(fleet, parse_level("network-2")))
+    for absurd in ("network-99999999999", "network-0", "network-17", "network-\u0661"):
+        with pytest.raises(ValueError, match="unknown topology level"):
+            parse_level(absurd)
+    with pytest.raises(ValueError, match=f"1..{MAX_ULTRASERVERS}"):
+        build_fleet("trn3-gen2", 99_999_999)

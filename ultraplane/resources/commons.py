@@ -206,6 +206,7 @@ class TopologyPolicy(SpecModel):
     )
     whole_servers: bool = Field(
         default=False,
+        strict=True,
         description="Take only whole servers (no other job shares them); with a profile, the "
         "chip count must then be a multiple of the server size.",
     )

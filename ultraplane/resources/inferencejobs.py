@@ -81,9 +81,10 @@ class InferenceJobSpec(SpecModel):
         }
     )
 
-    replicas: int = Field(default=1, ge=1, le=MAX_REPLICAS, description="Model replicas.")
+    replicas: int = Field(default=1, ge=1, le=MAX_REPLICAS, strict=True,
+                          description="Model replicas.")
     chips_per_replica: int = Field(
-        ge=1, le=MAX_JOB_CHIPS, description="Chips of one replica (one gang, all or nothing)."
+        ge=1, le=MAX_JOB_CHIPS, strict=True, description="Chips of one replica (one gang, all or nothing)."
     )
     profile: ProfileName | None = Field(
         default=None,
@@ -96,11 +97,12 @@ class InferenceJobSpec(SpecModel):
     )
     priority: int = Field(
         default=0,
+        strict=True,
         ge=-MAX_PRIORITY,
         le=MAX_PRIORITY,
         description="Higher runs first and may preempt lower-priority jobs.",
     )
-    preemptible: bool = Field(default=True, description="False protects the job from preemption.")
+    preemptible: bool = Field(default=True, strict=True, description="False protects the job from preemption.")
     precision: Precision = Field(default=Precision.BF16, description="Numeric precision.")
     model: ModelRef = Field(description="The model being served.")
     load: LoadTarget = Field(description="Offered load: requestsPerSecond or tokensPerSecond.")

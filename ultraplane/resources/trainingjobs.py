@@ -97,7 +97,7 @@ class TrainingJobSpec(SpecModel):
     )
 
     chips: int = Field(
-        ge=1, le=MAX_JOB_CHIPS, description="Chips for the whole gang (all or nothing)."
+        ge=1, le=MAX_JOB_CHIPS, strict=True, description="Chips for the whole gang (all or nothing)."
     )
     profile: ProfileName | None = Field(
         default=None,
@@ -111,11 +111,12 @@ class TrainingJobSpec(SpecModel):
     )
     priority: int = Field(
         default=0,
+        strict=True,
         ge=-MAX_PRIORITY,
         le=MAX_PRIORITY,
         description="Higher runs first and may preempt lower-priority jobs.",
     )
-    preemptible: bool = Field(default=True, description="False protects the job from preemption.")
+    preemptible: bool = Field(default=True, strict=True, description="False protects the job from preemption.")
     precision: Precision = Field(default=Precision.BF16, description="Numeric precision.")
     model: ModelRef | None = Field(default=None, description="The model being trained.")
     work: Work = Field(description="Steps and tokens per step, or a duration.")

@@ -1,0 +1,134 @@
+"""The OpenAPI document, made to say exactly what this app does.
+
+FastAPI's generated document knows the models and parameters; it does not know the
+rules that live in validators (`work` needs exactly one kind of work, `load` exactly
+one rate), the answers that come from middleware and handlers (400 malformed JSON,
+413 too large, 405 with `Allow`, 401/403 from the guard), or which operations need
+a token in this app's auth mode. This module adds them, once per app, so clients
+and schemathesis (which runs every check against it in CI) see the server as it is.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.openapi.utils import get_openapi
+from ultraplane.api.auth import Guard
+from ultraplane.api.errors import ApiError
+
+ERROR = {"content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}}
+FLEET_READS = ("/v1/ultraservers", "/v1/capacity", "/v1/placements")
+METHODS = ("get", "put", "post", "delete", "patch", "head", "options", "trace")
+
+# Rules the spec models enforce in validators (and the CRDs in CEL), as JSON Schema.
+ONE_OF: dict[str, list[dict[str, Any]]] = {
+    "Work": [
+        {"required": ["durationSeconds"],
+         "not": {"anyOf": [{"required": ["steps"]}, {"required": ["tokensPerStep"]}]}},
+        {"required": ["steps", "tokensPerStep"], "not": {"required": ["durationSeconds"]}},
+    ],
+    "LoadTarget": [{"required": ["requestsPerSecond"]}, {"required": ["tokensPerSecond"]}],
+}
+
+
+def _error(description: str, **headers: str) -> dict[str, Any]:
+    answer: dict[str, Any] = {"description": description, **ERROR}
+    if headers:
+        answer["headers"] = {name: {"description": text, "schema": {"type": "string"}}
+                             for name, text in headers.items()}
+    return answer
+
+
+def _secured(path: str, guard: Guard) -> bool:
+    if not guard.enabled or not path.startswith("/v1/"):
+        return False
+    return guard.protect_reads or not path.startswith(FLEET_READS)
+
+
+def complete(schema: dict[str, Any], guard: Guard, *, kubernetes: bool) -> dict[str, Any]:
+    """Add what the generated document leaves out (see the module docstring)."""
+    components = schema.setdefault("components", {})
+    schemas = components.setdefault("schemas", {})
+    for name, branches in ONE_OF.items():
+        if name in schemas:
+            schemas[name]["oneOf"] = branches
+    for path, item in schema.get("paths", {}).items():
+        served = [m for m in METHODS if m in item]
+        for method in served:
+            op = item[method]
+            responses = op.setdefault("responses", {})
+            if "requestBody" in op:
+                responses.setdefault("400", _error("The body is not valid JSON."))
+                responses.setdefault("413", _error("The body is larger than the limit "
+                                                   "(ULTRAPLANE_MAX_BODY_BYTES, 1 MiB)."))
+            # Every 422 has the one error shape (FastAPI documents its own list of pydantic
+            # errors, which this app never sends).
+            responses["422"] = _error("Invalid input (also: an unknown query parameter); "
+                                      "`field` names it.")
+            responses.setdefault("405", _error(
+                "Method not allowed on this path.", Allow="The methods this path serves."))
+            if "{" in path:
+                responses.setdefault("404", _error("No such object."))
+            if any(p.get("name") == "continue" for p in op.get("parameters", [])):
+                responses.setdefault("410", _error("The continue token has expired."))
+            if kubernetes and path.startswith("/v1/"):
+                responses.setdefault("502", _error("The API server answered an error."))
+                responses.setdefault("503", _error("The API server is unreachable or refuses "
+                                                   "this API's credentials."))
+            if _secured(path, guard):
+                op["security"] = [{"HTTPBearer": []}]
+                responses.setdefault("401", _error(
+                    "No bearer token, or one that is not accepted.",
+                    **{"WWW-Authenticate": "Bearer"}))
+                responses.setdefault("403", _error(
+                    "The caller may not do this (verb, resource, namespace)."))
+            else:
+                op.pop("security", None)
+                responses.pop("401", None)
+                responses.pop("403", None)
+    if not guard.enabled:
+        components.get("securitySchemes", {}).pop("HTTPBearer", None)
+    return schema
+
+
+def install(app: FastAPI, guard: Guard, *, kubernetes: bool) -> None:
+    """Replace `app.openapi` with the completed document (built once, then cached)."""
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = get_openapi(title=app.title, version=app.version,
+                                 description=app.description, routes=app.routes)
+            app.openapi_schema = complete(schema, guard, kubernetes=kubernetes)
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+
+
+def _query_index(app: FastAPI) -> list[tuple[re.Pattern[str], dict[str, frozenset[str]]]]:
+    index = getattr(app.state, "query_index", None)
+    if index is None:
+        index = []
+        for template, item in app.openapi().get("paths", {}).items():
+            pattern = re.compile(re.sub(r"\\\{[^}]+\\\}", "[^/]+", re.escape(template)))
+            names = {m: frozenset(p["name"] for p in op.get("parameters", []) if p.get("in") == "query")
+                     for m, op in item.items() if m in METHODS}
+            index.append((pattern, names))
+        app.state.query_index = index
+    return index
+
+
+async def reject_unknown_query(request: Request) -> None:
+    """A query parameter the operation does not declare is a 422 naming it, as unknown body
+    fields are: `?limt=5` must not silently mean the default page."""
+    if not request.query_params:
+        return
+    path, method = request.url.path, request.method.lower()
+    for pattern, names in _query_index(request.app):
+        if method in names and pattern.fullmatch(path):
+            for name in request.query_params:
+                if name not in names[method]:
+                    raise ApiError(422, "ValidationError", f"query.{name[:40]}",
+                                   f"query.{name[:40]}: unknown query parameter")
+            return
