@@ -14,7 +14,7 @@ from fastapi import Depends, FastAPI
 from ultraplane.api import errors, openapi
 from ultraplane.api.auth import Guard, load_tokens
 from ultraplane.api.backends import make_backend
-from ultraplane.api.limits import BodySizeLimit
+from ultraplane.api.limits import BodySizeLimit, SingleQueryValues
 from ultraplane.api.metrics import Metrics, MetricsMiddleware
 from ultraplane.api.routers_accounting import router as accounting_router
 from ultraplane.api.routers_health import router as health_router
@@ -92,5 +92,6 @@ def create_app(
         app.include_router(router)
     openapi.install(app, guard, kubernetes=settings.backend == "kubernetes")
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(SingleQueryValues)
     app.add_middleware(MetricsMiddleware, metrics=metrics)
     return app

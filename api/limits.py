@@ -7,6 +7,8 @@ past the limit) alike; nothing downstream ever holds more than `max_bytes`.
 
 from __future__ import annotations
 
+from urllib.parse import parse_qsl
+
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from ultraplane.api.errors import error_response
@@ -69,3 +71,24 @@ class BodySizeLimit:
         except BodyTooLarge:
             if not started:
                 await self._refuse()(scope, receive, send)  # type: ignore[operator]
+
+
+class SingleQueryValues:
+    """Answer 422 when a query parameter is given more than once: every parameter of this API
+    takes one value, and the framework would otherwise silently keep the last of them."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            raw = scope.get("query_string", b"").decode("latin-1")
+            keys = [key for key, _ in parse_qsl(raw, keep_blank_values=True)]
+            repeated = sorted({key for key in keys if keys.count(key) > 1})
+            if repeated:
+                response = error_response(
+                    422, "InvalidQuery", repeated[0],
+                    f"query parameter {repeated[0]!r} is given more than once; it takes one value")
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
