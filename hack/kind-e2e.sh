@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# End-to-end test of the whole product on a throwaway kind cluster: the image, the Helm chart,
-# the operator, the simulator and the REST API working together, as a user would run them.
+# The user's steps against a cluster, one check at each: apply the examples, see them run, use
+# the REST API, clean up. tests/integration/test_helm_live.py runs the apply, lifecycle, rest
+# and cleanup steps against a local API server with the components as processes
+# (KUBE_CONTEXT, API_URL). The kind tier itself is tests/e2e, with hack/kind-cluster.sh.
 #
 # Usage: hack/kind-e2e.sh [STEP...]
 #   no step / all  every step below in order, tearing the cluster down at the end (even on
@@ -66,14 +68,14 @@ step_cluster() {
         log "reusing kind cluster $CLUSTER"
     else
         log "creating kind cluster $CLUSTER"
-        kind create cluster --name "$CLUSTER" --wait 180s ${KIND_NODE_IMAGE:+--image "$KIND_NODE_IMAGE"}
+        KIND_CLUSTER_NAME="$CLUSTER" ULTRAPLANE_IMAGE="$IMAGE" "$ROOT/hack/kind-cluster.sh" up >/dev/null
     fi
     kc cluster-info >/dev/null
 }
 
 step_image() {
     log "building $IMAGE"
-    DOCKER_BUILDKIT=1 docker build -t "$IMAGE" "$ROOT"
+    ULTRAPLANE_IMAGE="$IMAGE" "$ROOT/hack/kind-cluster.sh" image >/dev/null
     log "loading $IMAGE into kind cluster $CLUSTER"
     kind load docker-image "$IMAGE" --name "$CLUSTER"
 }

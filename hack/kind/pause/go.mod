@@ -1,0 +1,3 @@
+module ultraplane.dev/kind/pause
+
+go 1.22

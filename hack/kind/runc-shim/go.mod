@@ -1,0 +1,3 @@
+module ultraplane.dev/kind/runc-shim
+
+go 1.22
