@@ -162,7 +162,7 @@ ensure_host_quirks() {
     if ! cmp -s "$shim" /usr/local/sbin/runc 2>/dev/null; then
         (( EUID == 0 )) || fail "this host needs a runc wrapper (${why[*]}) and installing it needs root."
         install -m 0755 "$shim" /usr/local/sbin/runc
-        log "installed the runc wrapper as /usr/local/sbin/runc: ${why[*]}"
+        log "installed the runc wrapper as /usr/local/sbin/runc: $(IFS=';'; echo "${why[*]}")"
     fi
 }
 

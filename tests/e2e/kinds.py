@@ -6,6 +6,7 @@ import contextlib
 import json
 import socket
 import subprocess
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -39,6 +40,23 @@ class Kind:
            check: bool = True) -> subprocess.CompletedProcess[str]:
         return self.run(self.kubectl, "--context", self.context, *args, stdin=stdin,
                         timeout=timeout, check=check)
+
+    def kc_as(self, token: str, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        """kubectl as the bearer of `token` alone: a kubeconfig with the cluster's address and CA
+        and no client certificate (which would authenticate as the cluster admin)."""
+        config = json.loads(self.kubectl_out("config", "view", "--raw", "--minify", "-o", "json"))
+        cluster = config["clusters"][0]["cluster"]
+        path = Path(tempfile.mkdtemp(prefix="ultraplane-e2e-")) / "kubeconfig"
+        path.write_text(json.dumps({
+            "apiVersion": "v1", "kind": "Config", "current-context": "token",
+            "clusters": [{"name": "kind", "cluster": cluster}],
+            "users": [{"name": "token", "user": {"token": token}}],
+            "contexts": [{"name": "token", "context": {"cluster": "kind", "user": "token"}}]}))
+        try:
+            return self.run(self.kubectl, "--kubeconfig", str(path), *args, check=check)
+        finally:
+            path.unlink()
+            path.parent.rmdir()
 
     def kubectl_out(self, *args: str, stdin: str | None = None, timeout: float = 180) -> str:
         return self.kc(*args, stdin=stdin, timeout=timeout).stdout

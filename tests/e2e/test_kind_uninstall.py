@@ -25,7 +25,8 @@ def test_helm_uninstall_leaves_no_workload_behind(release: Kind) -> None:
         namespaced, "-n", NAMESPACE, "-l", SELECTOR), timeout=300,
         last=lambda: str([o["metadata"]["name"] for o in release.items(namespaced, "-n", NAMESPACE, "-l", SELECTOR)]))
     assert not release.items("clusterroles,clusterrolebindings", "-l", SELECTOR)
-    assert not [p for p in release.items("pods", "-A") if p["metadata"]["name"].startswith(f"{RELEASE}-")]
+    assert not release.items("pods,deployments,daemonsets,services", "-A", "-l", SELECTOR)
+    assert not release.items("pods", "-n", NAMESPACE), "a pod is left in the release namespace"
     crds = {c["metadata"]["name"] for c in release.items("crds")}
     assert {"ultraservers.ultraplane.dev", "trainingjobs.ultraplane.dev",
             "inferencejobs.ultraplane.dev"} <= crds
