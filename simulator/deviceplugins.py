@@ -201,26 +201,40 @@ class NeuronDevicePlugin:
         return pb.PreStartContainerResponse()
 
 
-def _serve(config: PluginConfig, plugin: NeuronDevicePlugin) -> tuple[grpc.Server, Identity]:
+@dataclass
+class _Serving:
+    server: grpc.Server
+    pool: futures.ThreadPoolExecutor
+    socket: Identity
+
+    def stop(self) -> None:
+        self.server.stop(grace=0.5).wait(5.0)
+        self.pool.shutdown(wait=False)  # grpc leaves the pool it was given running
+
+
+def _serve(config: PluginConfig, plugin: NeuronDevicePlugin) -> _Serving:
     """A started server on a fresh socket file, and which file that is."""
     path = config.socket
     if path.exists() or path.is_symlink():
         path.unlink()  # left by a previous run: binding would fail
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=8,
-                                                    thread_name_prefix="neuron-plugin"))
+    pool = futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="neuron-plugin")
+    server = grpc.server(pool)
     server.add_generic_rpc_handlers([services.device_plugin_handler(plugin)])
     try:
         bound = server.add_insecure_port(f"unix:{path}")
     except RuntimeError as exc:
-        raise PluginError(f"cannot listen on {path}: {exc}") from None
+        bound, why = 0, f": {exc}"
+    else:
+        why = ""
     if not bound:
-        raise PluginError(f"cannot listen on {path}")
+        pool.shutdown(wait=False)
+        raise PluginError(f"cannot listen on {path}{why}")
     server.start()
-    ident = identity(path)
-    if ident is None:
-        server.stop(None)
+    serving = _Serving(server, pool, identity(path) or (0, 0, 0))
+    if serving.socket == (0, 0, 0):
+        serving.stop()
         raise PluginError(f"the socket {path} vanished as soon as it was made")
-    return server, ident
+    return serving
 
 
 def _register(config: PluginConfig, stop: threading.Event) -> Identity | None:
@@ -285,20 +299,20 @@ def run_plugin(config: PluginConfig, source: Callable[[], NodeDevices],
     plugin = NeuronDevicePlugin(devices)
     try:
         while not stop.is_set():
-            server, ours = _serve(config, plugin)
+            serving = _serve(config, plugin)
             try:
                 kubelet = _register(config, stop)
                 if kubelet is None:
                     break
                 log.info("registered %s at %s with the kubelet (%d device(s))",
                          config.resource_name, config.socket, devices.get().count)
-                reason = _watch(config, ours, kubelet, stop, devices, source)
+                reason = _watch(config, serving.socket, kubelet, stop, devices, source)
                 if reason is not None:
                     log.info("%s: serving and registering again", reason)
             finally:
                 devices.wake()
-                server.stop(grace=0.5).wait(5.0)
-                if identity(config.socket) == ours:
+                serving.stop()
+                if identity(config.socket) == serving.socket:
                     config.socket.unlink()
     finally:
         devices.close()
