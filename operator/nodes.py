@@ -7,7 +7,9 @@ label wins, what a cordoned or NotReady node means, what happens to a missing se
 part worth testing with tables, so they live here with no API client; `discovery.py` feeds this
 module from the Node watch and writes what it returns.
 
-The mapping, per UltraServer id (the value of `NodeLabels.ultraserver`):
+The label keys and the profile rule are the core's (`ultraplane/nodelabels.py`), shared with
+the simulator's fake device plugin. The mapping, per UltraServer id (the value of
+`NodeLabels.ultraserver`):
   - each Node is one server; its index is the `NodeLabels.server_index` label, or else the
     Nodes without one fill the free indexes in node-name order;
   - the profile is the `NodeLabels.profile` label, else the instance type through
@@ -29,38 +31,21 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ultraplane.nodelabels import DEFAULT_LABELS as DEFAULT_LABELS
+from ultraplane.nodelabels import INSTANCE_PROFILES as INSTANCE_PROFILES
+from ultraplane.nodelabels import INSTANCE_TYPE_LABEL as INSTANCE_TYPE_LABEL
+from ultraplane.nodelabels import NodeLabels as NodeLabels
+from ultraplane.nodelabels import labelled_profile
 from ultraplane.profiles import UnknownProfileError, load_profile
 
-INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
 NETWORK_LAYER_LABEL = "topology.k8s.aws/network-node-layer-{}"
 NETWORK_LAYERS = 4
 MANAGED_BY_LABEL = "ultraplane.dev/managed-by"
 MANAGED_BY = "nodes"
 
-# Instance type -> profile. trn2u.48xlarge is AWS's (the Trn2 UltraServer u-trn2x64 is four of
-# them). The Trn3 names are an assumption: AWS has not published them in the project's sources;
-# label such Nodes `ultraplane.dev/profile` to be sure.
-INSTANCE_PROFILES: Mapping[str, str] = {
-    "trn2u.48xlarge": "trn2",
-    "trn3u.48xlarge": "trn3-gen1",  # assumption: 16 chips per instance, 4 per UltraServer
-    "trn3u.12xlarge": "trn3-gen2",  # assumption: 4 chips per server, 36 per UltraServer
-}
-
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 
 Body = Mapping[str, Any]
-
-
-@dataclass(frozen=True)
-class NodeLabels:
-    """The label keys the mapping reads (the first two are configurable on the command line)."""
-
-    ultraserver: str = "ultraplane.dev/ultraserver"
-    server_index: str = "ultraplane.dev/server-index"
-    profile: str = "ultraplane.dev/profile"
-
-
-DEFAULT_LABELS = NodeLabels()
 
 
 @dataclass(frozen=True)
@@ -110,11 +95,7 @@ def valid_name(name: str) -> bool:
 
 def node_profile(body: Body, labels: NodeLabels) -> str | None:
     """The Node's profile: the profile label, else its instance type's; None when unknown."""
-    node_labels = _labels(body)
-    explicit = node_labels.get(labels.profile)
-    if explicit:
-        return str(explicit)
-    return INSTANCE_PROFILES.get(str(node_labels.get(INSTANCE_TYPE_LABEL, "")))
+    return labelled_profile(_labels(body), labels)
 
 
 def node_network(body: Body) -> tuple[str, ...]:

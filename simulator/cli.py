@@ -15,6 +15,8 @@ import click
 from ultraplane.simulator.faults import MAX_CHIP_RATE_PER_HOUR, MAX_SERVER_RATE_PER_HOUR
 from ultraplane.simulator.traces import MAX_TIME_S, TraceError, TraceJob, load_trace
 
+from ultraplane.neurondevices import MAX_CHIPS, PLUGIN_DIR, PLUGIN_SOCKET
+
 
 def parse_fleet(value: str) -> Any:
     """`trn3-gen2:64` -> a Topology of 64 Gen2 UltraServers."""
@@ -174,7 +176,7 @@ def simulate(fleet: str | None, cluster_file: Path | None, traces: tuple[Path, .
     click.echo(f"wrote {out_dir}/report.html ({wall:.1f} s)")
 
 
-@click.command("simulator")
+@click.group("simulator", invoke_without_command=True)
 @click.option("--time-scale", type=click.FloatRange(min=0, min_open=True), default=1.0,
               show_default=True, help="Simulated seconds per wall second.")
 @click.option("--metrics-port", type=click.IntRange(0, 65535), default=9102, show_default=True,
@@ -182,9 +184,81 @@ def simulate(fleet: str | None, cluster_file: Path | None, traces: tuple[Path, .
 @click.option("--heartbeat-s", type=click.FloatRange(min=0.1), default=2.0, show_default=True,
               help="Seconds between status writes.")
 @click.option("--namespace", default=None, help="Watch one namespace only (default: all).")
-def simulator(time_scale: float, metrics_port: int, heartbeat_s: float, namespace: str | None) -> None:
-    """Run virtual chips for admitted jobs in a Kubernetes cluster (like a kubelet)."""
+@click.pass_context
+def simulator(ctx: click.Context, time_scale: float, metrics_port: int, heartbeat_s: float,
+              namespace: str | None) -> None:
+    """Run virtual chips for admitted jobs in a Kubernetes cluster (like a kubelet).
+
+    With a subcommand, run that instead: `device-plugin` is the fake Neuron device plugin.
+    """
+    if ctx.invoked_subcommand is not None:
+        return
     from ultraplane.simulator.cluster import run_cluster
 
     run_cluster(time_scale=time_scale, metrics_port=metrics_port, heartbeat_s=heartbeat_s,
                 namespace=namespace)
+
+
+@simulator.command("device-plugin")
+@click.option("--node-name", envvar="NODE_NAME", default=None, metavar="NAME",
+              help="The Node this runs on, whose labels say how many chips to advertise "
+                   "(the DaemonSet sets NODE_NAME from spec.nodeName). [env: NODE_NAME]")
+@click.option("--chips", type=click.IntRange(0, MAX_CHIPS), default=None,
+              help="Advertise this many chips whatever the Node's labels say; the Kubernetes "
+                   "API is then not read.")
+@click.option("--ultraserver-label", default=None, metavar="KEY",
+              help="Node label holding the UltraServer id, as for `ultraplane operator`. "
+                   "[default: ultraplane.dev/ultraserver]")
+@click.option("--plugin-dir", type=click.Path(path_type=Path, file_okay=False),
+              default=PLUGIN_DIR, show_default=True,
+              help="The kubelet's device plugin directory (holds kubelet.sock).")
+@click.option("--socket-name", default=PLUGIN_SOCKET, show_default=True,
+              help="File name of this plugin's socket in --plugin-dir.")
+@click.option("--poll-seconds", type=click.FloatRange(0.01, 60), default=1.0, show_default=True,
+              help="Seconds between checks that both sockets are still the ones registered.")
+@click.option("--resync-seconds", type=click.FloatRange(0, 86_400), default=60.0,
+              show_default=True, help="Seconds between re-reads of the Node's labels (0: never).")
+@click.option("--verbose", "-v", is_flag=True, help="Debug logging.")
+def device_plugin(node_name: str | None, chips: int | None, ultraserver_label: str | None,
+                  plugin_dir: Path, socket_name: str, poll_seconds: float, resync_seconds: float,
+                  verbose: bool) -> None:
+    """Fake AWS Neuron device plugin: advertise a Trainium server's chips to this kubelet."""
+    import logging
+    import signal
+    import threading
+
+    from ultraplane.simulator.deviceplugins import (
+        PluginConfig,
+        PluginError,
+        node_source,
+        run_plugin,
+    )
+
+    from ultraplane.neurondevices import devices_for_node
+    from ultraplane.nodelabels import DEFAULT_LABELS, NodeLabels
+
+    if chips is None and not node_name:
+        raise click.UsageError("give --node-name (or set NODE_NAME from the downward API) to "
+                               "read the Node's labels, or --chips N")
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    config = PluginConfig(plugin_dir=plugin_dir, socket_name=socket_name, poll_s=poll_seconds,
+                          resync_s=0.0 if chips is not None else resync_seconds)
+    try:
+        config.check()
+    except PluginError as exc:
+        raise click.UsageError(str(exc)) from None
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    try:
+        if chips is not None:
+            fixed = devices_for_node(node_name or "this node", {}, chips=chips)
+            run_plugin(config, lambda: fixed, stop)
+        else:
+            assert node_name
+            keys = NodeLabels(ultraserver=ultraserver_label or DEFAULT_LABELS.ultraserver)
+            run_plugin(config, node_source(node_name, keys), stop)
+    except PluginError as exc:
+        click.echo(f"Error: {exc}", err=True)
+        sys.exit(1)

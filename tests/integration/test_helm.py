@@ -51,6 +51,8 @@ NON_DEFAULT: dict[str, Any] = {
         "service": {"type": "NodePort"},
     },
     "metrics": {"serviceMonitor": {"enabled": True, "labels": {"release": "prom"}}},
+    "devicePlugin": {"enabled": True, "ultraserverLabel": "example.com/ultraserver",
+                     "resyncSeconds": 5, "extraArgs": ["--verbose"]},
 }
 
 
@@ -510,6 +512,135 @@ def test_notes_name_the_api_service_and_warn_when_it_is_open() -> None:
                   "--set", "api.auth.tokenReview=true", "--set", "simulator.enabled=false")
     assert result.returncode == 0, result.stderr
     assert "no bearer tokens" not in result.stdout and "simulator  off" in result.stdout
+
+
+# --- the fake Neuron device plugin (devicePlugin.enabled) -----------------------------------
+
+PLUGIN_DIR = "/var/lib/kubelet/device-plugins"
+
+
+def plugin_pod(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    return component(docs, "DaemonSet", "device-plugin")["spec"]["template"]
+
+
+def plugin_grants(docs: list[dict[str, Any]]) -> list[tuple[list[str], list[str], list[str]]]:
+    """(apiGroups, resources, verbs) of every rule bound to the plugin's ServiceAccount."""
+    sa = plugin_pod(docs)["spec"]["serviceAccountName"]
+    rules = []
+    for binding in of_kind(docs, "ClusterRoleBinding") + of_kind(docs, "RoleBinding"):
+        if any(s["kind"] == "ServiceAccount" and s["name"] == sa for s in binding["subjects"]):
+            role = next(d for d in of_kind(docs, binding["roleRef"]["kind"])
+                        if d["metadata"]["name"] == binding["roleRef"]["name"])
+            rules += [(r["apiGroups"], r["resources"], r["verbs"]) for r in role["rules"]]
+    return rules
+
+
+def test_the_device_plugin_is_off_by_default_and_adds_only_its_own_objects() -> None:
+    off, on = render(), render({"devicePlugin": {"enabled": True}})
+    assert not of_kind(off, "DaemonSet")
+    assert names(on) - names(off) == {
+        ("DaemonSet", "rel-ultraplane-device-plugin"),
+        ("ServiceAccount", "rel-ultraplane-device-plugin"),
+        ("ClusterRole", "rel-ultraplane-device-plugin"),
+        ("ClusterRoleBinding", "rel-ultraplane-device-plugin"),
+    }
+    assert names(off) <= names(on)
+
+
+def test_the_device_plugin_runs_on_ultraserver_nodes_with_the_kubelets_directory() -> None:
+    pod = plugin_pod(render({"devicePlugin": {"enabled": True}}))
+    spec = pod["spec"]
+    (container,) = spec["containers"]
+    assert container["args"] == ["simulator", "device-plugin", "--plugin-dir", PLUGIN_DIR,
+                                 "--ultraserver-label", "ultraplane.dev/ultraserver",
+                                 "--resync-seconds", "60"]
+    assert {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}} in \
+        container["env"]
+    (term,) = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"]
+    assert term["matchExpressions"] == [{"key": "ultraplane.dev/ultraserver",
+                                         "operator": "Exists"}]
+    assert {"key": "aws.amazon.com/neuron", "operator": "Exists", "effect": "NoSchedule"} in \
+        spec["tolerations"]
+    host = [v for v in spec["volumes"] if "hostPath" in v]
+    assert host == [{"name": "device-plugins",
+                     "hostPath": {"path": PLUGIN_DIR, "type": "Directory"}}]
+    assert {"name": "device-plugins", "mountPath": PLUGIN_DIR} in container["volumeMounts"]
+    assert {"name": "tmp", "mountPath": "/tmp"} in container["volumeMounts"]
+    assert spec["automountServiceAccountToken"] is True
+
+
+@pytest.mark.parametrize("values", [{"enabled": True}, NON_DEFAULT["devicePlugin"],
+                                    {"enabled": True, "chips": 4}],
+                         ids=["defaults", "non-defaults", "fixed-chips"])
+def test_the_device_plugin_is_root_only_for_the_socket_and_nothing_more(
+        values: dict[str, Any]) -> None:
+    spec = plugin_pod(render({"devicePlugin": values}))["spec"]
+    # uid 0 for the root-owned directory and kubelet.sock; everything else is taken away.
+    assert spec["securityContext"]["runAsUser"] == 0
+    assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    for key in ("hostNetwork", "hostPID", "hostIPC"):
+        assert not spec.get(key)
+    (container,) = spec["containers"]
+    sc = container["securityContext"]
+    assert sc["readOnlyRootFilesystem"] is True and sc["allowPrivilegeEscalation"] is False
+    assert sc["privileged"] is False
+    assert sc["capabilities"] == {"drop": ["ALL"]}
+    assert container["resources"]["requests"]["cpu"] and container["resources"]["limits"]["memory"]
+    assert [v["hostPath"]["path"] for v in spec["volumes"] if "hostPath" in v] == [PLUGIN_DIR]
+
+
+def test_the_device_plugin_may_only_get_nodes_and_nothing_with_a_fixed_count() -> None:
+    docs = render({"devicePlugin": {"enabled": True}})
+    assert plugin_grants(docs) == [([""], ["nodes"], ["get"])]
+    fixed = render({"devicePlugin": {"enabled": True, "chips": 4}})
+    assert plugin_grants(fixed) == []
+    spec = plugin_pod(fixed)["spec"]
+    assert spec["automountServiceAccountToken"] is False
+    args = spec["containers"][0]["args"]
+    assert args[args.index("--chips") + 1] == "4" and "--ultraserver-label" not in args
+    zero = plugin_pod(render({"devicePlugin": {"enabled": True, "chips": 0}}))
+    assert "--chips" in zero["spec"]["containers"][0]["args"]  # 0 is a count, not "unset"
+
+
+def test_the_device_plugin_follows_a_custom_ultraserver_label_and_affinity() -> None:
+    pod = plugin_pod(render(NON_DEFAULT))
+    args = pod["spec"]["containers"][0]["args"]
+    assert args[args.index("--ultraserver-label") + 1] == "example.com/ultraserver"
+    assert args[-1] == "--verbose"
+    term = pod["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]
+    assert term["matchExpressions"][0]["key"] == "example.com/ultraserver"
+    own = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [{"key": "pool", "operator": "In",
+                                                     "values": ["trn"]}]}]}}}
+    custom = plugin_pod(render({"devicePlugin": {"enabled": True, "affinity": own}}))
+    assert custom["spec"]["affinity"] == own
+
+
+@pytest.mark.parametrize("values", [{"enabled": True}, {"enabled": True, "chips": 2},
+                                    NON_DEFAULT["devicePlugin"]],
+                         ids=["defaults", "fixed-chips", "non-defaults"])
+def test_the_command_accepts_the_arguments_the_chart_renders(values: dict[str, Any]) -> None:
+    from ultraplane.simulator.cli import device_plugin
+
+    args = plugin_pod(render({"devicePlugin": values}))["spec"]["containers"][0]["args"]
+    assert args[:2] == ["simulator", "device-plugin"]
+    ctx = device_plugin.make_context("device-plugin", list(args[2:]))  # parses, runs nothing
+    assert str(ctx.params["plugin_dir"]) == PLUGIN_DIR
+
+
+@pytest.mark.parametrize(("setting", "path"), [
+    ("devicePlugin.chips=65", "/devicePlugin/chips"),
+    ("devicePlugin.chips=four", "/devicePlugin/chips"),
+    ("devicePlugin.enabled=maybe", "/devicePlugin/enabled"),
+    ("devicePlugin.hostPluginDir=relative/dir", "/devicePlugin/hostPluginDir"),
+    ("devicePlugin.chip=4", "/devicePlugin"),
+])
+def test_bad_device_plugin_values_fail_with_the_field_named(setting: str, path: str) -> None:
+    result = helm("template", "rel", str(CHART), "--set", setting)
+    assert result.returncode != 0
+    assert f"at '{path}'" in result.stderr, result.stderr
 
 
 # --- 2 and 3. the real API server tier -------------------------------------------------------
