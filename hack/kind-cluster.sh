@@ -95,6 +95,12 @@ kind_bin() { "$BIN/kind-$KIND_VERSION" "$@"; }
 
 # --- 1. Docker ---------------------------------------------------------------------------
 
+# apt_install PACKAGE...: from the package lists there are, else after refreshing them.
+apt_install() {
+    env DEBIAN_FRONTEND=noninteractive apt-get install -y -q "$@" \
+        || { apt-get update -q && env DEBIAN_FRONTEND=noninteractive apt-get install -y -q "$@"; }
+}
+
 docker_up() { docker info >/dev/null 2>&1; }
 
 start_dockerd() {
@@ -121,7 +127,7 @@ ensure_docker() {
     if ! command -v dockerd >/dev/null; then
         command -v apt-get >/dev/null \
             || fail "no Docker engine is installed and this is not a Debian-like system: install Docker first."
-        step install-docker env DEBIAN_FRONTEND=noninteractive apt-get install -y -q docker.io
+        step install-docker apt_install docker.io
     fi
     step start-dockerd start_dockerd
 }
@@ -235,7 +241,7 @@ IMAGE_PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 have_image() { docker image inspect "$1" >/dev/null 2>&1; }
 
 build_base() {
-    command -v debootstrap >/dev/null || env DEBIAN_FRONTEND=noninteractive apt-get install -y -q debootstrap
+    command -v debootstrap >/dev/null || apt_install debootstrap
     local root="$CACHE/build/rootfs"
     rm -rf "$root" && mkdir -p "$root"
     debootstrap --variant=minbase --include="$(IFS=,; echo "${BASE_PACKAGES[*]}")" \
