@@ -107,7 +107,8 @@ start_dockerd() {
     if [[ "$(cat /proc/1/comm 2>/dev/null)" == systemd ]]; then
         systemctl start docker
     else
-        nohup dockerd >"$LOGS/dockerd.log" 2>&1 &
+        # Without the lock's descriptor, or dockerd would hold the lock for its whole life.
+        nohup dockerd >"$LOGS/dockerd.log" 2>&1 9>&- &
     fi
     local deadline=$((SECONDS + 60))
     until docker_up; do
