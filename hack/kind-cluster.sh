@@ -417,7 +417,8 @@ main() {
         up | image | node-image | tools | down | status) ;;
         *) echo "kind-cluster: unknown command '$cmd' (up, down, image, node-image, tools, status)." >&2; exit 2 ;;
     esac
-    mkdir -p "$LOGS" "$BIN"
+    mkdir -p "$LOGS" "$BIN" 2>/dev/null \
+        || fail "cannot create the cache directory $CACHE: set XDG_CACHE_HOME to a writable directory."
     # One builder at a time.
     exec 9>"$CACHE/.lock"
     flock 9
