@@ -94,6 +94,7 @@ class Ledger:
         self.busy = 0
         self.busy_chip_s = 0.0
         self.busy_of: dict[str, int] = dict.fromkeys(shape.names, 0)
+        self.changes = 0  # bumped by every occupy: readers cache what they derive from busy_of
 
     def advance(self, t: float) -> None:
         dt = t - self.t
@@ -113,6 +114,7 @@ class Ledger:
 
     def occupy(self, per_us: Mapping[str, int], extra_w: float, sign: int) -> None:
         """Add (sign=+1) or remove (-1) a running job; call `advance` first."""
+        self.changes += 1
         for name, n in per_us.items():
             self.busy_of[name] += sign * n
             self.busy += sign * n

@@ -114,6 +114,7 @@ class Replay:
         self._whole: dict[str, int] = {}
         # The last cycle's reservation: its UltraServers and predicted start (EASY).
         self._reserved: frozenset[str] = frozenset()
+        self._rooms_cache: tuple[tuple[int, frozenset[str]], tuple[int, int, int, int]] | None = None
         self._shadow: float | None = None
         self._now = 0.0
         self._probe = Allocator(topology, policy=config.policy)  # type: ignore[arg-type]
@@ -248,6 +249,29 @@ class Replay:
         self._waiting.pop(key, None)
         self._whole.pop(key, None)
 
+    def _rooms(self) -> tuple[int, int, int, int]:
+        """(biggest room in one UltraServer, in one partly busy one, outside the reserved
+        ones, chips of the idle ones), recomputed only when occupancy or the reservation moved."""
+        stamp = (self.ledger.changes, self._reserved)
+        if self._rooms_cache is not None and self._rooms_cache[0] == stamp:
+            return self._rooms_cache[1]
+        busy_of, chips_of, reserved = self.ledger.busy_of, self.shape.chips_of, self._reserved
+        hole = partial = outside = idle_chips = 0
+        for n, b in busy_of.items():
+            room = chips_of[n] - b
+            if room > hole:
+                hole = room
+            if b:
+                if room > partial:
+                    partial = room
+            else:
+                idle_chips += chips_of[n]
+            if room > outside and n not in reserved:
+                outside = room
+        rooms = (hole, partial, outside, idle_chips)
+        self._rooms_cache = (stamp, rooms)
+        return rooms
+
     def _cycle(self, t: float) -> None:
         # The backlog stands in for the Scheduler's queue (which would hold every waiting job):
         # it hands over what could fit in the free chips left by the waiting jobs that could.
@@ -255,19 +279,14 @@ class Replay:
         # than the biggest hole in one UltraServer (it stays in one NeuronSwitch domain) is
         # blocked and takes no chips, so it must not hold back the smaller jobs behind it.
         free = self._free()
-        hole = max((self.shape.chips_of[n] - b for n, b in self.ledger.busy_of.items()),
-                   default=0)
         whole = self._whole_chips
-        # Likewise a gang of several UltraServers takes idle ones (policy ultraplane) and the
-        # remainder on one more, so it counts only when that much is free.
-        busy_of, chips_of = self.ledger.busy_of, self.shape.chips_of
-        idle = free if self.cfg.policy == "first-fit" else sum(
-            chips_of[n] for n, b in busy_of.items() if not b)
-        partial = max((chips_of[n] - b for n, b in busy_of.items() if b), default=0)
-        # A job that fits only on the UltraServers the last cycle reserved, and would end
-        # after the reservation starts, cannot start either (EASY): it must not count.
-        outside = max((chips_of[n] - b for n, b in busy_of.items()
-                       if n not in self._reserved), default=0)
+        # One pass over the UltraServers (this runs every cycle): `hole` is the biggest room in
+        # one; a gang of several UltraServers takes idle ones (policy ultraplane) and the
+        # remainder on one more (`partial`), so it counts only when that much is free; a job
+        # that fits only on the UltraServers the last cycle reserved, and would end after the
+        # reservation starts, cannot start either (EASY), so only room `outside` them counts.
+        hole, partial, outside, idle_chips = self._rooms()
+        idle = free if self.cfg.policy == "first-fit" else idle_chips
 
         def counts(key: str, c: int) -> bool:
             if c > whole:

@@ -30,6 +30,7 @@ chips, so a half-placed job never holds chips and never costs a victim anything.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -116,6 +117,9 @@ class Scheduler:
         self._running: dict[JobKey, QueuedJob] = {}
         self._owners: dict[JobKey, JobKey] = {}  # allocator key of a running part -> its job
         self._lowest: int | None = None  # lowest preemptible running priority, cycle start
+        # How many preemptible running jobs hold each priority: the cycle reads the lowest
+        # without a scan of every running job.
+        self._preemptible: Counter[int] = Counter()
         self._failed: dict[PlacementRequest, NoFit] = {}  # requests that did not fit, this cycle
         self._ends: dict[JobKey, float] = {}  # predicted end of running jobs
         self._now: float | None = None  # the clock of the current cycle, when the caller gave one
@@ -135,6 +139,7 @@ class Scheduler:
         job = self._running.pop(key, None)
         if job is None:
             return frozenset()
+        self._unhold(job)
         return self._release(job)
 
     def requeue(self, key: JobKey) -> QueuedJob | None:
@@ -142,6 +147,7 @@ class Scheduler:
         job = self._running.pop(key, None)
         if job is None:
             return self._queued.get(key)
+        self._unhold(job)
         self._release(job)
         self._queued[key] = job
         return job
@@ -157,6 +163,13 @@ class Scheduler:
     def expected_end(self, key: JobKey) -> float | None:
         return self._ends.get(key)
 
+    def _unhold(self, job: QueuedJob) -> None:
+        """`job` left `_running` (the caller popped it)."""
+        if job.preemptible:
+            self._preemptible[job.priority] -= 1
+            if not self._preemptible[job.priority]:
+                del self._preemptible[job.priority]
+
     def _release(self, job: QueuedJob) -> frozenset[ChipId]:
         self._ends.pop(job.key, None)
         freed: set[ChipId] = set()
@@ -167,7 +180,12 @@ class Scheduler:
 
     def _hold(self, job: QueuedJob) -> None:
         self._queued.pop(job.key, None)
+        old = self._running.get(job.key)
+        if old is not None:
+            self._unhold(old)
         self._running[job.key] = job
+        if job.preemptible:
+            self._preemptible[job.priority] += 1
         for part in job.parts():
             self._owners[part] = job.key
 
@@ -261,8 +279,7 @@ class Scheduler:
         queue = self.queued()
         # Jobs admitted during a cycle rank above the ones after them, so the lowest running
         # priority at its start bounds every later victim: below it, nothing can preempt.
-        self._lowest = min((j.priority for j in self._running.values() if j.preemptible),
-                           default=None)
+        self._lowest = min(self._preemptible) if self._preemptible else None
         # Within a cycle the fleet only fills up (admissions, the reservation's hold) until a
         # preemption evicts someone: a request that did not fit still does not, so queues of
         # thousands of same-shaped jobs cost one search per shape, not one per job. Recorded
