@@ -13,11 +13,12 @@ import pytest
 SCRIPT = Path(__file__).resolve().parents[2] / "hack" / "kind-cluster.sh"
 
 
-def run(*args: str, user: str | None = None, home: Path | None = None) -> subprocess.CompletedProcess[str]:
+def run(*args: str, user: str | None = None, home: Path | None = None,
+        script: Path = SCRIPT) -> subprocess.CompletedProcess[str]:
     env = {"PATH": os.environ["PATH"]}
     if home is not None:
         env |= {"HOME": str(home), "XDG_CACHE_HOME": str(home / "cache")}
-    command = ["bash", str(SCRIPT), *args]
+    command = ["bash", str(script), *args]
     if user is not None:
         command = ["runuser", "-u", user, "--", *command]
     return subprocess.run(command, capture_output=True, text=True, timeout=120, env=env, check=False)
@@ -36,7 +37,13 @@ def test_a_user_who_may_not_use_docker_is_told_what_to_do() -> None:
     home = Path(tempfile.mkdtemp(prefix="ultraplane-kind-user-"))
     try:
         home.chmod(0o777)
-        result = run("up", user="nobody", home=home)
+        # A copy the user can read (a checkout may sit in a directory only root can enter).
+        copy = home / "hack"
+        shutil.copytree(SCRIPT.parent / "lib", copy / "lib")
+        shutil.copy(SCRIPT, copy / SCRIPT.name)
+        for path in (copy, copy / "lib", *copy.rglob("*")):
+            path.chmod(0o755)
+        result = run("up", user="nobody", home=home, script=copy / SCRIPT.name)
         assert result.returncode == 2, result.stderr
         last = result.stderr.strip().splitlines()[-1]
         assert "may not use it" in last and "docker group" in last, last
