@@ -17,7 +17,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -105,9 +105,13 @@ def servers_of(chips: Sequence[ChipId | str]) -> dict[ServerId, tuple[ChipId, ..
 def core_range(chips: Sequence[ChipId], cores_per_chip: int) -> str:
     """The NeuronCores of `chips` in the node's numbering (chip cNN holds cores
     NN*k .. NN*k+k-1), as ranges: `0-15`, or `0-7,16-23` when the chips are not adjacent."""
-    indices = sorted(parse_chip_id(c)[2] for c in chips)
+    return index_core_range([parse_chip_id(c)[2] for c in chips], cores_per_chip)
+
+
+def index_core_range(indexes: Iterable[int], cores_per_chip: int) -> str:
+    """`core_range` of chips given by their index on the node (the device plugin's view)."""
     spans: list[list[int]] = []
-    for i in indices:
+    for i in sorted(indexes):
         if spans and spans[-1][1] == i - 1:
             spans[-1][1] = i
         else:

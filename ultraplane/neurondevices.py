@@ -25,7 +25,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from ultraplane.launches import NEURON_RESOURCE
+from ultraplane.launches import NEURON_RESOURCE, index_core_range
 from ultraplane.nodelabels import DEFAULT_LABELS, NodeLabels, labelled_profile
 from ultraplane.profiles import UnknownProfileError, load_profile
 
@@ -115,17 +115,6 @@ def _indexes(ids: Iterable[str], count: int) -> list[int]:
     return indexes
 
 
-def _ranges(indexes: Sequence[int], per: int) -> str:
-    """`0-7,16-23`: the spans of `per` consecutive numbers that the sorted indexes cover."""
-    spans: list[list[int]] = []
-    for i in sorted(indexes):
-        if spans and spans[-1][1] == i - 1:
-            spans[-1][1] = i
-        else:
-            spans.append([i, i])
-    return ",".join(f"{a * per}-{(b + 1) * per - 1}" for a, b in spans)
-
-
 def allocate_env(ids: Sequence[str], devices: NodeDevices) -> dict[str, str]:
     """The environment of a container given the devices `ids` (the contract above)."""
     if not ids:
@@ -133,7 +122,7 @@ def allocate_env(ids: Sequence[str], devices: NodeDevices) -> dict[str, str]:
     indexes = sorted(_indexes(ids, devices.count))
     return {
         ENV_VISIBLE_DEVICES: ",".join(str(i) for i in indexes),
-        ENV_VISIBLE_CORES: _ranges(indexes, devices.cores_per_chip),
+        ENV_VISIBLE_CORES: index_core_range(indexes, devices.cores_per_chip),
         ENV_DEVICE_IDS: ",".join(f"{DEVICE_PREFIX}{i}" for i in indexes),
     }
 
