@@ -96,6 +96,24 @@ class Kind:
             process.wait(timeout=30)
 
 
+def workers_as_servers(kind: Kind, ultraserver: str, *labels: str) -> dict[int, str]:
+    """The first two workers labelled (and uncordoned) as servers 0 and 1 of `ultraserver`,
+    the way EKS labels Trn3 nodes, plus `labels`; server index -> Node. Every job and every
+    hand-written UltraServer is deleted first, so the Node-built UltraServer is the only place
+    a job can go."""
+    kind.kc("delete", "trainingjobs,inferencejobs", "--all", "-A", "--wait", timeout=300)
+    kind.kc("delete", "ultraservers", "-l", "ultraplane.dev/managed-by!=nodes", "--wait", timeout=300)
+    names = sorted(n["metadata"]["name"] for n in kind.items("nodes")
+                   if "node-role.kubernetes.io/control-plane" not in n["metadata"].get("labels", {}))
+    assert len(names) >= 2, names
+    nodes = dict(enumerate(names[:2]))
+    for index, node in nodes.items():
+        kind.kc("label", "node", node, "--overwrite", f"ultraplane.dev/ultraserver={ultraserver}",
+                f"ultraplane.dev/server-index={index}", "ultraplane.dev/profile=trn3-gen2", *labels)
+        kind.kc("uncordon", node)
+    return nodes
+
+
 def wait_until(what: str, probe: Callable[[], T | None], timeout: float = 300,
                interval: float = 1.0, last: Callable[[], str] | None = None) -> T:
     """Polls `probe` until it returns something truthy and returns that; fails after `timeout`

@@ -3,8 +3,8 @@ UltraServer, the way EKS labels Trn3 nodes (docs/install.md), and `operator.ultr
 turned on with `helm upgrade`. The operator writes the UltraServer from the Nodes; cordoning
 a Node takes its server's chips out of new placements, uncordoning gives them back.
 
-The example fleet is deleted first (the kind session owns the cluster), so the Node-built
-UltraServer is the only place a job can go.
+The example fleet is deleted first (the kind session owns the cluster; `workers_as_servers`),
+so the Node-built UltraServer is the only place a job can go.
 """
 
 from __future__ import annotations
@@ -14,20 +14,12 @@ from typing import Any
 import pytest
 
 from tests.e2e.conftest import NAMESPACE, RELEASE
-from tests.e2e.kinds import Kind, condition, wait_until
+from tests.e2e.kinds import Kind, condition, wait_until, workers_as_servers
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1200)]
 
 US = "kind-us-0"
 JOBS_NS = "default"
-
-
-def workers(kind: Kind) -> list[str]:
-    nodes = kind.items("nodes")
-    names = sorted(n["metadata"]["name"] for n in nodes
-                   if "node-role.kubernetes.io/control-plane" not in n["metadata"].get("labels", {}))
-    assert len(names) >= 2, names
-    return names[:2]
 
 
 def job(name: str, chips: int) -> str:
@@ -50,14 +42,9 @@ def status(kind: Kind, name: str) -> dict[str, Any]:
 
 
 def test_ultraservers_from_labelled_nodes_and_cordons(release: Kind) -> None:
-    release.kc("delete", "trainingjobs,inferencejobs", "--all", "-A", "--wait", timeout=300)
-    release.kc("delete", "ultraservers", "-l", "ultraplane.dev/managed-by!=nodes", "--wait", timeout=300)
-    first, second = workers(release)
-    for index, node in enumerate((first, second)):
-        release.kc("label", "node", node, "--overwrite", f"ultraplane.dev/ultraserver={US}",
-                   f"ultraplane.dev/server-index={index}", "ultraplane.dev/profile=trn3-gen2",
-                   "topology.k8s.aws/network-node-layer-1=kind-spine",
-                   "topology.k8s.aws/network-node-layer-2=kind-block")
+    nodes = workers_as_servers(release, US, "topology.k8s.aws/network-node-layer-1=kind-spine",
+                               "topology.k8s.aws/network-node-layer-2=kind-block")
+    second = nodes[1]
     release.helm_run("upgrade", RELEASE, "helm/ultraplane", "--namespace", NAMESPACE, "--reuse-values",
                      "--set", "operator.ultraserversFromNodes=true", "--wait", "--timeout", "10m",
                      timeout=900)

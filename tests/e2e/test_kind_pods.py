@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from tests.e2e.conftest import IMAGE, NAMESPACE, RELEASE
-from tests.e2e.kinds import Kind, condition, wait_until
+from tests.e2e.kinds import Kind, condition, wait_until, workers_as_servers
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1200)]
 
@@ -27,23 +27,10 @@ JOBS_NS = "default"
 NEURON = "aws.amazon.com/neuron"
 
 
-def workers(kind: Kind) -> list[str]:
-    names = sorted(n["metadata"]["name"] for n in kind.items("nodes")
-                   if "node-role.kubernetes.io/control-plane" not in n["metadata"].get("labels", {}))
-    assert len(names) >= 2, names
-    return names[:2]
-
-
 @pytest.fixture(scope="module")
 def trainium(release: Kind) -> dict[int, str]:
     """Server index -> Node, with the device plugin running and 4 chips allocatable on each."""
-    release.kc("delete", "trainingjobs,inferencejobs", "--all", "-A", "--wait", timeout=300)
-    release.kc("delete", "ultraservers", "-l", "ultraplane.dev/managed-by!=nodes", "--wait", timeout=300)
-    nodes = dict(enumerate(workers(release)))
-    for index, node in nodes.items():
-        release.kc("label", "node", node, "--overwrite", f"ultraplane.dev/ultraserver={US}",
-                   f"ultraplane.dev/server-index={index}", "ultraplane.dev/profile=trn3-gen2")
-        release.kc("uncordon", node)
+    nodes = workers_as_servers(release, US)
     release.helm_run("upgrade", RELEASE, "helm/ultraplane", "--namespace", NAMESPACE, "--reuse-values",
                      "--set", "devicePlugin.enabled=true", "--set", "operator.ultraserversFromNodes=true",
                      "--wait", "--timeout", "10m", timeout=900)
