@@ -327,14 +327,16 @@ build_node_image() {
     rm -rf "$ctx" "$CACHE/build/images"
 }
 
+# The stock image named by ULTRAPLANE_KIND_NODE_IMAGE, else the one built here, tagged by
+# the hash of its inputs (set once by main).
+NODE_TAG=""
+
 ensure_node_image() {
     if [[ -n "${ULTRAPLANE_KIND_NODE_IMAGE:-}" ]]; then
-        NODE_TAG="$ULTRAPLANE_KIND_NODE_IMAGE"
         have_image "$NODE_TAG" || step pull-node-image docker pull "$NODE_TAG"
         return
     fi
     have_image "$BASE_TAG" || step debian-base build_base
-    NODE_TAG="ultraplane.dev/kind-node:$K8S_VERSION-$(node_inputs_sum)"
     have_image "$NODE_TAG" || step node-image build_node_image
 }
 
@@ -435,7 +437,8 @@ main() {
     if [[ "$cmd" == image ]]; then
         check_disk "$WARM_DISK_GB"; ensure_project_image; echo "$IMAGE"; return
     fi
-    if [[ -z "${ULTRAPLANE_KIND_NODE_IMAGE:-}" ]] && ! have_image "ultraplane.dev/kind-node:$K8S_VERSION-$(node_inputs_sum)"; then
+    NODE_TAG="${ULTRAPLANE_KIND_NODE_IMAGE:-ultraplane.dev/kind-node:$K8S_VERSION-$(node_inputs_sum)}"
+    if [[ -z "${ULTRAPLANE_KIND_NODE_IMAGE:-}" ]] && ! have_image "$NODE_TAG"; then
         check_disk "$COLD_DISK_GB"
     else
         check_disk "$WARM_DISK_GB"
