@@ -5,33 +5,24 @@
 # (KUBE_CONTEXT, API_URL). The kind tier itself is tests/e2e, with hack/kind-cluster.sh.
 #
 # Usage: hack/kind-e2e.sh [STEP...]
-#   no step / all  every step below in order, tearing the cluster down at the end (even on
-#                  failure; KEEP_CLUSTER=1 keeps it for debugging)
-#   preflight      docker, kind, kubectl and helm are usable
-#   cluster        create the kind cluster (reused if it already exists)
-#   image          docker build the image and `kind load docker-image` it
-#   install        helm install the chart and wait for every Deployment
+#   no step / all  the four steps below, in order
 #   apply          apply examples/: the UltraServers (recording their free chips), then the jobs
 #   lifecycle      wait for every example job to be Admitted and Running with energy accruing,
 #                  and for FINISHING_JOBS to be Succeeded with energy in their status
 #   rest           check the REST API through a port-forward (health, readiness, jobs, fleet)
 #   cleanup        delete the jobs and check every UltraServer has as many free chips as before
-#   teardown       delete the kind cluster
-# tests/e2e/test_kind.py runs these steps one by one, as separate tests.
+# The cluster, the image and the chart are not this script's business: hack/kind-cluster.sh
+# and `helm install` (README, "Try it on kind") make them.
 #
-# Knobs (environment): KIND_CLUSTER_NAME (ultraplane-e2e), IMAGE (ultraplane:e2e),
-# NAMESPACE (ultraplane-system), RELEASE (ultraplane), JOB_NAMESPACE (default), TIME_SCALE
-# (20000: the example 8B fine-tune, about a simulated day, takes seconds), FINISHING_JOBS
-# (trainingjob/finetune-8b), WAIT_SECONDS (300, per wait), HELM (a helm binary; default
-# hack/helm.sh builds one), KIND_NODE_IMAGE (optional kindest/node image).
+# Knobs (environment): KIND_CLUSTER_NAME (ultraplane-e2e), KUBE_CONTEXT (kind-$KIND_CLUSTER_NAME),
+# API_URL (else a port-forward to the chart's API Service), NAMESPACE (ultraplane-system),
+# JOB_NAMESPACE (default), FINISHING_JOBS (trainingjob/finetune-8b),
+# WAIT_SECONDS (300, per wait).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 CLUSTER="${KIND_CLUSTER_NAME:-ultraplane-e2e}"
-IMAGE="${IMAGE:-ultraplane:e2e}"
 NAMESPACE="${NAMESPACE:-ultraplane-system}"
-RELEASE="${RELEASE:-ultraplane}"
-TIME_SCALE="${TIME_SCALE:-20000}"
 WAIT_SECONDS="${WAIT_SECONDS:-300}"
 API_LOCAL_PORT="${API_LOCAL_PORT:-18080}"
 # KUBE_CONTEXT / API_URL point the apply, lifecycle, rest and cleanup steps at another
@@ -39,68 +30,13 @@ API_LOCAL_PORT="${API_LOCAL_PORT:-18080}"
 CONTEXT="${KUBE_CONTEXT:-kind-${CLUSTER}}"
 EXAMPLES="${EXAMPLES:-$ROOT/examples}"
 JOB_NAMESPACE="${JOB_NAMESPACE:-default}"
-# Example jobs short enough to finish at TIME_SCALE ("kind/name", space-separated).
+# Example jobs short enough to finish at the simulator's time scale ("kind/name", space-separated).
 FINISHING_JOBS="${FINISHING_JOBS:-trainingjob/finetune-8b}"
 STATE_DIR="${STATE_DIR:-${TMPDIR:-/tmp}/ultraplane-kind-e2e-$CLUSTER}"
 
 log() { printf '[kind-e2e %s] %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
 die() { log "FAILED: $*"; exit 1; }
 kc() { kubectl --context "$CONTEXT" "$@"; }
-
-helm_bin() {
-    if [[ -n "${HELM:-}" ]]; then echo "$HELM"; return; fi
-    "$ROOT/hack/helm.sh" | tail -1
-}
-
-step_preflight() {
-    command -v docker >/dev/null || die "docker is not installed."
-    docker info >/dev/null 2>&1 || die "docker info fails: no running Docker engine."
-    command -v kind >/dev/null || die "kind is not installed (go install sigs.k8s.io/kind@v0.33.0)."
-    command -v kubectl >/dev/null || die "kubectl is not installed."
-    local helm; helm="$(helm_bin)"
-    "$helm" version --short >/dev/null || die "helm at $helm does not run."
-    [[ -d "$EXAMPLES" ]] || die "no examples folder at $EXAMPLES."
-    log "preflight ok: $(docker version --format '{{.Server.Version}}' 2>/dev/null) docker, $(kind version), helm $("$helm" version --short)"
-}
-
-step_cluster() {
-    if kind get clusters 2>/dev/null | grep -qx "$CLUSTER"; then
-        log "reusing kind cluster $CLUSTER"
-    else
-        log "creating kind cluster $CLUSTER"
-        KIND_CLUSTER_NAME="$CLUSTER" ULTRAPLANE_IMAGE="$IMAGE" "$ROOT/hack/kind-cluster.sh" up >/dev/null
-    fi
-    kc cluster-info >/dev/null
-}
-
-step_image() {
-    log "building $IMAGE"
-    ULTRAPLANE_IMAGE="$IMAGE" "$ROOT/hack/kind-cluster.sh" image >/dev/null
-    log "loading $IMAGE into kind cluster $CLUSTER"
-    kind load docker-image "$IMAGE" --name "$CLUSTER"
-}
-
-step_install() {
-    local helm; helm="$(helm_bin)"
-    log "helm install $RELEASE into $NAMESPACE"
-    "$helm" upgrade --install "$RELEASE" "$ROOT/helm/ultraplane" \
-        --kube-context "$CONTEXT" --namespace "$NAMESPACE" --create-namespace \
-        --set image.repository="${IMAGE%:*}" --set image.tag="${IMAGE##*:}" \
-        --set image.pullPolicy=Never \
-        --set simulator.timeScale="$TIME_SCALE" \
-        --wait --timeout "${WAIT_SECONDS}s" \
-        || { kc -n "$NAMESPACE" get pods -o wide; kc -n "$NAMESPACE" describe pods | tail -60; \
-             kc -n "$NAMESPACE" logs -l app.kubernetes.io/instance="$RELEASE" --all-containers --tail=50; \
-             die "helm install did not become ready"; }
-    for d in $(kc -n "$NAMESPACE" get deploy -l app.kubernetes.io/instance="$RELEASE" -o name); do
-        kc -n "$NAMESPACE" rollout status "$d" --timeout "${WAIT_SECONDS}s"
-    done
-    # Two operator replicas, both Ready: one active, one standby.
-    local ready
-    ready="$(kc -n "$NAMESPACE" get deploy -l app.kubernetes.io/component=operator \
-        -o jsonpath='{.items[0].status.readyReplicas}')"
-    [[ "$ready" == "2" ]] || die "expected 2 ready operator replicas, got '${ready}'."
-}
 
 # UltraServers first: their free chips, once the operator has written their status, are the
 # baseline that `cleanup` compares against after every job is deleted.
@@ -149,7 +85,7 @@ wait_for() {
 condition() { echo "{.status.conditions[?(@.type==\"$1\")].status}"; }
 
 # Every example job must be admitted and start running, with power and energy accruing; the
-# jobs in FINISHING_JOBS (short enough at TIME_SCALE) must also succeed. The others (e.g. the
+# jobs in FINISHING_JOBS (short enough at the time scale) must also succeed. The others (e.g. the
 # 288-chip pre-training example, weeks of simulated time) are deleted while still running.
 step_lifecycle() {
     local kind job found=0
@@ -266,20 +202,13 @@ step_cleanup() {
     done <"$STATE_DIR/free-before"
 }
 
-step_teardown() {
-    if [[ "${KEEP_CLUSTER:-0}" == 1 ]]; then log "KEEP_CLUSTER=1: keeping $CLUSTER"; return; fi
-    log "deleting kind cluster $CLUSTER"
-    kind delete cluster --name "$CLUSTER"
-}
-
-ALL=(preflight cluster image install apply lifecycle rest cleanup)
+ALL=(apply lifecycle rest cleanup)
 steps=("$@")
 if (( ${#steps[@]} == 0 )) || [[ "${steps[0]}" == all ]]; then
     steps=("${ALL[@]}")
-    trap 'step_teardown' EXIT
 fi
 for s in "${steps[@]}"; do
-    declare -F "step_$s" >/dev/null || { echo "kind-e2e: unknown step '$s' (steps: ${ALL[*]} teardown)." >&2; exit 2; }
+    declare -F "step_$s" >/dev/null || { echo "kind-e2e: unknown step '$s' (steps: ${ALL[*]})." >&2; exit 2; }
     log "== $s"
     "step_$s"
 done
