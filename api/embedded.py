@@ -69,6 +69,11 @@ class EmbeddedBackend:
         self.jobs: dict[str, JobState] = {}  # uid -> state
         # (kind, namespace, name) -> uid: requests find a job without a scan of the queue
         self._names: dict[tuple[str, str, str], str] = {}
+        # Indexes that keep a tick from scanning a deep queue: jobs changed since the last
+        # persist, and jobs running (the only ones holding chips or drawing power).
+        self._changed: dict[str, JobState] = {}
+        self.live: dict[str, JobState] = {}
+        self._fleet_stale = True  # a job started or stopped: the fleet views are out of date
         self._cycle_due = True  # set by anything that can change the next cycle's decisions
         self._holders_view: tuple[dict[JobKey, int], dict[str, str]] | None = None
         self.runner = JobRunner(self)
@@ -153,20 +158,38 @@ class EmbeddedBackend:
             self._holders_view = None
             if self.demo is not None:
                 self.demo.step(now)
-            # Phase changes mark jobs dirty; only then did chips or per-chip power change.
-            if (self._ticks == 0 or any(j.dirty for j in self.jobs.values())
-                    or self.reserved != self.fleet.reserved()):
-                self.fleet.refresh(self.jobs, self.runtime, self.reserved)
+            # Only a job starting or stopping changes chips or per-chip power.
+            if self._ticks == 0 or self._fleet_stale or self.reserved != self.fleet.reserved():
+                self._refresh_fleet()
             else:
                 self.fleet.energy_kwh = float(self.runtime.fleet().energy_kwh)
             self._ticks += 1
         self.persist()
 
+    def _refresh_fleet(self) -> None:
+        self.fleet.refresh(self.live, self.runtime, self.reserved)
+        self._fleet_stale = False
+
     def register(self, job: JobState) -> None:
         """Keep a job in memory (state lock held), findable by kind, namespace and name."""
         self.jobs[job.uid] = job
         self._names[(job.kind, job.namespace, job.name)] = job.uid
+        self.runner.index(job)
+        self.touched(job, dirty=job.dirty)
         self._cycle_due = True
+
+    def touched(self, job: JobState, *, dirty: bool = True) -> None:
+        """A job's status changed (state lock held): save it at the next persist, and keep the
+        index of running jobs in step with its phase."""
+        if dirty:
+            job.dirty = True
+            self._changed[job.uid] = job
+        if job.running != (job.uid in self.live):
+            self._fleet_stale = True
+            if job.running:
+                self.live[job.uid] = job
+            else:
+                del self.live[job.uid]
 
     def cycle_due(self, *, changed: bool) -> bool:
         """Whether this tick needs a scheduling cycle (state lock held): only if a job came or
@@ -180,6 +203,10 @@ class EmbeddedBackend:
         self._removed.add(job.uid)
         del self.jobs[job.uid]
         self._names.pop((job.kind, job.namespace, job.name), None)
+        self.runner.unindex(job)
+        self._changed.pop(job.uid, None)
+        if self.live.pop(job.uid, None) is not None:
+            self._fleet_stale = True
         self._cycle_due = True
 
     def persist(self, *, force: bool = False, only: list[JobState] | None = None) -> None:
@@ -196,12 +223,16 @@ class EmbeddedBackend:
                 periodic = force or (only is None and wall - self._last_persist >= (
                     self.settings.accounting_interval_seconds
                 ))
-                pool = self.jobs.values() if only is None else only
-                changed = [j for j in pool if j.dirty or (periodic and j.running)]
+                if only is None:
+                    pool = {**self._changed, **self.live} if periodic else self._changed
+                    changed = list(pool.values())
+                else:
+                    changed = [j for j in only if j.dirty]
                 rows = [j.to_values() for j in changed]
                 records = [self.runner.accounting_of(j) for j in changed] + self._final
                 for job in changed:
                     job.dirty = False
+                    self._changed.pop(job.uid, None)
                 removed, self._final = sorted(self._removed), []
                 self._removed.clear()
                 values: dict[str, str] = {}
@@ -292,7 +323,7 @@ class EmbeddedBackend:
             self.runner.remove(job, self.sim_now())
             self.forget(job)
             self._holders_view = None
-            self.fleet.refresh(self.jobs, self.runtime, self.reserved)
+            self._refresh_fleet()
             resource = job.resource()
         self.persist(only=[])
         return resource
@@ -318,7 +349,7 @@ class EmbeddedBackend:
         """(preemptible holder key -> priority, holder key -> namespace/name), rebuilt only
         when chips changed hands (a tick, a delete): a dry run must not scan the queue."""
         if self._holders_view is None:
-            held = [j for j in self.jobs.values() if j.held]
+            held = [j for j in self.live.values() if j.held]
             running = {JobKey(key): j.priority for j in held if j.preemptible for key in j.held}
             owners = {key: f"{j.namespace}/{j.name}" for j in held for key in j.held}
             self._holders_view = (running, owners)

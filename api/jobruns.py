@@ -27,17 +27,19 @@ log = logging.getLogger("ultraplane.api.embedded")
 class JobRunner:
     def __init__(self, backend: EmbeddedBackend) -> None:
         self.b = backend
-        self._index: dict[str, JobState] = {}
+        self._index: dict[str, JobState] = {}  # job key -> job, kept by register and forget
 
     # -- lookups ---------------------------------------------------------------------------
+    def index(self, job: JobState) -> None:
+        self._index[job.key] = job
+
+    def unindex(self, job: JobState) -> None:
+        if self._index.get(job.key) is job:
+            del self._index[job.key]
+
     def _by_sched_key(self, key: str) -> JobState | None:
         """The job owning a scheduler key (`tj/ns/name`, or `ij/ns/name#replica`)."""
-        base = key.split("#", 1)[0]
-        job = self._index.get(base)
-        if job is not None and self.b.jobs.get(job.uid) is job:
-            return job
-        self._index = {j.key: j for j in self.b.jobs.values()}  # jobs came or went: rebuild
-        return self._index.get(base)
+        return self._index.get(key.split("#", 1)[0])
 
     def _set(self, job: JobState, **fields: Any) -> None:
         for name, value in fields.items():
@@ -45,7 +47,7 @@ class JobRunner:
                 job.status.pop(name, None)
             else:
                 job.status[name] = value
-        job.dirty = True
+        self.b.touched(job)
 
     # -- intake ----------------------------------------------------------------------------
     def submit(self, job: JobState) -> None:
@@ -88,9 +90,8 @@ class JobRunner:
         # keeps a deep queue from holding the fleet lock (and every request) each tick.
         if self.b.cycle_due(changed=events > 0):
             self._cycle(now)
-        for job in self.b.jobs.values():
-            if job.running:
-                self._sample(job, now)
+        for job in list(self.b.live.values()):
+            self._sample(job, now)
 
     def _cycle(self, now: float) -> None:
         decisions = self.b.admissions.cycle()
@@ -113,7 +114,7 @@ class JobRunner:
                 self._admitted(job, admitted, now)
             else:  # an orphan (deleted meanwhile): give the chips back
                 self.b.admissions.withdraw(admitted.key)
-        for waiting in decisions.pending:
+        for waiting in decisions.fresh:  # the rest were written as they are
             job = self._by_sched_key(waiting.key)
             if job is not None:
                 self._pending(job, waiting)

@@ -7,6 +7,7 @@ so tests can run several stores side by side.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -100,16 +101,24 @@ def delete_job(session: Session, *, uid: str) -> bool:
 # the GIL long enough to hurt request latency.
 
 
+@functools.lru_cache(maxsize=64)
+def _upsert_statement(dialect: str, table: Table, columns: tuple[str, ...],
+                      keys: tuple[str, ...]) -> Any:
+    """Built once per table and row shape: building it (its `excluded` proxies) cost more
+    than running it, once per request."""
+    from sqlalchemy.dialects import postgresql, sqlite
+
+    stmt: Any = (sqlite.insert if dialect == "sqlite" else postgresql.insert)(table)
+    updates = {c: stmt.excluded[c] for c in columns if c not in keys and c != "id"}
+    return stmt.on_conflict_do_update(index_elements=list(keys), set_=updates)
+
+
 def _upsert(conn: Connection, table: Table, rows: list[dict[str, Any]], keys: list[str]) -> None:
     if not rows:
         return
     dialect = conn.dialect.name
     if dialect in ("sqlite", "postgresql"):
-        from sqlalchemy.dialects import postgresql, sqlite
-
-        stmt: Any = (sqlite.insert if dialect == "sqlite" else postgresql.insert)(table)
-        updates = {c: stmt.excluded[c] for c in rows[0] if c not in keys and c != "id"}
-        conn.execute(stmt.on_conflict_do_update(index_elements=keys, set_=updates), rows)
+        conn.execute(_upsert_statement(dialect, table, tuple(rows[0]), tuple(keys)), rows)
         return
     for row in rows:  # other databases: portable but slower
         conn.execute(delete(table).where(*(table.c[k] == row[k] for k in keys)))

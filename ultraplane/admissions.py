@@ -110,6 +110,9 @@ class Decisions:
     failed: list[Failed] = field(default_factory=list)
     admitted: list[Admitted] = field(default_factory=list)
     pending: list[Pending] = field(default_factory=list)
+    # The `pending` entries that are new or differ from the last cycle's (an adapter that
+    # writes only what changed iterates these; the rest are the very same objects as before).
+    fresh: list[Pending] = field(default_factory=list)
     reservation: Reserved | None = None
 
     def __iter__(self) -> Iterator[Transition]:
@@ -148,6 +151,10 @@ class Admissions:
                  reservation: bool = True) -> None:
         self.allocator = allocator
         self.scheduler = Scheduler(allocator, preemption=preemption, reservation=reservation)
+        # The last cycle's Pending of each waiting job: an unchanged one is handed out again
+        # (the same object), so adapters can skip it and a deep queue costs no allocations.
+        self._pending: dict[JobKey, Pending] = {}
+        self._listed: list[Pending] = []  # the last cycle's `Decisions.pending`
 
     # -- what the adapters observed ----------------------------------------------------
     def submit(self, job: QueuedJob) -> bool:
@@ -225,17 +232,42 @@ class Admissions:
         decisions.admitted = [Admitted(k, (p,), message=result.notes.get(k, ""))
                               for k, p in result.admitted]
         decisions.admitted += [Admitted(k, ps, True) for k, ps in result.admitted_replicas]
+        last = self._pending
+        changed: Sequence[int] = range(len(result.pending))
+        carried = 0
+        if result.carried is not None and result.carried == len(self._listed):
+            # Only the entries the scheduler names changed: the rest are last cycle's Pending.
+            carried, changed = result.carried, result.changed
+            decisions.pending = list(self._listed)
+        else:
+            self._pending = {}
+        position = carried
         known_fleet: bool | None = None  # built only when needed (it copies the topology)
-        position = 0
-        for key, nofit, _ in result.pending:
+        for index in changed:
+            key, nofit, _ = result.pending[index]
             if nofit.kind == "Unsatisfiable" and known_fleet is None:
                 known_fleet = len(self.allocator.topology) > 0
             if nofit.kind == "Unsatisfiable" and known_fleet:
                 self.scheduler.cancel(key)
                 decisions.failed.append(Failed(key, nofit.kind, nofit.message))
                 continue
-            position += 1
-            decisions.pending.append(Pending(key, nofit.kind, nofit.message, position))
+            slot: int | None = None
+            if index < carried:  # a carried entry said anew (the reserved job's)
+                slot, at = index, decisions.pending[index].position
+            else:
+                position += 1
+                at = position
+            waiting = last.get(key)
+            if (waiting is None or waiting.position != at or waiting.reason != nofit.kind
+                    or waiting.message != nofit.message):
+                waiting = Pending(key, nofit.kind, nofit.message, at)
+                decisions.fresh.append(waiting)
+            self._pending[key] = waiting
+            if slot is None:
+                decisions.pending.append(waiting)
+            else:
+                decisions.pending[slot] = waiting
+        self._listed = decisions.pending
         if result.reserved is not None:
             decisions.reservation = Reserved(*result.reserved, start=result.reservation_start)
         return decisions

@@ -51,6 +51,9 @@ class Allocator:
         self._domain_counts: dict[tuple[int, int], int] = {}
         self._plans: dict[
             PlacementRequest, tuple[Level, Level | None, list[Pool], list[str | None]]] = {}
+        # Moves whenever free room may have grown (chips given back, inventory or health
+        # changed): while it stands still, a request that did not fit still does not.
+        self.room_epoch = 0
         for us in topology.ultraservers:
             self.upsert_ultraserver(us)
 
@@ -264,6 +267,7 @@ class Allocator:
         self._placements[job] = placement
 
     def _give(self, job: JobKey, held: Held) -> None:
+        self.room_epoch += 1
         for slot, pairs in held.items():
             slot.give(pairs, job)
         self._reindex([s for s in held if self._slots.get(s.us.name) is s])
@@ -493,6 +497,7 @@ class Allocator:
         return victims
 
     def _inventory_changed(self) -> None:
+        self.room_epoch += 1
         self._domain_counts.clear()
         self._plans.clear()
 

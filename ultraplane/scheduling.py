@@ -25,6 +25,14 @@ Replicated jobs (an InferenceJob's replicas) are one queue entry with one gang p
 held in the allocator under `key#i`. They are admitted whole or not at all: if a later replica
 does not fit, the earlier ones are released and any job evicted for them is put back on its own
 chips, so a half-placed job never holds chips and never costs a victim anything.
+
+Deep queues: a cycle that has nothing to try but new arrivals queued behind every job the last
+cycle tried (the usual case: same-priority jobs created while the fleet is full) tries only
+those. Everything the last cycle left waiting still waits, because the fleet has only filled up
+since (`Allocator.room_epoch` has not moved), so a full cycle would decide the same; the
+reservation is recomputed and must come out unchanged. Anything else (chips freed, an edit, a
+cancel, a preemption, a waiting job that could now preempt, a changed prediction) makes the
+next cycle a full one. Pending messages of the jobs carried over are the last full cycle's.
 """
 
 from __future__ import annotations
@@ -97,12 +105,32 @@ class CycleResult:
     # pays, a backfill onto reserved UltraServers); pending jobs carry theirs in the NoFit.
     notes: dict[JobKey, str] = field(default_factory=dict)
     reservation_start: float | None = None  # predicted start of the reserved job, if known
+    # A cycle that tried only new arrivals: its first `carried` pending entries are the last
+    # cycle's (the same objects), except those at `changed`, which come after them or were
+    # said anew (the reserved job's). None: a full cycle, where anything may have changed.
+    carried: int | None = None
+    changed: list[int] = field(default_factory=list)
 
     def held_for(self) -> dict[str, JobKey]:
         """UltraServer -> the job its chips are reserved for (empty without a reservation)."""
         if self.reserved is None:
             return {}
         return dict.fromkeys(self.reserved[2], self.reserved[0])
+
+
+@dataclass(frozen=True, slots=True)
+class _Standing:
+    """What the last cycle left waiting, for a cycle that only has new arrivals to try."""
+
+    pending: list[tuple[JobKey, NoFit, int]]
+    last: tuple[int, int, str] | None  # order of the last job it tried
+    room: int  # the allocator's room_epoch after it
+    timed: bool  # it had a clock (predictions on)
+    top: int | None  # highest priority left waiting
+    volatile: bool  # a SplitWhenItPays job waits: its decision moves with every admission
+    reserved: tuple[JobKey, str, tuple[str, ...]] | None
+    reservation_start: float | None
+    reserved_at: tuple[int, NoFit] | None  # (index in pending, its NoFit before the reservation)
 
 
 class Scheduler:
@@ -125,17 +153,26 @@ class Scheduler:
         self._now: float | None = None  # the clock of the current cycle, when the caller gave one
         self._fenced: list[str] = []  # UltraServers held back by this cycle's reservation
         self._shadow: float | None = None  # predicted start of this cycle's reservation
+        self._standing: _Standing | None = None  # what the last cycle left waiting, if valid
+        self._arrivals: dict[JobKey, QueuedJob] = {}  # queued since the last cycle
+        self._reserved_at: tuple[int, NoFit] | None = None  # (pending index, NoFit before it)
+        self._last: tuple[int, int, str] | None = None  # order of the last job a cycle tried
 
     # -- observations ------------------------------------------------------------------
     def submit(self, job: QueuedJob) -> None:
         """Queue a job; resubmitting a queued key replaces it (spec edits, repeated events)."""
         if job.key in self._running:
             raise ValueError(f"job {job.key} already holds chips; cancel it before resubmitting")
+        if job.key in self._queued and job.key not in self._arrivals:
+            self._standing = None  # an edit of a job the last cycle tried
+        else:
+            self._arrivals[job.key] = job
         self._queued[job.key] = job
 
     def cancel(self, key: JobKey) -> frozenset[ChipId]:
         """Forget a job: dequeue it, or release its chips. Returns the chips released."""
-        self._queued.pop(key, None)
+        if self._queued.pop(key, None) is not None and self._arrivals.pop(key, None) is None:
+            self._standing = None  # the positions behind it move
         job = self._running.pop(key, None)
         if job is None:
             return frozenset()
@@ -150,15 +187,18 @@ class Scheduler:
         self._unhold(job)
         self._release(job)
         self._queued[key] = job
+        self._standing = None
         return job
 
     def expect_end(self, key: JobKey, end: float | None) -> None:
         """The caller's prediction of when a running job ends (None: unknown). The cycle
         otherwise predicts `start + expected_s x predicted slowdown` at admission."""
         if end is None:
-            self._ends.pop(key, None)
-        elif key in self._running:
+            if self._ends.pop(key, None) is not None:
+                self._standing = None
+        elif key in self._running and self._ends.get(key) != end:
             self._ends[key] = end
+            self._standing = None
 
     def expected_end(self, key: JobKey) -> float | None:
         return self._ends.get(key)
@@ -206,6 +246,8 @@ class Scheduler:
         """
         chips = tuple(chip_ids)
         self._queued.pop(key, None)
+        self._arrivals.pop(key, None)
+        self._standing = None
         req = request if request is not None else PlacementRequest(chips=len(chips))
         self.allocator.assign(key, chips, req)
         self._hold(QueuedJob(key, req, priority, seq, preemptible))
@@ -227,6 +269,8 @@ class Scheduler:
             for part in done:
                 self.allocator.release(part)
             raise
+        self._arrivals.pop(job.key, None)
+        self._standing = None
         self._hold(job)
 
     # -- queries -----------------------------------------------------------------------
@@ -267,15 +311,25 @@ class Scheduler:
         choose the reservation that starts soonest and allow backfill onto it (EASY), and
         `SplitWhenItPays` jobs are split only when it pays. Without it the cycle decides as
         if nothing could be predicted (see the module docstring)."""
-        result = CycleResult()
-        self._now, self._fenced, self._shadow = now, [], None
-        with ExitStack() as fences:
-            self._cycle(result, fences)
+        result: CycleResult | None = None
+        if self._standing is not None:
+            result = CycleResult()
+            self._now, self._fenced, self._shadow = now, [], None
+            with ExitStack() as fences:
+                if not self._append(result, fences):
+                    result = None
+        if result is None:
+            result = CycleResult()
+            self._now, self._fenced, self._shadow = now, [], None
+            self._reserved_at = None
+            with ExitStack() as fences:
+                self._cycle(result, fences)
         self._fenced = []
+        self._arrivals.clear()
+        self._standing = None if result.preempted else self._stand(result)
         return result
 
     def _cycle(self, result: CycleResult, fences: ExitStack) -> None:
-        position = 0
         queue = self.queued()
         # Jobs admitted during a cycle rank above the ones after them, so the lowest running
         # priority at its start bounds every later victim: below it, nothing can preempt.
@@ -285,6 +339,12 @@ class Scheduler:
         # thousands of same-shaped jobs cost one search per shape, not one per job. Recorded
         # before a job holds any part, dropped on every eviction.
         self._failed.clear()
+        self._try(queue, result, fences)
+        self._last = queue[-1].order() if queue else None
+
+    def _try(self, queue: Sequence[QueuedJob], result: CycleResult, fences: ExitStack) -> None:
+        """Try `queue` in order, appending to `result` (positions continue after its pending)."""
+        position = len(result.pending)
         for index, job in enumerate(queue):
             outcome = self._place(job, result)
             if isinstance(outcome, NoFit) and outcome.kind == "NoCapacity" and job.replicas is None:
@@ -295,8 +355,11 @@ class Scheduler:
             if isinstance(outcome, NoFit):
                 if (self.reservation and result.reserved is None
                         and outcome.kind == "NoCapacity"):
+                    base = outcome
                     outcome = self._reserve(job, outcome, result,
                                             fences if index + 1 < len(queue) else None)
+                    if result.reserved is not None:
+                        self._reserved_at = (len(result.pending), base)
                 position += 1
                 result.pending.append((job.key, outcome, position))
                 continue
@@ -306,6 +369,57 @@ class Scheduler:
                 result.admitted.append((job.key, outcome[0]))
             else:
                 result.admitted_replicas.append((job.key, outcome))
+
+    def _stand(self, result: CycleResult) -> _Standing:
+        """What a cycle that tries only later arrivals may carry over from `result`."""
+        before = self._standing if result.carried is not None else None
+        start = 0 if before is None else len(before.pending)
+        waiting = [self._queued[key] for key, _, _ in result.pending[start:]
+                   if key in self._queued]
+        tops = [j.priority for j in waiting] + ([] if before is None or before.top is None
+                                                else [before.top])
+        return _Standing(
+            pending=result.pending, last=self._last, room=self.allocator.room_epoch,
+            timed=self._now is not None, top=max(tops, default=None),
+            volatile=(before is not None and before.volatile)
+            or any(j.request.mode == "SplitWhenItPays" for j in waiting),
+            reserved=result.reserved, reservation_start=result.reservation_start,
+            reserved_at=self._reserved_at)
+
+    def _append(self, result: CycleResult, fences: ExitStack) -> bool:
+        """The cycle for new arrivals behind every job the last one tried: the last cycle's
+        pending carried over, the reservation recomputed, the arrivals tried. False (and
+        nothing changed) when a full cycle is needed instead."""
+        st = self._standing
+        assert st is not None
+        arrivals = sorted((j for k, j in self._arrivals.items() if k in self._queued),
+                          key=QueuedJob.order)
+        if (st.room != self.allocator.room_epoch or st.timed != (self._now is not None)
+                or (st.volatile and self._now is not None)
+                or (arrivals and st.last is not None and arrivals[0].order() <= st.last)):
+            return False
+        self._lowest = min(self._preemptible) if self._preemptible else None
+        if (self.preemption and st.top is not None and self._lowest is not None
+                and self._lowest < st.top):
+            return False  # a job left waiting could preempt what was admitted since
+        result.pending, result.carried = list(st.pending), len(st.pending)
+        if st.reserved is not None and st.reserved_at is not None:
+            index, base = st.reserved_at
+            key, said, position = result.pending[index]
+            outcome = self._reserve(self._queued[key], base, result, fences if arrivals else None)
+            if (result.reserved, result.reservation_start) != (st.reserved, st.reservation_start):
+                return False  # the reservation moved: jobs behind it may fit elsewhere now
+            if outcome.message != said.message:  # its predicted start is counted from now
+                result.pending[index] = (key, outcome, position)
+                result.changed.append(index)
+        elif st.reserved is not None:
+            return False
+        self._reserved_at = st.reserved_at
+        self._try(arrivals, result, fences)
+        result.changed += range(result.carried, len(result.pending))
+        if arrivals:
+            self._last = arrivals[-1].order()
+        return True
 
     def _reserve(self, job: QueuedJob, nofit: NoFit, result: CycleResult,
                  fences: ExitStack | None) -> NoFit:

@@ -1,0 +1,186 @@
+"""Cycles that only try new arrivals decide exactly what a full cycle over the queue would.
+
+Fleets are Trn3 Gen2 UltraServers (36 servers x 4 chips = 144 chips each), two per network
+block, so gangs of several UltraServers and their reservations are in play."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ultraplane.admissions import Admissions, Decisions, Pending
+from ultraplane.allocator import Allocator, PlacementRequest
+from ultraplane.ids import ChipId, JobKey
+from ultraplane.scheduling import QueuedJob, Scheduler
+from ultraplane.topology import build_fleet
+
+
+def scheduler(count: int = 4, *, reservation: bool = True) -> Scheduler:
+    return Scheduler(Allocator(build_fleet("trn3-gen2", count, per_block=2)),
+                     reservation=reservation)
+
+
+class CountingAllocator(Allocator):
+    """An allocator that counts the placement searches a cycle asks of it."""
+
+    searches = 0
+
+    def allocate(self, job: JobKey, request: PlacementRequest) -> Any:
+        self.searches += 1
+        return super().allocate(job, request)
+
+
+def test_a_cycle_over_a_deep_queue_tries_only_the_new_arrivals() -> None:
+    # gen2-0000..0003 [all 576 chips held by `load`]   queue: 300 jobs of 576 chips, waiting
+    allocator = CountingAllocator(build_fleet("trn3-gen2", 4, per_block=4))
+    sched = Scheduler(allocator)
+    sched.submit(QueuedJob(JobKey("load"), PlacementRequest(chips=576), seq=0))
+    for i in range(300):
+        sched.submit(QueuedJob(JobKey(f"q{i:03d}"), PlacementRequest(chips=576), seq=1 + i))
+    first = sched.cycle()
+    assert [k for k, _ in first.admitted] == ["load"]
+    before = allocator.searches
+    sched.submit(QueuedJob(JobKey("late"), PlacementRequest(chips=576), seq=400))
+    sched.submit(QueuedJob(JobKey("tiny"), PlacementRequest(chips=1), seq=401))
+    second = sched.cycle()
+    assert allocator.searches - before <= 2  # the two arrivals (the shape cache may save one)
+    assert second.admitted == []
+    assert [(k, p) for k, _, p in second.pending][-2:] == [("late", 301), ("tiny", 302)]
+    assert len(second.pending) == 302
+    # Chips freed: the next cycle looks at every job again and admits the oldest.
+    sched.cancel(JobKey("load"))
+    third = sched.cycle()
+    assert [k for k, _ in third.admitted] == ["q000"]
+    assert [(k, p) for k, _, p in third.pending][:1] == [("q001", 1)]
+
+
+def test_an_arrival_ahead_of_waiting_jobs_gets_a_full_cycle() -> None:
+    # gen2-0000 [100 used | 44 free]   queue: a(100, p0); then b(40, p5) arrives ahead of it
+    sched = scheduler(1)
+    sched.submit(QueuedJob(JobKey("r"), PlacementRequest(chips=100), seq=0))
+    sched.submit(QueuedJob(JobKey("a"), PlacementRequest(chips=100), seq=1))
+    sched.cycle()
+    sched.submit(QueuedJob(JobKey("b"), PlacementRequest(chips=40), priority=5, seq=2))
+    result = sched.cycle()
+    assert [k for k, _ in result.admitted] == ["b"]
+    assert [(k, p) for k, _, p in result.pending] == [("a", 1)]
+
+
+# -- the property: twin schedulers, one carrying the last cycle over, one always full ----------
+
+@dataclass(frozen=True)
+class Submit:
+    chips: int
+    priority: int
+    mode: str | None
+    replicas: int | None
+    expected_s: float | None
+
+
+@dataclass(frozen=True)
+class Cancel:
+    index: int
+
+
+@dataclass(frozen=True)
+class Edit:
+    index: int
+    priority: int
+
+
+@dataclass(frozen=True)
+class Expect:
+    index: int
+    end: float
+
+
+@dataclass(frozen=True)
+class Break:
+    chip: int
+    failed: bool
+
+
+@dataclass(frozen=True)
+class Cycle:
+    timed: bool
+
+
+SUBMITS = st.builds(Submit, chips=st.sampled_from([1, 4, 40, 100, 144, 200, 288, 432, 720]),
+              priority=st.integers(0, 2),
+              mode=st.sampled_from([None, None, "SplitWhenItPays", "Unconstrained"]),
+              replicas=st.sampled_from([None, None, None, 2]),
+              expected_s=st.sampled_from([None, 60.0, 600.0, 6000.0]))
+CYCLES = st.builds(Cycle, timed=st.booleans())
+OPS = st.one_of(
+    SUBMITS, SUBMITS, SUBMITS, CYCLES, CYCLES,
+    st.builds(Cancel, index=st.integers(0, 40)),
+    st.builds(Edit, index=st.integers(0, 40), priority=st.integers(0, 3)),
+    st.builds(Expect, index=st.integers(0, 40), end=st.sampled_from([50.0, 500.0, 5000.0])),
+    st.builds(Break, chip=st.integers(0, 4 * 144 - 1), failed=st.booleans()),
+)
+
+
+def decided(decisions: Decisions) -> tuple[Any, ...]:
+    """What must agree: who holds which chips, who was evicted or failed, who waits where, the
+    reservation (pending messages may be the last full cycle's)."""
+    return (
+        [(a.key, a.chip_ids) for a in decisions.admitted],
+        [(p.key, p.by) for p in decisions.preempted],
+        [(f.key, f.reason) for f in decisions.failed],
+        [(p.key, p.reason, p.position) for p in decisions.pending],
+        decisions.reservation and (decisions.reservation.key, decisions.reservation.ultraservers,
+                                   decisions.reservation.start),
+    )
+
+
+@settings(max_examples=300, deadline=None)
+@given(ops=st.lists(OPS, min_size=8, max_size=60), reservation=st.booleans())
+def test_carrying_the_last_cycle_over_decides_what_a_full_cycle_would(
+    ops: list[Any], reservation: bool
+) -> None:
+    def admissions() -> Admissions:
+        return Admissions(Allocator(build_fleet("trn3-gen2", 4, per_block=2)),
+                          reservation=reservation)
+
+    carried, full = admissions(), admissions()
+    keys: list[JobKey] = []
+    clock = 0.0
+    chips = [ChipId(f"gen2-{u:04d}/s{s:02d}/c{c:02d}") for u in range(4) for s in range(36)
+             for c in range(4)]
+    listed: dict[JobKey, Pending] = {}
+    for op in ops:
+        for sched in (carried.scheduler, full.scheduler):
+            if isinstance(op, Submit):
+                key = JobKey(f"j{len(keys)}")
+                request = PlacementRequest(chips=op.chips, mode=op.mode)  # type: ignore[arg-type]
+                sched.submit(QueuedJob(key, request, op.priority, len(keys), True, op.replicas,
+                                       op.expected_s))
+            elif isinstance(op, Cancel) and keys:
+                sched.cancel(keys[op.index % len(keys)])
+            elif isinstance(op, Edit) and keys:
+                key = keys[op.index % len(keys)]
+                queued = {j.key: j for j in sched.queued()}.get(key)
+                if queued is not None:
+                    sched.submit(QueuedJob(key, queued.request, op.priority, queued.seq,
+                                           True, queued.replicas, queued.expected_s))
+            elif isinstance(op, Expect) and keys:
+                sched.expect_end(keys[op.index % len(keys)], clock + op.end)
+            elif isinstance(op, Break):
+                sched.allocator.set_chip_failed(chips[op.chip], op.failed)
+        if isinstance(op, Submit):
+            keys.append(JobKey(f"j{len(keys)}"))
+        if isinstance(op, Cycle):
+            clock += 100.0
+            now = clock if op.timed else None
+            full.scheduler._standing = None  # the twin always runs the full cycle
+            got = carried.cycle(now)
+            assert decided(got) == decided(full.cycle(now))
+            assert dict(carried.allocator.allocations()) == dict(full.allocator.allocations())
+            # `fresh`: every waiting job's entry is new, or the very object of the last cycle
+            fresh = {id(p) for p in got.fresh}
+            assert all(id(p) in fresh or listed.get(p.key) is p for p in got.pending)
+            assert fresh <= {id(p) for p in got.pending}
+            listed = {p.key: p for p in got.pending}
