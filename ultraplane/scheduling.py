@@ -31,7 +31,7 @@ cycle tried (the usual case: same-priority jobs created while the fleet is full)
 those. Everything the last cycle left waiting still waits, because the fleet has only filled up
 since (`Allocator.room_epoch` has not moved), so a full cycle would decide the same; the
 reservation is recomputed and must come out unchanged. Anything else (chips freed, an edit, a
-cancel, a preemption, a waiting job that could now preempt, a changed prediction) makes the
+cancel, a preemption, a waiting job that could now preempt, a moved reservation) makes the
 next cycle a full one. Pending messages of the jobs carried over are the last full cycle's.
 """
 
@@ -193,12 +193,13 @@ class Scheduler:
     def expect_end(self, key: JobKey, end: float | None) -> None:
         """The caller's prediction of when a running job ends (None: unknown). The cycle
         otherwise predicts `start + expected_s x predicted slowdown` at admission."""
+        # Ends reach a waiting job's outcome only through the reservation (recomputed and
+        # compared by a cycle that carries the queue over) and SplitWhenItPays (which makes
+        # every timed cycle a full one), so a new prediction leaves the last cycle standing.
         if end is None:
-            if self._ends.pop(key, None) is not None:
-                self._standing = None
-        elif key in self._running and self._ends.get(key) != end:
+            self._ends.pop(key, None)
+        elif key in self._running:
             self._ends[key] = end
-            self._standing = None
 
     def expected_end(self, key: JobKey) -> float | None:
         return self._ends.get(key)
