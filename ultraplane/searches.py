@@ -174,6 +174,13 @@ def best_fit(
     # gangs need. With a preferred level, locality comes first.
     passes = (True,) if preferred is not None or not PRESERVE_IDLE else (False, True)
     for idle_ok in passes:
+        if idle_ok and len(passes) == 2 and members is None:
+            # No partly used UltraServer can hold it: only idle ones can, and any idle one
+            # holds it at the tightest level, so the question is only which to break.
+            slot = _idle_to_break(pool, chips)
+            if slot is None:
+                break
+            return _IN_ULTRASERVER[start], {slot: fill(slot, start, chips, whole)}
         for rank in range(start, last + 1):
             slot = _pick(pool, rank, chips, whole, members, idle_ok)
             if slot is not None:
@@ -181,6 +188,19 @@ def best_fit(
     if required.rank > 2:
         return _spread(pool, chips, required, whole, members)
     return None
+
+
+def _idle_to_break(pool: Pool, chips: int) -> Slot | None:
+    """The idle UltraServer a gang of up to one UltraServer takes when it must break one.
+    A whole-UltraServer gang is a large gang: the block with the fewest idle UltraServers
+    (best fit, as for larger gangs). A smaller gang: the block with the most mixed
+    UltraServers (`Pool.block_to_break`), so small gangs stay together and blocks that hold
+    only large gangs can come back whole."""
+    block = pool.block_with_idle(1) if chips >= pool.cpu else pool.block_to_break()
+    if block is None:
+        return None
+    members = pool.block_idle[block]
+    return min(members, key=_order) if len(members) > 1 else next(iter(members))
 
 
 def _depths(pool: Pool, required: Level) -> list[int]:
