@@ -247,7 +247,9 @@ class Slot:
             ms -= 1
         rack_free = self.rack_free
         mr = rack_free[0] if len(rack_free) == 1 else max(rack_free)
-        return (ms, mr, self.total, self.total == self.cpu, self.block, self.mixed)
+        jobs = self.jobs  # `mixed`, inlined: keys() runs on every operation
+        mixed = next(iter(jobs.values())) < self.cpu if len(jobs) == 1 else len(jobs) > 1
+        return (ms, mr, self.total, self.total == self.cpu, self.block, mixed)
 
 
 class Pool:
@@ -283,6 +285,8 @@ class Pool:
         # rank (changing it would re-file a block on every small gang), only read when
         # choosing which block's idle UltraServers to use.
         self.block_mixed: dict[tuple[str, ...], int] = {}
+        # Blocks with at least one idle slot, by their mixed count (for `block_to_break`).
+        self.idle_by_mixed: dict[int, dict[tuple[str, ...], None]] = {}
 
     def add(self, slot: Slot) -> None:
         self.slots[slot] = None
@@ -457,11 +461,24 @@ class Pool:
                     put(other, rank)
 
     def _count_mixed(self, block: tuple[str, ...], mixed: bool) -> None:
-        left = self.block_mixed.get(block, 0) + (1 if mixed else -1)
-        if left:
-            self.block_mixed[block] = left
+        old = self.block_mixed.get(block, 0)
+        new = old + (1 if mixed else -1)
+        if new:
+            self.block_mixed[block] = new
         else:
             del self.block_mixed[block]
+        if self.block_idle[block]:
+            self._file_idle_block(block, old, None)
+            self._file_idle_block(block, None, new)
+
+    def _file_idle_block(self, block: tuple[str, ...], old: int | None, new: int | None) -> None:
+        if old is not None:
+            bucket = self.idle_by_mixed[old]
+            del bucket[block]
+            if not bucket:
+                del self.idle_by_mixed[old]
+        if new is not None:
+            self.idle_by_mixed.setdefault(new, {})[block] = None
 
     def _set_idle(self, block: tuple[str, ...], slot: Slot, idle: bool) -> None:
         members = self.block_idle[block]
@@ -478,6 +495,9 @@ class Pool:
                 del self.blocks_by_idle[old]
         if new > 0:
             self.blocks_by_idle.setdefault(new, {})[block] = None
+        if (old > 0) != (new > 0):
+            mixed = self.block_mixed.get(block, 0)
+            self._file_idle_block(block, mixed if old else None, mixed if new else None)
 
     def _pattern(self, c: int) -> int:
         """Bits of every rank whose free-chip part is >= c, across all idle-count bands;
@@ -541,13 +561,16 @@ class Pool:
         """The network block whose idle slot a gang smaller than one UltraServer should break:
         the one with the most mixed UltraServers (where small gangs already live, so its
         idle ones are the least likely to join a whole free block), then the fewest idle."""
-        best: tuple[str, ...] | None = None
-        best_key = (-1, 0)
-        mixed = self.block_mixed.get
-        for count, bucket in sorted(self.blocks_by_idle.items()):
-            for block in bucket:
-                key = (mixed(block, 0), -count)
-                if key > best_key:
-                    best, best_key = block, key
-        return best
+        if not self.idle_by_mixed:
+            return None
+        bucket = self.idle_by_mixed[max(self.idle_by_mixed)]
+        if len(bucket) == 1:
+            return next(iter(bucket))
+        idle = self.block_idle
+        fewest = min(len(idle[b]) for b in bucket)
+        ties = [b for b in bucket if len(idle[b]) == fewest]
+        if len(ties) == 1:
+            return ties[0]
+        # Several: the first in the filing order of blocks by idle count (deterministic).
+        return next(b for b in self.blocks_by_idle[fewest] if b in bucket)
 
