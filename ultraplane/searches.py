@@ -5,8 +5,9 @@ Policy "ultraplane" (see docs/allocator.md for the why and the benchmark):
    rack, then UltraServer, never past the required level). At each level it takes the *fullest*
    UltraServer that still has a domain of that level with room (best fit, like Kueue's
    BestFit/LeastFreeCapacity), so partly used UltraServers fill up and idle ones stay whole. If
-   only idle UltraServers are left it breaks one from the network block with the fewest idle
-   UltraServers (the block least able to host a large gang anyway: Slurm's block scoring idea).
+   only idle UltraServers are left it breaks one in the network block where small gangs
+   already live (most mixed UltraServers), so blocks held by large gangs come back whole; a
+   whole-UltraServer gang takes one from the block with the fewest idle UltraServers.
 2. Inside the UltraServer it takes the tightest domain and packs partly used servers first
    (fewest free chips first), so whole servers and whole racks stay free.
 3. A gang larger than an UltraServer takes whole idle UltraServers, from the network block with
