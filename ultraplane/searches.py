@@ -5,8 +5,9 @@ Policy "ultraplane" (see docs/allocator.md for the why and the benchmark):
    rack, then UltraServer, never past the required level). At each level it takes the *fullest*
    UltraServer that still has a domain of that level with room (best fit, like Kueue's
    BestFit/LeastFreeCapacity), so partly used UltraServers fill up and idle ones stay whole. If
-   only idle UltraServers are left it breaks one from the network block with the fewest idle
-   UltraServers (the block least able to host a large gang anyway: Slurm's block scoring idea).
+   only idle UltraServers are left it breaks one in the network block where small gangs
+   already live (most mixed UltraServers), so blocks held by large gangs come back whole; a
+   whole-UltraServer gang takes one from the block with the fewest idle UltraServers.
 2. Inside the UltraServer it takes the tightest domain and packs partly used servers first
    (fewest free chips first), so whole servers and whole racks stay free.
 3. A gang larger than an UltraServer takes whole idle UltraServers, from the network block with
@@ -174,6 +175,13 @@ def best_fit(
     # gangs need. With a preferred level, locality comes first.
     passes = (True,) if preferred is not None or not PRESERVE_IDLE else (False, True)
     for idle_ok in passes:
+        if idle_ok and len(passes) == 2 and members is None:
+            # No partly used UltraServer can hold it: only idle ones can, and any idle one
+            # holds it at the tightest level, so the question is only which to break.
+            slot = _idle_to_break(pool, chips)
+            if slot is None:
+                break
+            return _IN_ULTRASERVER[start], {slot: fill(slot, start, chips, whole)}
         for rank in range(start, last + 1):
             slot = _pick(pool, rank, chips, whole, members, idle_ok)
             if slot is not None:
@@ -181,6 +189,19 @@ def best_fit(
     if required.rank > 2:
         return _spread(pool, chips, required, whole, members)
     return None
+
+
+def _idle_to_break(pool: Pool, chips: int) -> Slot | None:
+    """The idle UltraServer a gang of up to one UltraServer takes when it must break one.
+    A whole-UltraServer gang is a large gang: the block with the fewest idle UltraServers
+    (best fit, as for larger gangs). A smaller gang: the block with the most mixed
+    UltraServers (`Pool.block_to_break`), so small gangs stay together and blocks that hold
+    only large gangs can come back whole."""
+    block = pool.block_with_idle(1) if chips >= pool.cpu else pool.block_to_break()
+    if block is None:
+        return None
+    members = pool.block_idle[block]
+    return min(members, key=_order) if len(members) > 1 else next(iter(members))
 
 
 def _depths(pool: Pool, required: Level) -> list[int]:

@@ -29,6 +29,10 @@ _ALL_PAIRS: dict[tuple[int, int], tuple[tuple[int, int], ...]] = {}
 IDLE_CAP = 2
 _KEY = 1 << 20  # bucket key stride: ranks stay far below it
 
+# What a slot is filed under: most free chips in one server, in one rack, free chips, idle,
+# network block, mixed (see `Slot.mixed`).
+Keys = tuple[int, int, int, bool, tuple[str, ...], bool]
+
 
 class Slot:
     """One UltraServer's static shape and mutable usage (free chips, owners, counters)."""
@@ -86,7 +90,7 @@ class Slot:
         self.whole_parts: tuple[tuple[str, int, int], ...] | None = None
         self.alloc = [0] * self.n
         self.jobs: dict[JobKey, int] = {}
-        self.indexed: tuple[int, int, int, bool, tuple[str, ...]] | None = None
+        self.indexed: Keys | None = None
         self.rank = -1  # position in the pool's buckets; -1 = not filed
         self.us = us
         self.set_health(us)
@@ -223,7 +227,18 @@ class Slot:
         """All chips healthy and free: the slot can join a multi-UltraServer gang."""
         return self.total == self.cpu
 
-    def keys(self) -> tuple[int, int, int, bool, tuple[str, ...]] | None:
+    @property
+    def mixed(self) -> bool:
+        """Holds a gang smaller than the whole UltraServer (or several gangs): the mark of an
+        UltraServer that small gangs use, which will not come back idle soon."""
+        jobs = self.jobs
+        if len(jobs) != 1:
+            return len(jobs) > 1
+        for held in jobs.values():
+            return held < self.cpu
+        return False
+
+    def keys(self) -> tuple[int, int, int, bool, tuple[str, ...], bool] | None:
         if not self.us.schedulable:
             return None
         hist = self.hist
@@ -232,7 +247,9 @@ class Slot:
             ms -= 1
         rack_free = self.rack_free
         mr = rack_free[0] if len(rack_free) == 1 else max(rack_free)
-        return (ms, mr, self.total, self.total == self.cpu, self.block)
+        jobs = self.jobs  # `mixed`, inlined: keys() runs on every operation
+        mixed = next(iter(jobs.values())) < self.cpu if len(jobs) == 1 else len(jobs) > 1
+        return (ms, mr, self.total, self.total == self.cpu, self.block, mixed)
 
 
 class Pool:
@@ -264,6 +281,12 @@ class Pool:
         self.block_idle: dict[tuple[str, ...], dict[Slot, None]] = {}
         self.blocks_by_idle: dict[int, dict[tuple[str, ...], None]] = {}
         self._patterns: dict[int, int] = {}
+        # Mixed UltraServers (`Slot.mixed`) per block: where small gangs live. Not part of the
+        # rank (changing it would re-file a block on every small gang), only read when
+        # choosing which block's idle UltraServers to use.
+        self.block_mixed: dict[tuple[str, ...], int] = {}
+        # Blocks with at least one idle slot, by their mixed count (for `block_to_break`).
+        self.idle_by_mixed: dict[int, dict[tuple[str, ...], None]] = {}
 
     def add(self, slot: Slot) -> None:
         self.slots[slot] = None
@@ -297,6 +320,9 @@ class Pool:
         idle = keys is not None and keys[3]
         if idle != (indexed is not None and indexed[3]):
             self._set_idle(block, slot, idle)
+        mixed = keys is not None and keys[5]
+        if mixed != (indexed is not None and indexed[5]):
+            self._count_mixed(block, mixed)
         slot.indexed = keys
         after = len(members)
         if self.band and after != before and (after < IDLE_CAP or before < IDLE_CAP):
@@ -326,6 +352,9 @@ class Pool:
                     self._set_idle(block, slot, True)
             elif keys is not None and keys[3]:
                 self._set_idle(block, slot, True)
+            mixed = keys is not None and keys[5]
+            if mixed != (indexed is not None and indexed[5]):
+                self._count_mixed(block, mixed)
             slot.indexed = keys
             if keys is not None:
                 pending.append(slot)
@@ -338,7 +367,7 @@ class Pool:
                 self._put(slot)
 
     def _put(self, slot: Slot, rank: int | None = None) -> None:
-        ms, mr, total, _, _ = slot.indexed  # type: ignore[misc]
+        ms, mr, total, _, _, _ = slot.indexed  # type: ignore[misc]
         if not total:
             # A full UltraServer can host nothing, so no query needs it: it stays out of the
             # buckets (rank -1). At 90% load most UltraServers are full, so block re-files and
@@ -377,7 +406,7 @@ class Pool:
             bucket[slot] = None
 
     def _pull(self, slot: Slot) -> None:
-        ms, mr, _, _, _ = slot.indexed  # type: ignore[misc]
+        ms, mr, _, _, _, _ = slot.indexed  # type: ignore[misc]
         rank = slot.rank
         slot.rank = -1
         bit = 1 << rank
@@ -412,6 +441,8 @@ class Pool:
             self._pull(slot)
         if slot.indexed[3]:
             self._set_idle(slot.block, slot, False)
+        if slot.indexed[5]:
+            self._count_mixed(slot.block, False)
         slot.indexed = None
 
     def _refile_block(self, block: tuple[str, ...]) -> None:
@@ -429,6 +460,26 @@ class Pool:
                         pull(other)
                     put(other, rank)
 
+    def _count_mixed(self, block: tuple[str, ...], mixed: bool) -> None:
+        old = self.block_mixed.get(block, 0)
+        new = old + (1 if mixed else -1)
+        if new:
+            self.block_mixed[block] = new
+        else:
+            del self.block_mixed[block]
+        if self.block_idle[block]:
+            self._file_idle_block(block, old, None)
+            self._file_idle_block(block, None, new)
+
+    def _file_idle_block(self, block: tuple[str, ...], old: int | None, new: int | None) -> None:
+        if old is not None:
+            bucket = self.idle_by_mixed[old]
+            del bucket[block]
+            if not bucket:
+                del self.idle_by_mixed[old]
+        if new is not None:
+            self.idle_by_mixed.setdefault(new, {})[block] = None
+
     def _set_idle(self, block: tuple[str, ...], slot: Slot, idle: bool) -> None:
         members = self.block_idle[block]
         old = len(members)
@@ -444,6 +495,9 @@ class Pool:
                 del self.blocks_by_idle[old]
         if new > 0:
             self.blocks_by_idle.setdefault(new, {})[block] = None
+        if (old > 0) != (new > 0):
+            mixed = self.block_mixed.get(block, 0)
+            self._file_idle_block(block, mixed if old else None, mixed if new else None)
 
     def _pattern(self, c: int) -> int:
         """Bits of every rank whose free-chip part is >= c, across all idle-count bands;
@@ -491,11 +545,32 @@ class Pool:
         return next(iter(buckets[best_k * _KEY + best]))
 
     def block_with_idle(self, need: int) -> tuple[str, ...] | None:
-        """The network block with the fewest idle slots that still has >= need (best fit)."""
+        """The network block with the fewest idle slots that still has >= need (best fit);
+        on a tie the one with the most mixed UltraServers, then the first filed."""
         top = max(self.blocks_by_idle, default=0)
         for count in range(need, top + 1):
             bucket = self.blocks_by_idle.get(count)
             if bucket:
-                return next(iter(bucket))
+                if len(bucket) == 1:
+                    return next(iter(bucket))
+                mixed = self.block_mixed.get
+                return max(bucket, key=lambda b: mixed(b, 0))
         return None
+
+    def block_to_break(self) -> tuple[str, ...] | None:
+        """The network block whose idle slot a gang smaller than one UltraServer should break:
+        the one with the most mixed UltraServers (where small gangs already live, so its
+        idle ones are the least likely to join a whole free block), then the fewest idle."""
+        if not self.idle_by_mixed:
+            return None
+        bucket = self.idle_by_mixed[max(self.idle_by_mixed)]
+        if len(bucket) == 1:
+            return next(iter(bucket))
+        idle = self.block_idle
+        fewest = min(len(idle[b]) for b in bucket)
+        ties = [b for b in bucket if len(idle[b]) == fewest]
+        if len(ties) == 1:
+            return ties[0]
+        # Several: the first in the filing order of blocks by idle count (deterministic).
+        return next(b for b in self.blocks_by_idle[fewest] if b in bucket)
 

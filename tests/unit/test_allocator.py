@@ -116,6 +116,21 @@ CASES = [
     # with fewer idle ones, keeping block-000 whole for a 288-chip gang.
     Case("small-breaks-least-valuable-block", Cluster(count=4, per_block=2).full(2), req(1),
          ("gen2-0003",), "server"),
+    # block-000: gen2-0000 # (one whole-UltraServer gang)  gen2-0001 .  gen2-0002 .
+    # block-001: gen2-0003 # (two small gangs: mixed)      gen2-0004 .  gen2-0005 .
+    # 1 chip must break an idle UltraServer: in the block where small gangs already live,
+    # so block-000 can come back whole when its large gang ends.
+    Case("small-breaks-idle-where-small-gangs-live", Cluster(count=6, per_block=3).full(0)
+         .used(3, range(18)).used(3, range(18, 36)), req(1), ("gen2-0004",), "server"),
+    # ... and a 288-chip gang choosing between blocks with equally many idle UltraServers
+    # takes the mixed block's, for the same reason.
+    Case("big-tie-goes-where-small-gangs-live", Cluster(count=6, per_block=3).full(0)
+         .used(3, range(18)).used(3, range(18, 36)), req(288),
+         ("gen2-0004", "gen2-0005"), "network-1"),
+    # block-000: . . .   block-001: # . .   a whole-UltraServer gang is a large gang: the
+    # block with the fewest idle UltraServers (best fit), as for 288+ chips.
+    Case("whole-ultraserver-best-fit-block", Cluster(count=6, per_block=3).full(3), req(144),
+         ("gen2-0004",), "ultraserver"),
     # gen2-0000 60 free, gen2-0001 60 free, same block: 100 chips fit one UltraServer, so by
     # default they wait for one (locality by default) ...
     Case("local-by-default", Cluster(count=2).used(0, range(21)).used(1, range(21)), req(100),

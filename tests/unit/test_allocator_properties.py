@@ -174,6 +174,15 @@ def _indexes_match_a_rebuild(alloc: Allocator) -> None:
             assert bool(pool.rack_keys >> k & 1) == bool(mask)
         for count, blocks in pool.blocks_by_idle.items():
             assert all(len(pool.block_idle[b]) == count for b in blocks)
+        mixed: dict[tuple[str, ...], int] = {}
+        for slot in pool.slots:
+            if slot.indexed is not None and (len(slot.jobs) > 1 or any(
+                    n < slot.cpu for n in slot.jobs.values())):
+                mixed[slot.block] = mixed.get(slot.block, 0) + 1
+        assert pool.block_mixed == mixed
+        with_idle = {b for b, members in pool.block_idle.items() if members}
+        assert {b: mixed.get(b, 0) for b in with_idle} == {
+            b: k for k, blocks in pool.idle_by_mixed.items() for b in blocks}
 
 
 @settings(max_examples=40, deadline=None)
