@@ -40,6 +40,8 @@ __all__ = ["Controller", "CycleStats", "Kube", "Transition", "moved"]
 
 log = logging.getLogger("ultraplane.operator")
 STARTUP_RESYNCS = (3.0, 15.0)  # seconds after a (re)start: see Controller.sync
+# Transitions that free chips another admission may take (written before any admission).
+EVICTIONS = frozenset({"preempt", "restart", "fail"})
 Emit = Callable[[Mapping[str, Any], str, str, str], None]
 
 
@@ -110,6 +112,8 @@ class Controller(Writers):
         self.cycles = 0
         self.cycle_stats = CycleStats(every=stats_seconds)
         self._positions: asyncio.Task[None] | None = None
+        self._ultraservers: asyncio.Task[None] | None = None
+        self._admitting: dict[JobKey, asyncio.Task[None]] = {}  # admission writes in flight
         # position writes may take an eighth of the writers: admissions keep the rest
         self._position_limit = asyncio.Semaphore(max(1, concurrency // 8))
         self.on_written: Callable[[JobKey], None] | None = None  # after each status write
@@ -167,7 +171,7 @@ class Controller(Writers):
                 if self._resync_due or loop.time() - self._last_resync >= self.resync_seconds:
                     self._last_resync, self._resync_due = loop.time(), False
                     await self.resync()
-                await self.run_cycle()
+                await self.run_cycle(wait=False)
             except Exception:  # one bad cycle must not stop admission for good
                 log.exception("admission cycle failed; retrying")
                 await asyncio.sleep(1.0)
@@ -190,9 +194,16 @@ class Controller(Writers):
         if gone:
             log.info("resync: %d deleted job(s) released their chips", len(gone))
 
-    async def run_cycle(self) -> None:
+    async def run_cycle(self, *, wait: bool = True) -> None:
+        """One cycle: decide, write evictions, then start the admission writes.
+
+        The loop passes `wait=False`: admission writes stream in the background (head of the
+        queue first, `concurrency` in flight) while the next cycle decides on what arrived
+        meanwhile, so a job created during a big cycle's writes is not held until they all
+        land. Tests pass `wait=True` (the default) to see every write of the cycle done."""
         self.cycles += 1
-        started = asyncio.get_running_loop().time()
+        loop = asyncio.get_running_loop()
+        started = loop.time()
         # Predicted ends of running jobs (from their progress) and the clock turn on the
         # core's EASY backfilling and split-when-it-pays decisions.
         clock = self.clock()
@@ -201,7 +212,7 @@ class Controller(Writers):
             if body is not None:
                 self.admissions.expect_end(key, expected_end(body.get("status") or {}, clock))
         decisions = self.admissions.cycle(now=clock.timestamp())
-        decided = asyncio.get_running_loop().time()
+        decided = loop.time()
         self.reserved = decisions.held_for()
         for victim in decisions.preempted:
             self.outbox[victim.key] = Transition(
@@ -209,7 +220,7 @@ class Controller(Writers):
                 f"Preempted by higher-priority job {victim.by}; requeued.")
         for failed in decisions.failed:
             self.outbox[failed.key] = Transition("fail", failed.reason, failed.message)
-        now = asyncio.get_running_loop().time()
+        now = loop.time()
         refresh = now - self._last_positions >= self.position_seconds
         if refresh:
             self._last_positions = now
@@ -217,28 +228,65 @@ class Controller(Writers):
         for waiting in decisions.pending:
             stale |= self._pending(waiting, refresh)
         if stale:  # positions moved; write them once the refresh interval has passed
-            asyncio.get_running_loop().call_later(self.position_seconds, self.wake.set)
+            loop.call_later(self.position_seconds, self.wake.set)
         admissions = {a.key: Transition("admit", "Admitted", a.message, a.placements)
                       for a in decisions.admitted}
         self._collect_ghosts()
-        # Evictions first: an admission may take a victim's chips.
-        await self.flush()
-        ok = await self.write_all(admissions)
-        for key, done in ok.items():
-            if not done and self.scheduler.is_running(key):
-                self.scheduler.requeue(key)
-                self.wake.set()
+        if any(t.kind in EVICTIONS for t in self.outbox.values()):
+            # An eviction may free chips an earlier cycle's admission still being written
+            # holds, or evict that very job: the admissions in flight land first, then the
+            # evictions, then the admissions that reuse the chips (the kill -9 order).
+            await self.admissions_written()
+        await self.flush()  # evictions first: an admission may take a victim's chips
+        self.start_admissions(admissions)
+        if wait:
+            await self.admissions_written()
         self.start_positions()
-        loop = asyncio.get_running_loop()
         if loop.time() - self._last_us >= self.us_seconds:
             self._last_us = loop.time()
-            await self.flush_ultraservers()
+            self.start_ultraservers()
         else:  # coalesce UltraServer writes: at most one round per interval
             loop.call_later(self.us_seconds, self.wake.set)
+        if wait:
+            await self.ultraservers_written()
         log.debug("cycle %d: %d admitted, %d preempted, %d pending in %.3fs", self.cycles,
                   len(admissions), len(decisions.preempted), len(decisions.pending),
                   loop.time() - started)
         self.cycle_stats.add(decided - started, loop.time() - started, loop.time())
+
+    def start_admissions(self, batch: Mapping[JobKey, Transition]) -> None:
+        """Write admissions in the background, in queue order (the semaphore is FIFO)."""
+        for key, change in batch.items():
+            self._admitting[key] = asyncio.create_task(self._admit(key, change))
+
+    async def _admit(self, key: JobKey, change: Transition) -> None:
+        try:
+            done = await self._write(key, change)
+        except Exception:  # never leave an admission unaccounted for
+            log.exception("admission write for %s failed", key)
+            done = False
+        finally:
+            self._admitting.pop(key, None)
+        if not done and self.scheduler.is_running(key):
+            self.scheduler.requeue(key)  # not persisted: its chips are free, decide again
+            self.wake.set()
+        if not self._admitting:  # drained: the UltraServer view may now include them
+            self.wake.set()
+
+    async def admissions_written(self) -> None:
+        """Wait until every admission write started so far has landed (or given up)."""
+        while self._admitting:
+            await asyncio.gather(*list(self._admitting.values()), return_exceptions=True)
+
+    def start_ultraservers(self) -> None:
+        """One round of UltraServer status writes at a time, in the background: a view, so
+        it never holds back admissions."""
+        if self._ultraservers is None or self._ultraservers.done():
+            self._ultraservers = asyncio.create_task(self.flush_ultraservers())
+
+    async def ultraservers_written(self) -> None:
+        if self._ultraservers is not None:
+            await self._ultraservers
 
     def _pending(self, waiting: Pending, refresh: bool) -> bool:
         """Queue a Pending write if needed; True when a position is left stale for now."""

@@ -66,6 +66,7 @@ class Writers(Observations):
     _limit: asyncio.Semaphore
     _positions: asyncio.Task[None] | None
     _position_limit: asyncio.Semaphore
+    _admitting: dict[JobKey, asyncio.Task[None]]  # admission writes in flight
     on_written: Callable[[JobKey], None] | None  # after each status write (the pod data plane)
 
     # -- reads -------------------------------------------------------------------------
@@ -141,6 +142,8 @@ class Writers(Observations):
                 return False
             if change.kind == "pending" and not self.scheduler.is_queued(key):
                 return False  # admitted (or gone) since: a late Pending must never overwrite it
+            if change.kind in ("admit", "replace") and not self.scheduler.is_running(key):
+                return False  # evicted or gone since it was decided: never write it Admitted
             if change.kind in ("run", "succeed") and current.get("phase") not in HOLDING_PHASES:
                 return False  # evicted since the pods were read
             meta = body["metadata"]
@@ -218,12 +221,17 @@ class Writers(Observations):
     # -- UltraServers ------------------------------------------------------------------
     async def flush_ultraservers(self) -> None:
         """Write allocated/free for every UltraServer whose figures changed (every replica of
-        an InferenceJob counts; `jobs` names jobs, not replicas)."""
+        an InferenceJob counts; `jobs` names jobs, not replicas). A job whose admission is still
+        being written is left out until it lands: the view follows what job statuses say."""
         report = self.allocator.capacity()
         jobs_by_us: dict[str, set[str]] = {}
         servers_by_us: dict[str, set[str]] = {}
+        unwritten: set[str] = set()
         for part, placement in self.allocator.allocations().items():
             key = self._owner(part)
+            if key in self._admitting:
+                unwritten.update(placement.ultraservers)
+                continue
             for us in placement.ultraservers:
                 jobs_by_us.setdefault(us, set()).add(key)
             for server in placement.servers:
@@ -232,7 +240,7 @@ class Writers(Observations):
         writes = []
         for cap in report.ultraservers:
             entry = self.inventory.get(cap.name)
-            if entry is None:
+            if entry is None or cap.name in unwritten:  # the next round writes it
                 continue
             status = statuses.ultraserver(cap, list(jobs_by_us.get(cap.name, ())), now)
             status["allocated"]["servers"] = len(servers_by_us.get(cap.name, ()))
