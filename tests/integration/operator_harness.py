@@ -89,11 +89,23 @@ class Harness:
         return list(self.api.list_namespaced_custom_object(
             GROUP, VERSION, self.ns, "trainingjobs")["items"])
 
-    def set_status(self, name: str, status: dict[str, Any]) -> None:
-        """Write status the way the simulator does (status subresource, merge patch)."""
-        self.api.patch_namespaced_custom_object_status(
-            GROUP, VERSION, self.ns, "trainingjobs", name, {"status": status},
-            _content_type="application/merge-patch+json")
+    def set_status(self, name: str, status: dict[str, Any],
+                   resource_version: str | None = None) -> bool:
+        """Write status the way the simulator does (status subresource, merge patch). With
+        `resource_version` (as last read), only if the job did not change since, as the
+        simulator guards its writes: False on a conflict (the operator wrote meanwhile)."""
+        body: dict[str, Any] = {"status": status}
+        if resource_version is not None:
+            body["metadata"] = {"resourceVersion": resource_version}
+        try:
+            self.api.patch_namespaced_custom_object_status(
+                GROUP, VERSION, self.ns, "trainingjobs", name, body,
+                _content_type="application/merge-patch+json")
+        except Exception as exc:
+            if resource_version is None or getattr(exc, "status", None) != 409:
+                raise
+            return False
+        return True
 
     def delete(self, name: str) -> None:
         self.api.delete_namespaced_custom_object(GROUP, VERSION, self.ns, "trainingjobs", name)

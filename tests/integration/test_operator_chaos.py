@@ -53,7 +53,9 @@ def test_kill9_during_churn_loses_nothing(op: Harness) -> None:
                 for job in jobs:
                     status = job.get("status") or {}
                     if status.get("phase") in HOLDING and rng.random() < 0.5:
-                        op.set_status(job["metadata"]["name"], {"phase": "Succeeded"})
+                        # guarded, as the simulator writes: never over an eviction since read
+                        op.set_status(job["metadata"]["name"], {"phase": "Succeeded"},
+                                      job["metadata"]["resourceVersion"])
             time.sleep(0.3)
 
     def killer() -> None:
@@ -135,7 +137,8 @@ def test_kill9_during_churn_loses_nothing(op: Harness) -> None:
         for job in op.jobs():
             status = job.get("status") or {}
             if status.get("phase") in HOLDING:
-                op.set_status(job["metadata"]["name"], {"phase": "Succeeded"})
+                op.set_status(job["metadata"]["name"], {"phase": "Succeeded"},
+                              job["metadata"]["resourceVersion"])
             phases[f"{status.get('phase')}/{status.get('reason')}"] += 1
         # the operator's finish write sets reason Succeeded (and drops the allocation); a job it
         # has not rewritten yet still says Admitted
