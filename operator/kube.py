@@ -37,6 +37,18 @@ def _items(result: object) -> list[dict[str, Any]]:
     return list(cast(Mapping[str, Any], result).get("items", []))
 
 
+def _release(response: object) -> None:
+    """Read a raw (`_preload_content=False`) response to its end and hand its connection back
+    to the pool. The client returns such a response unread, and urllib3 reuses a connection
+    only once its response is consumed: left as it was, every pod create and delete opened a
+    new TLS connection (the handshake cost the operator and the API server more CPU than the
+    request itself)."""
+    drain = getattr(response, "drain_conn", None)
+    if drain is not None:
+        drain()
+        response.release_conn()  # type: ignore[attr-defined]  # urllib3.HTTPResponse
+
+
 class Conflict(Exception):
     """The object changed since we read it (HTTP 409)."""
 
@@ -206,8 +218,8 @@ class KubeClient:
         """Create a pod; `Conflict` when one of that name exists, `Rejected` when invalid."""
         try:
             # the client serializes a plain dict body as it is
-            self.core.create_namespaced_pod(namespace, dict(body),  # type: ignore[arg-type]
-                                            _preload_content=False)
+            _release(self.core.create_namespaced_pod(
+                namespace, dict(body), _preload_content=False))  # type: ignore[arg-type]
         except Exception as exc:
             raise _translate(exc) from exc
 
@@ -215,28 +227,29 @@ class KubeClient:
         from kubernetes.client import V1DeleteOptions
 
         try:
-            self.core.delete_namespaced_pod(
+            _release(self.core.delete_namespaced_pod(
                 name, namespace, body=V1DeleteOptions(grace_period_seconds=grace_seconds),
-                _preload_content=False)
+                _preload_content=False))
         except Exception as exc:
             raise _translate(exc) from exc
 
     def label_pod(self, namespace: str, name: str, labels: Mapping[str, str]) -> None:
         try:
-            self.core.patch_namespaced_pod(name, namespace, {"metadata": {"labels": dict(labels)}},
-                                           _preload_content=False)
+            _release(self.core.patch_namespaced_pod(
+                name, namespace, {"metadata": {"labels": dict(labels)}}, _preload_content=False))
         except Exception as exc:
             raise _translate(exc) from exc
 
     def create_service(self, namespace: str, body: Mapping[str, Any]) -> None:
         try:
-            self.core.create_namespaced_service(namespace, dict(body),  # type: ignore[arg-type]
-                                                _preload_content=False)
+            _release(self.core.create_namespaced_service(
+                namespace, dict(body), _preload_content=False))  # type: ignore[arg-type]
         except Exception as exc:
             raise _translate(exc) from exc
 
     def delete_service(self, namespace: str, name: str) -> None:
         try:
-            self.core.delete_namespaced_service(name, namespace, _preload_content=False)
+            _release(self.core.delete_namespaced_service(name, namespace,
+                                                         _preload_content=False))
         except Exception as exc:
             raise _translate(exc) from exc
