@@ -180,7 +180,7 @@ class Kubelet:
                 released(self.core.patch_namespaced_pod_status(
                     name, NS, {"status": {"phase": action}}, _preload_content=False))
         except Exception as exc:  # a pod deleted meanwhile: nothing to report
-            if getattr(exc, "status", None) != 404:
+            if getattr(exc, "status", None) != 404 and not self.stop.is_set():
                 print(f"kubelet: {action} {name}: {exc}", file=sys.stderr)
 
     def _watch_pods(self) -> None:
