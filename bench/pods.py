@@ -53,6 +53,9 @@ TRAIN_SIZES = (1, 2, 4, 8, 16, 36, 72, 144)
 TRAIN_WEIGHTS = (0.20, 0.15, 0.20, 0.15, 0.15, 0.08, 0.05, 0.02)
 TEMPLATE = {"spec": {"containers": [{"name": "main", "image": "trainer:bench"}]}}
 PLURALS = ("trainingjobs", "inferencejobs")
+# Real kubelets act in parallel, one per Node: the played one needs enough threads that its own
+# queue never holds a pod back (with 16, a wave's Running reports waited 16 s in it).
+KUBELET_THREADS = 64
 
 
 def mixed_jobs(n: int, rng: random.Random) -> list[dict[str, Any]]:
@@ -124,7 +127,7 @@ class Kubelet:
     def __init__(self, h: Harness, core: Any, *, hold: float = HOLD) -> None:
         self.h, self.core, self.hold = h, core, hold
         self.stop = threading.Event()
-        self.pool = ThreadPoolExecutor(16, thread_name_prefix="kubelet")
+        self.pool = ThreadPoolExecutor(KUBELET_THREADS, thread_name_prefix="kubelet")
         self.lock = threading.Lock()
         self.running: set[str] = set()
         self.deleting: set[str] = set()
@@ -307,9 +310,11 @@ def main() -> None:
         from kubernetes import client
 
         env.apply_crds()
-        api_client = env.api_client()
-        api_client.configuration.connection_pool_maxsize = 32
-        core = client.CoreV1Api(api_client)
+        # the pool size must be set before the client exists (its connection pool is built
+        # then): with the default of 10, the kubelet's threads opened a TLS connection each
+        cfg = env.configuration()
+        cfg.connection_pool_maxsize = KUBELET_THREADS + 16
+        core = client.CoreV1Api(client.ApiClient(cfg))
         env.kubectl("create", "namespace", NS)
         logdir = env.workdir / "logs"
         h = Harness(env, NS, logdir)
