@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import heapq
 import json
+import os
 import random
 import statistics
 import sys
@@ -52,6 +53,9 @@ TRAIN_SIZES = (1, 2, 4, 8, 16, 36, 72, 144)
 TRAIN_WEIGHTS = (0.20, 0.15, 0.20, 0.15, 0.15, 0.08, 0.05, 0.02)
 TEMPLATE = {"spec": {"containers": [{"name": "main", "image": "trainer:bench"}]}}
 PLURALS = ("trainingjobs", "inferencejobs")
+# Real kubelets act in parallel, one per Node: the played one needs enough threads that its own
+# queue never holds a pod back (with 16, a wave's Running reports waited 16 s in it).
+KUBELET_THREADS = 64
 
 
 def mixed_jobs(n: int, rng: random.Random) -> list[dict[str, Any]]:
@@ -92,15 +96,22 @@ def make_fleet(h: Harness, core: Any, ultraservers: int) -> int:
     return ultraservers * 36
 
 
+def released(response: Any) -> None:
+    """Read a raw response to its end so its connection goes back to the pool (unread, each
+    call opened a new TLS connection: the kubelet and the baseline paid handshakes, not API)."""
+    response.drain_conn()
+    response.release_conn()
+
+
 def create_baseline(core: Any, count: int) -> float:
     """Pods created directly (no operator), same body shape, 16 threads: pods/s."""
     core.create_namespace({"metadata": {"name": "bench-baseline"}})
 
     def one(i: int) -> None:
-        core.create_namespaced_pod("bench-baseline", {
+        released(core.create_namespaced_pod("bench-baseline", {
             "metadata": {"name": f"p{i:05d}"},
             "spec": {"nodeName": f"bench-000-n{i % 36:02d}", **TEMPLATE["spec"]}},
-            _preload_content=False)
+            _preload_content=False))
 
     t0 = time.perf_counter()
     with ThreadPoolExecutor(16) as pool:
@@ -116,7 +127,7 @@ class Kubelet:
     def __init__(self, h: Harness, core: Any, *, hold: float = HOLD) -> None:
         self.h, self.core, self.hold = h, core, hold
         self.stop = threading.Event()
-        self.pool = ThreadPoolExecutor(16, thread_name_prefix="kubelet")
+        self.pool = ThreadPoolExecutor(KUBELET_THREADS, thread_name_prefix="kubelet")
         self.lock = threading.Lock()
         self.running: set[str] = set()
         self.deleting: set[str] = set()
@@ -133,10 +144,10 @@ class Kubelet:
             threading.Thread(target=target, daemon=True).start()
 
     # -- pods ------------------------------------------------------------------------
-    def _pod(self, obj: Any, kind: str) -> None:
-        meta = obj.metadata
-        name = meta.name
-        job = (meta.annotations or {}).get("ultraplane.dev/job-key", "")
+    def _pod(self, obj: dict[str, Any], kind: str) -> None:
+        meta = obj.get("metadata") or {}
+        name = meta.get("name", "")
+        job = (meta.get("annotations") or {}).get("ultraplane.dev/job-key", "")
         if kind == "DELETED":
             with self.lock:
                 self.running.discard(name)
@@ -144,13 +155,14 @@ class Kubelet:
                 self.pods_of.get(job, {}).pop(name, None)
             return
         with self.lock:
-            self.pods_of.setdefault(job, {})[name] = meta.labels or {}
-            if meta.deletion_timestamp is not None:
+            self.pods_of.setdefault(job, {})[name] = meta.get("labels") or {}
+            if meta.get("deletionTimestamp") is not None:
                 if name in self.deleting:
                     return
                 self.deleting.add(name)
                 action = "delete"
-            elif name not in self.running and (obj.status.phase or "Pending") == "Pending":
+            elif name not in self.running and \
+                    ((obj.get("status") or {}).get("phase") or "Pending") == "Pending":
                 self.running.add(name)
                 self.created += 1
                 if self.first_pod is None:
@@ -165,30 +177,49 @@ class Kubelet:
 
         try:
             if action == "delete":
-                self.core.delete_namespaced_pod(name, NS, body=V1DeleteOptions(
-                    grace_period_seconds=0), _preload_content=False)
+                released(self.core.delete_namespaced_pod(name, NS, body=V1DeleteOptions(
+                    grace_period_seconds=0), _preload_content=False))
             else:
-                self.core.patch_namespaced_pod_status(name, NS, {"status": {"phase": action}},
-                                                      _preload_content=False)
+                released(self.core.patch_namespaced_pod_status(
+                    name, NS, {"status": {"phase": action}}, _preload_content=False))
         except Exception as exc:  # a pod deleted meanwhile: nothing to report
-            if getattr(exc, "status", None) != 404:
+            if getattr(exc, "status", None) != 404 and not self.stop.is_set():
                 print(f"kubelet: {action} {name}: {exc}", file=sys.stderr)
 
     def _watch_pods(self) -> None:
-        from kubernetes import watch
-
+        """Raw JSON lines, not the client's model objects: a kubelet decodes a pod in
+        microseconds, and the benchmark must not spend the CPU the operator and API server share."""
         rv = None
         while not self.stop.is_set():
             try:
                 if rv is None:
-                    listed = self.core.list_namespaced_pod(NS)
-                    for obj in listed.items:
+                    listed = json.loads(self.core.list_namespaced_pod(
+                        NS, _preload_content=False).data)
+                    for obj in listed["items"]:
                         self._pod(obj, "ADDED")
-                    rv = listed.metadata.resource_version
-                for ev in watch.Watch().stream(self.core.list_namespaced_pod, NS,
-                                               resource_version=rv, timeout_seconds=30):
-                    rv = ev["object"].metadata.resource_version
-                    self._pod(ev["object"], ev["type"])
+                    rv = listed["metadata"]["resourceVersion"]
+                resp = self.core.list_namespaced_pod(NS, watch=True, resource_version=rv,
+                                                     timeout_seconds=30,
+                                                     allow_watch_bookmarks=True,
+                                                     _preload_content=False)
+                buf = b""
+                for chunk in resp.stream(65536):
+                    *lines, buf = (buf + chunk).split(b"\n")
+                    for line in lines:
+                        if not line.strip():
+                            continue
+                        ev = json.loads(line)
+                        if ev["type"] == "ERROR":
+                            if (ev["object"] or {}).get("code") == 410:
+                                rv = None
+                            break
+                        rv = ev["object"]["metadata"].get("resourceVersion", rv)
+                        if ev["type"] != "BOOKMARK":
+                            self._pod(ev["object"], ev["type"])
+                    else:
+                        continue
+                    break
+                resp.close()  # a watch connection is not reused
             except Exception as exc:
                 if getattr(exc, "status", None) == 410:
                     rv = None
@@ -254,8 +285,6 @@ class Kubelet:
 
 def cpu_seconds(pid: int) -> float:
     """User + system CPU time of a process so far (Linux /proc)."""
-    import os
-
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
@@ -281,9 +310,11 @@ def main() -> None:
         from kubernetes import client
 
         env.apply_crds()
-        api_client = env.api_client()
-        api_client.configuration.connection_pool_maxsize = 32
-        core = client.CoreV1Api(api_client)
+        # the pool size must be set before the client exists (its connection pool is built
+        # then): with the default of 10, the kubelet's threads opened a TLS connection each
+        cfg = env.configuration()
+        cfg.connection_pool_maxsize = KUBELET_THREADS + 16
+        core = client.CoreV1Api(client.ApiClient(cfg))
         env.kubectl("create", "namespace", NS)
         logdir = env.workdir / "logs"
         h = Harness(env, NS, logdir)
@@ -296,7 +327,7 @@ def main() -> None:
         kubelet = Kubelet(h, core)
         kubelet.start()
         h.start(*(["-v"] if args.verbose else []))
-        procs = {"operator": h.proc.pid if h.proc else 0,
+        procs = {"operator": h.proc.pid if h.proc else 0, "bench": os.getpid(),
                  **{name: p.pid for name, p in env._procs}}
         cpu0 = {n: cpu_seconds(pid) for n, pid in procs.items()}
         started = time.monotonic()

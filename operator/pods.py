@@ -32,11 +32,11 @@ from ultraplane.operator.nodes import (
     node_profile,
     ultraserver_name,
 )
-from ultraplane.operator.requests import HOLDING_PHASES, TERMINAL_PHASES, view_job
+from ultraplane.operator.requests import HOLDING_PHASES, TERMINAL_PHASES, kind_of, view_job
 
 from ultraplane import launches
 from ultraplane.admissions import Admitted
-from ultraplane.ids import ChipId, JobKey, ServerId, parse_chip_id, server_id
+from ultraplane.ids import ChipId, JobKey, ServerId, job_key, parse_chip_id, server_id
 from ultraplane.outcomes import PodState, outcome
 from ultraplane.profiles import UnknownProfileError, load_profile
 
@@ -123,7 +123,7 @@ class PodPlane:
     def __init__(self, kube: PodKube, controller: Controller, *,
                  labels: NodeLabels = DEFAULT_LABELS, grace_seconds: int = 120,
                  cluster_domain: str = "svc", port: int = launches.COORDINATOR_PORT,
-                 batch: float = 0.05, retry: float = 2.0) -> None:
+                 batch: float = 0.05, retry: float = 2.0, creates: int = 32) -> None:
         self.kube = kube
         self.controller = controller
         self.labels = labels
@@ -132,6 +132,10 @@ class PodPlane:
         self.port = port
         self.batch = batch
         self.retry = retry
+        # Pod creates wait here, not in the writers' queue: a wave of thousands of creates must
+        # not hold back the status writes (Running, Succeeded) and deletes queued behind it.
+        self.creating = asyncio.Semaphore(creates)
+        self.node_changes = 0  # a planned launch is reused until a Node changes
         self.jobs: dict[JobKey, JobPods] = {}
         self.node_bodies: dict[str, dict[str, dict[str, Any]]] = {}  # UltraServer -> Nodes
         self.indexed: dict[str, dict[ServerId, str]] = {}  # UltraServer -> server -> Node
@@ -157,8 +161,10 @@ class PodPlane:
     # -- intake (kopf handlers) --------------------------------------------------------
     def observe_job(self, body: Mapping[str, Any], *, deleted: bool = False) -> None:
         """The job's newest body is the admission loop's (`Controller.bodies`): only wake."""
-        self.jobs.setdefault(view_job(body).key, JobPods())
-        self._mark(view_job(body).key)
+        meta = body.get("metadata") or {}
+        key = job_key(kind_of(body), str(meta.get("namespace", "")), str(meta.get("name", "")))
+        self.jobs.setdefault(key, JobPods())
+        self._mark(key)
 
     def written(self, key: JobKey) -> None:
         """The admission loop wrote the job's status: compare at once, not at its echo."""
@@ -188,13 +194,19 @@ class PodPlane:
 
     def observe_node(self, body: Mapping[str, Any], *, deleted: bool = False) -> None:
         name = str((body.get("metadata") or {}).get("name", ""))
+        before: Any = None
         for held, bodies in self.node_bodies.items():
-            if bodies.pop(name, None) is not None:
+            if (old := bodies.pop(name, None)) is not None:
+                before = (old.get("metadata") or {}).get("labels")
                 self.indexed.pop(held, None)
         us = ultraserver_name(body, self.labels)
+        after: Any = None
         if us is not None and not deleted:
             self.node_bodies.setdefault(us, {})[name] = dict(body)
             self.indexed.pop(us, None)
+            after = (body.get("metadata") or {}).get("labels")
+        if before != after:  # server -> Node comes from the labels alone (`nodes.build`)
+            self.node_changes += 1
 
     def nodes_of(self, us: str) -> dict[ServerId, str]:
         """Server -> Node of one UltraServer, by the rules of `--ultraservers-from-nodes`
@@ -389,7 +401,8 @@ class PodPlane:
 
         async def one(plan: launches.PodPlan) -> str | None:
             try:
-                await self.controller._call(self.kube.create_pod, job.namespace, plan.body)
+                async with self.creating:
+                    await self.controller._call(self.kube.create_pod, job.namespace, plan.body)
             except Conflict:
                 return None  # ours from before a restart; its watch event follows
             except Rejected as exc:
@@ -438,9 +451,19 @@ class PodPlane:
 
     # -- the job's side ----------------------------------------------------------------
     def plan(self, key: JobKey, body: Mapping[str, Any]) -> launches.Launch:
-        view = view_job(body)
+        """The job's pods, planned again only when what they are made of changed: the spec
+        (its generation), the attempt, the allocation or a Node (every pod event of a job
+        asks, and a 144-chip job's plan walks every chip)."""
         meta = body.get("metadata") or {}
         status = body.get("status") or {}
+        alloc = status.get("allocation") or {}
+        ident = (meta.get("uid"), meta.get("generation"), status.get("attempt"),
+                 self.node_changes, tuple(alloc.get("chips") or ()),
+                 tuple(tuple(r.get("chips") or ()) for r in alloc.get("replicas") or ()))
+        cached = self.launches.get(key)
+        if cached is not None and cached[0] == ident:
+            return cached[1]
+        view = view_job(body)
         groups = [list(c) for c in view.replica_chips] if view.kind == "InferenceJob" \
             else [list(view.chips)]
         job = launches.JobRef(key=key, kind=view.kind, namespace=view.namespace, name=view.name,
@@ -453,11 +476,6 @@ class PodPlane:
                 if us not in cores:
                     cores[us] = self._cores(us)
                     nodes.update(self.nodes_of(us))
-        servers = sorted({c.rsplit("/", 1)[0] for g in groups for c in g})
-        ident = (job, tuple(tuple(g) for g in groups), tuple(nodes.get(ServerId(s)) for s in servers))
-        cached = self.launches.get(key)
-        if cached is not None and cached[0] == ident:
-            return cached[1]
         launch = launches.plan(job, body["spec"]["template"], groups, nodes,
                                cores_per_chip=cores, grace_seconds=self.grace_seconds,
                                port=self.port, cluster_domain=self.cluster_domain)
