@@ -191,7 +191,9 @@ def test_preemption_removes_the_victims_pods_before_the_preemptor_starts(
     kubelet.hold.clear()
     op.wait("high's pods", lambda: n_pods(kubelet, "high-", 2))
     assert not kubelet.pods("low-")
-    assert op.get_ultraserver(us)["status"]["allocated"]["chips"] == 8
+    # UltraServer status is a view written at most once per interval: wait for it
+    op.wait("the UltraServer to count high's chips", lambda: (
+        (op.get_ultraserver(us).get("status") or {}).get("allocated") or {}).get("chips") == 8)
 
 
 def test_deleting_a_job_deletes_its_pods_and_frees_its_chips(
