@@ -73,7 +73,7 @@ class EmbeddedBackend:
         # persist, and jobs running (the only ones holding chips or drawing power).
         self._changed: dict[str, JobState] = {}
         self.live: dict[str, JobState] = {}
-        self._fleet_stale = True  # a job started or stopped: the fleet views are out of date
+        self._fleet_stale = True  # a job started or stopped (or no view yet): refresh the views
         self._cycle_due = True  # set by anything that can change the next cycle's decisions
         self._holders_view: tuple[dict[JobKey, int], dict[str, str]] | None = None
         self.runner = JobRunner(self)
@@ -159,7 +159,7 @@ class EmbeddedBackend:
             if self.demo is not None:
                 self.demo.step(now)
             # Only a job starting or stopping changes chips or per-chip power.
-            if self._ticks == 0 or self._fleet_stale or self.reserved != self.fleet.reserved():
+            if self._fleet_stale or self.reserved != self.fleet.reserved():
                 self._refresh_fleet()
             else:
                 self.fleet.energy_kwh = float(self.runtime.fleet().energy_kwh)

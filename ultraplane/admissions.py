@@ -151,10 +151,9 @@ class Admissions:
                  reservation: bool = True) -> None:
         self.allocator = allocator
         self.scheduler = Scheduler(allocator, preemption=preemption, reservation=reservation)
-        # The last cycle's Pending of each waiting job: an unchanged one is handed out again
-        # (the same object), so adapters can skip it and a deep queue costs no allocations.
-        self._pending: dict[JobKey, Pending] = {}
-        self._listed: list[Pending] = []  # the last cycle's `Decisions.pending`
+        # The last cycle's `Decisions.pending`: an unchanged entry is handed out again (the
+        # same object), so adapters can skip it and a deep queue costs no allocations.
+        self._listed: list[Pending] = []
 
     # -- what the adapters observed ----------------------------------------------------
     def submit(self, job: QueuedJob) -> bool:
@@ -232,15 +231,15 @@ class Admissions:
         decisions.admitted = [Admitted(k, (p,), message=result.notes.get(k, ""))
                               for k, p in result.admitted]
         decisions.admitted += [Admitted(k, ps, True) for k, ps in result.admitted_replicas]
-        last = self._pending
-        changed: Sequence[int] = range(len(result.pending))
-        carried = 0
+        changed: Sequence[int]
         if result.carried is not None and result.carried == len(self._listed):
-            # Only the entries the scheduler names changed: the rest are last cycle's Pending.
+            # Only the entries the scheduler names changed: the rest are last cycle's Pending,
+            # and the arrivals after them were not waiting then.
             carried, changed = result.carried, result.changed
-            decisions.pending = list(self._listed)
+            decisions.pending, last = list(self._listed), {}
         else:
-            self._pending = {}
+            carried, changed = 0, range(len(result.pending))
+            last = {p.key: p for p in self._listed}
         position = carried
         known_fleet: bool | None = None  # built only when needed (it copies the topology)
         for index in changed:
@@ -251,22 +250,23 @@ class Admissions:
                 self.scheduler.cancel(key)
                 decisions.failed.append(Failed(key, nofit.kind, nofit.message))
                 continue
-            slot: int | None = None
+            old: Pending | None
             if index < carried:  # a carried entry said anew (the reserved job's)
-                slot, at = index, decisions.pending[index].position
+                old = decisions.pending[index]
+                at = old.position
             else:
                 position += 1
-                at = position
-            waiting = last.get(key)
-            if (waiting is None or waiting.position != at or waiting.reason != nofit.kind
-                    or waiting.message != nofit.message):
+                old, at = last.get(key), position
+            if old is not None and (old.position, old.reason, old.message) == (
+                    at, nofit.kind, nofit.message):
+                waiting = old
+            else:
                 waiting = Pending(key, nofit.kind, nofit.message, at)
                 decisions.fresh.append(waiting)
-            self._pending[key] = waiting
-            if slot is None:
-                decisions.pending.append(waiting)
+            if index < carried:
+                decisions.pending[index] = waiting
             else:
-                decisions.pending[slot] = waiting
+                decisions.pending.append(waiting)
         self._listed = decisions.pending
         if result.reserved is not None:
             decisions.reservation = Reserved(*result.reserved, start=result.reservation_start)

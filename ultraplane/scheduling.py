@@ -312,17 +312,16 @@ class Scheduler:
         choose the reservation that starts soonest and allow backfill onto it (EASY), and
         `SplitWhenItPays` jobs are split only when it pays. Without it the cycle decides as
         if nothing could be predicted (see the module docstring)."""
-        result: CycleResult | None = None
+        self._now = now
+        result = CycleResult()
+        carried = False
         if self._standing is not None:
-            result = CycleResult()
-            self._now, self._fenced, self._shadow = now, [], None
+            self._fenced, self._shadow = [], None
             with ExitStack() as fences:
-                if not self._append(result, fences):
-                    result = None
-        if result is None:
+                carried = self._append(result, fences)
+        if not carried:
             result = CycleResult()
-            self._now, self._fenced, self._shadow = now, [], None
-            self._reserved_at = None
+            self._fenced, self._shadow, self._reserved_at = [], None, None
             with ExitStack() as fences:
                 self._cycle(result, fences)
         self._fenced = []
@@ -377,11 +376,12 @@ class Scheduler:
         start = 0 if before is None else len(before.pending)
         waiting = [self._queued[key] for key, _, _ in result.pending[start:]
                    if key in self._queued]
-        tops = [j.priority for j in waiting] + ([] if before is None or before.top is None
-                                                else [before.top])
+        top = max((j.priority for j in waiting), default=None)
+        if before is not None and before.top is not None:
+            top = before.top if top is None else max(top, before.top)
         return _Standing(
             pending=result.pending, last=self._last, room=self.allocator.room_epoch,
-            timed=self._now is not None, top=max(tops, default=None),
+            timed=self._now is not None, top=top,
             volatile=(before is not None and before.volatile)
             or any(j.request.mode == "SplitWhenItPays" for j in waiting),
             reserved=result.reserved, reservation_start=result.reservation_start,
