@@ -65,7 +65,7 @@ class JobState:
     def queued(self) -> QueuedJob:
         """The job's queue entry: one gang, or (InferenceJob) one per replica, admitted whole."""
         wire = self.spec.model_dump(mode="json", by_alias=True, exclude_none=True)
-        return queued_job(self.kind, self.namespace, self.name, wire, self.seq)
+        return queued_job(self.kind, self.namespace, self.name, wire, self.seq, self.created_s)
 
     @property
     def sched_keys(self) -> list[JobKey]:

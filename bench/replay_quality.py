@@ -36,6 +36,7 @@ from ultraplane.simulator.replay import Replay, ReplayConfig
 from ultraplane.simulator.reports import summarize
 from ultraplane.simulator.traces import TraceJob, load_trace
 
+from ultraplane.queueorder import DEFAULT_STRETCH
 from ultraplane.topology import build_fleet
 
 DEFAULT_TRACES = Path(__file__).resolve().parents[1].parent / "shared/reference/traces/ms-itp-2021"
@@ -62,6 +63,8 @@ def main() -> None:
     ap.add_argument("--load", type=float, default=0.85)
     ap.add_argument("--only", default="", help="comma-separated trace stems")
     ap.add_argument("--no-reservation", action="store_true")
+    ap.add_argument("--queue-stretch", type=float, default=DEFAULT_STRETCH,
+                    help="rank = submit + stretch x run time inside a priority; 0: FIFO")
     args = ap.parse_args()
     files = sorted(args.traces.glob("*.csv"))
     if args.only:
@@ -83,7 +86,8 @@ def main() -> None:
         n = fleet_size(jobs, args.load)
         topo = build_fleet("trn3-gen2", n)
         started = time.process_time()
-        cfg = ReplayConfig(chips_per_gpu=CHIPS_PER_GPU, reservation=not args.no_reservation)
+        cfg = ReplayConfig(chips_per_gpu=CHIPS_PER_GPU, reservation=not args.no_reservation,
+                           queue_stretch=args.queue_stretch)
         result = Replay(topo, jobs, cfg).run()
         took = time.process_time() - started
         bounds = {"greedy": greedy_in_domain(jobs, CHIPS_PER_GPU, [US_CHIPS] * n, US_CHIPS),

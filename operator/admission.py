@@ -34,6 +34,7 @@ from ultraplane.operator.writers import Kube, Writers
 from ultraplane.admissions import Admissions, Pending
 from ultraplane.allocator import Allocator
 from ultraplane.ids import JobKey
+from ultraplane.queueorder import DEFAULT_STRETCH, QueueOrder
 from ultraplane.topology import Topology
 
 __all__ = ["Controller", "CycleStats", "Kube", "Transition", "moved"]
@@ -81,6 +82,7 @@ class Controller(Writers):
     def __init__(self, kube: Kube, *, clock: Callable[[], datetime], emit: Emit,
                  namespaces: list[str] | None = None, fleet: str | None = None,
                  concurrency: int = 16, reservation: bool = True,
+                 queue_stretch: float = DEFAULT_STRETCH,
                  batch_seconds: float = 0.05, position_seconds: float = 2.0,
                  us_seconds: float = 5.0, resync_seconds: float = 300.0,
                  stats_seconds: float = 30.0) -> None:
@@ -94,7 +96,8 @@ class Controller(Writers):
         self.position_seconds = position_seconds
         self.inventory = Inventory()
         self.allocator = Allocator(Topology(()))
-        self.admissions = Admissions(self.allocator, reservation=reservation)
+        self.admissions = Admissions(self.allocator, reservation=reservation,
+                                     order=QueueOrder(stretch=queue_stretch))
         self.scheduler = self.admissions.scheduler
         self.bodies: dict[JobKey, dict[str, Any]] = {}
         self.outbox: dict[JobKey, Transition] = {}

@@ -32,6 +32,10 @@ import click
 @click.option("--no-reservation", is_flag=True,
               help="Plain best-effort FIFO: the first waiting gang of whole UltraServers does "
                    "not reserve the UltraServers it waits for (see docs/operator.md).")
+@click.option("--queue-stretch", type=click.FloatRange(0, 1_000_000), default=None,
+              help="Inside a priority, queue by target start = creation + STRETCH x the "
+              "job's predicted run time (work.durationSeconds; 24 h when absent); gangs of "
+              "144+ chips by creation. 0 = arrival order (docs/operator.md). [default: 10]")
 @click.option("--ultraservers-from-nodes", is_flag=True,
               help="Create, update and delete UltraServers from the labels of Trainium Nodes.")
 @click.option("--ultraserver-label", default=None, metavar="KEY",
@@ -53,7 +57,7 @@ import click
 def operator(namespaces: tuple[str, ...], all_namespaces: bool, lease: str | None,
              standalone: bool, lease_namespace: str, fleet: str | None, liveness: str | None, concurrency: int,
              no_events: bool, event_qps: float | None, event_burst: int | None,
-             no_reservation: bool, ultraservers_from_nodes: bool, ultraserver_label: str | None,
+             no_reservation: bool, queue_stretch: float | None, ultraservers_from_nodes: bool, ultraserver_label: str | None,
              server_index_label: str | None, launch_pods: bool, pod_grace_seconds: int,
              cluster_domain: str, verbose: bool) -> None:
     """Run the Kubernetes operator (kopf): admission queue, gang placement, preemption."""
@@ -81,6 +85,8 @@ def operator(namespaces: tuple[str, ...], all_namespaces: bool, lease: str | Non
         handlers.CONFIG.event_burst = event_burst
     if no_reservation:  # or ULTRAPLANE_RESERVATION=0
         handlers.CONFIG.reservation = False
+    if queue_stretch is not None:  # or ULTRAPLANE_QUEUE_STRETCH
+        handlers.CONFIG.queue_stretch = queue_stretch
     if ultraservers_from_nodes:  # or ULTRAPLANE_ULTRASERVERS_FROM_NODES=1, read at import
         handlers.CONFIG.ultraservers_from_nodes = True
         handlers.watch_nodes()

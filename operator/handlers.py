@@ -33,6 +33,8 @@ from ultraplane.operator.nodes import NodeLabels
 from ultraplane.operator.pods import PodPlane
 from ultraplane.operator.requests import GROUP, INFERENCE, TRAINING, ULTRASERVERS, VERSION
 
+from ultraplane.queueorder import DEFAULT_STRETCH
+
 log = logging.getLogger("ultraplane.operator")
 
 
@@ -54,6 +56,7 @@ class Config:
     event_burst: int = int(os.environ.get("ULTRAPLANE_EVENT_BURST", "50"))
     stats_seconds: float = float(os.environ.get("ULTRAPLANE_CYCLE_STATS_SECONDS", "30"))
     reservation: bool = os.environ.get("ULTRAPLANE_RESERVATION", "1") != "0"
+    queue_stretch: float = float(os.environ.get("ULTRAPLANE_QUEUE_STRETCH", str(DEFAULT_STRETCH)))
     ultraservers_from_nodes: bool = os.environ.get("ULTRAPLANE_ULTRASERVERS_FROM_NODES") == "1"
     ultraserver_label: str = (os.environ.get("ULTRAPLANE_ULTRASERVER_LABEL")
                               or NodeLabels.ultraserver)
@@ -134,6 +137,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     controller = Controller(kube, clock=utcnow, emit=post_event,
                             namespaces=CONFIG.namespaces or None, fleet=CONFIG.fleet,
                             concurrency=CONFIG.concurrency, reservation=CONFIG.reservation,
+                            queue_stretch=CONFIG.queue_stretch,
                             stats_seconds=CONFIG.stats_seconds)
     memo["controller"] = controller
     tasks = [asyncio.create_task(controller.run(), name="ultraplane-admission")]
@@ -159,6 +163,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
             fresh = Controller(kube, clock=utcnow, emit=post_event,
                                namespaces=CONFIG.namespaces or None, fleet=CONFIG.fleet,
                                concurrency=CONFIG.concurrency, reservation=CONFIG.reservation,
+                               queue_stretch=CONFIG.queue_stretch,
                                stats_seconds=CONFIG.stats_seconds)
             controller.__dict__.update({k: v for k, v in fresh.__dict__.items()
                                         if k not in ("wake", "_limit", "_pool", "on_written")})

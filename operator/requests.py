@@ -26,6 +26,7 @@ from ultraplane.conversions import (
     ULTRASERVERS,
     VERSION,
     InvalidJobError,
+    creation_seconds,
     creation_seq,
     placement_request,
     queued_job,
@@ -110,7 +111,8 @@ def view_job(body: Body, kind: str | None = None) -> JobView:
     queued: QueuedJob | None = None
     error: str | None = None
     try:
-        queued = queued_job(kind, namespace, name, spec, creation_seq(meta))
+        queued = queued_job(kind, namespace, name, spec, creation_seq(meta),
+                            creation_seconds(meta))
     except InvalidJobError as exc:
         error = str(exc)
     # An InferenceJob has no failurePolicy: a replica on a failed chip is replaced, and the

@@ -109,16 +109,21 @@ def _check_out(out_dir: Path) -> None:
 @click.option("--no-reservation", is_flag=True,
               help="Plain best-effort FIFO: no backfill reservation for waiting gangs of whole "
                    "UltraServers (see docs/operator.md).")
+@click.option("--queue-stretch", type=click.FloatRange(min=0, max=1_000_000), default=None,
+              help="Inside a priority, queue by target start = submit + STRETCH x run time; "
+                   "gangs of 144+ chips by submit time. 0 = arrival order (FIFO). [default: 10]")
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
 def simulate(fleet: str | None, cluster_file: Path | None, traces: tuple[Path, ...], out_dir: Path,
              policies: tuple[str, ...], chips_per_gpu: int, seed: int, failure_policy: str,
              chip_failure_rate: float, server_failure_rate: float, scripted: tuple[str, ...],
              checkpoint_interval: float, skip_bad_rows: bool, no_reservation: bool,
-             no_progress: bool) -> None:
+             queue_stretch: float | None, no_progress: bool) -> None:
     """Replay a job trace offline through the core allocator and write a report."""
     from ultraplane.simulator.faults import FaultPlan
     from ultraplane.simulator.replay import ReplayConfig
     from ultraplane.simulator.runs import run_policies
+
+    from ultraplane.queueorder import DEFAULT_STRETCH
 
     if (fleet is None) == (cluster_file is None):
         raise click.UsageError("give exactly one of --fleet or --cluster")
@@ -147,7 +152,8 @@ def simulate(fleet: str | None, cluster_file: Path | None, traces: tuple[Path, .
     configs = [ReplayConfig(policy=p, chips_per_gpu=chips_per_gpu, seed=seed,
                             checkpoint_interval_s=checkpoint_interval,
                             failure_policy=failure_policy, faults=plan,
-                            reservation=not no_reservation)
+                            reservation=not no_reservation,
+                            queue_stretch=DEFAULT_STRETCH if queue_stretch is None else queue_stretch)
                for p in (policies or ("ultraplane", "first-fit"))]
     show = not no_progress and sys.stderr.isatty()
     started = time.perf_counter()

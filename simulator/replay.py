@@ -37,6 +37,7 @@ from ultraplane.admissions import Admissions, Admitted
 from ultraplane.allocator import Allocator, NoFit, Placement, PlacementRequest
 from ultraplane.ids import ChipId, JobKey
 from ultraplane.placements import request_from_topology
+from ultraplane.queueorder import DEFAULT_STRETCH, QueueOrder
 from ultraplane.scheduling import QueuedJob
 
 POLICIES = ("ultraplane", "first-fit")
@@ -55,6 +56,7 @@ class ReplayConfig:
     heatmap_bins: int = 240
     large_job_chips: int | None = None  # None: one UltraServer of the fleet (144 on Gen2)
     reservation: bool = True  # backfill reservation for the first waiting whole-UltraServer gang
+    queue_stretch: float = DEFAULT_STRETCH  # rank = submit + stretch x run time; 0: FIFO
     assumptions: Assumptions = DEFAULT_ASSUMPTIONS
 
     def __post_init__(self) -> None:
@@ -96,7 +98,8 @@ class Replay:
         self.shape = FleetShape.of(topology)
         self.allocator = Allocator(topology, policy=config.policy)  # type: ignore[arg-type]
         self.admissions = Admissions(self.allocator, preemption=True,
-                                     reservation=config.reservation)
+                                     reservation=config.reservation,
+                                     order=QueueOrder(stretch=config.queue_stretch))
         self.scheduler = self.admissions.scheduler
         self.engine = Engine(seed=config.seed, start=min((j.submit_s for j in jobs), default=0.0))
         self.ledger = Ledger(self.shape, start=self.engine.now)
@@ -108,10 +111,10 @@ class Replay:
         self.result = ReplayResult(config.policy, self.shape.total_chips, list(self.shape.names))
         self.backlog = Backlog()
         self._waiting: dict[str, int] = {}  # chips of jobs queued inside the Scheduler
-        # Waiting jobs of at least one whole UltraServer (key -> seq): the ones that may hold a
-        # backfill reservation. The smallest UltraServer's chips count as "whole".
+        # Waiting jobs of at least one whole UltraServer (key -> queue order): the ones that may
+        # hold a backfill reservation. The smallest UltraServer's chips count as "whole".
         self._whole_chips = min(self.shape.chips_of.values(), default=0)
-        self._whole: dict[str, int] = {}
+        self._whole: dict[str, tuple[int, float, int, str]] = {}
         # The last cycle's reservation: its UltraServers and predicted start (EASY).
         self._reserved: frozenset[str] = frozenset()
         self._rooms_cache: tuple[tuple[int, frozenset[str]], tuple[int, int, int, int]] | None = None
@@ -218,7 +221,9 @@ class Replay:
         expected = job.duration_s
         if job.kind == "training":
             expected += (job.duration_s // self.cfg.checkpoint_interval_s) * self.a.checkpoint_cost_s
-        queued = QueuedJob(JobKey(job.job_id), request, job.priority, seq, expected_s=expected)
+        queued = self.admissions.order.ranked(QueuedJob(
+            JobKey(job.job_id), request, job.priority, seq, expected_s=expected,
+            created_s=job.submit_s))
         if self._one_priority:
             self.backlog.add(queued)
         else:  # preemption needs every waiting job in front of the Scheduler
@@ -237,7 +242,7 @@ class Replay:
         self.admissions.submit(job)
         self._waiting[job.key] = job.request.chips
         if job.request.chips >= self._whole_chips:
-            self._whole[job.key] = job.seq
+            self._whole[job.key] = job.order()
 
     def _before_shadow(self, key: str) -> bool:
         """Whether a waiting job would end before the last reservation starts (unknown: yes)."""
@@ -303,7 +308,7 @@ class Replay:
             # so that it reserves its domain as it would with every job queued there.
             head = self.backlog.pop_first(self._whole_chips)
             if head is not None:
-                if self._whole and min(self._whole.values()) < head.seq:
+                if self._whole and min(self._whole.values()) < head.order():
                     self.backlog.add(head)  # an older one is waiting there already
                 else:
                     self._wait(head)
@@ -416,10 +421,10 @@ class Replay:
             if isinstance(placed, Admitted):
                 self._start(run, placed.placements[0], t)
                 return
-        again = self.admissions.requeue(key)  # keeps its FIFO rank inside the Scheduler
+        again = self.admissions.requeue(key)  # keeps its rank inside the Scheduler
         self._waiting[key] = run.chips
         if again is not None and run.chips >= self._whole_chips:
-            self._whole[key] = again.seq
+            self._whole[key] = again.order()
 
     def _done(self) -> None:
         self._remaining -= 1

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 
 from ultraplane.allocator import AllocationConflict, Allocator, NoFit, Placement
 from ultraplane.ids import ChipId, JobKey
+from ultraplane.queueorder import TARGET_START, QueueOrder
 from ultraplane.scheduling import QueuedJob, Scheduler
 
 __all__ = [
@@ -148,8 +149,9 @@ class Admissions:
     """Owns a `Scheduler` (and its `Allocator`) and turns its cycles into transitions."""
 
     def __init__(self, allocator: Allocator, *, preemption: bool = True,
-                 reservation: bool = True) -> None:
+                 reservation: bool = True, order: QueueOrder = TARGET_START) -> None:
         self.allocator = allocator
+        self.order = order  # ranks every job it is handed (`ultraplane.queueorder`)
         self.scheduler = Scheduler(allocator, preemption=preemption, reservation=reservation)
         # The last cycle's `Decisions.pending`: an unchanged entry is handed out again (the
         # same object), so adapters can skip it and a deep queue costs no allocations.
@@ -161,7 +163,7 @@ class Admissions:
         spec: priority, size). A job holding chips keeps them: returns False then."""
         if self.scheduler.is_running(job.key):
             return False
-        self.scheduler.submit(job)
+        self.scheduler.submit(self.order.ranked(job))
         return True
 
     def withdraw(self, key: JobKey) -> frozenset[ChipId]:
@@ -169,19 +171,21 @@ class Admissions:
         return self.scheduler.cancel(key)
 
     def requeue(self, key: JobKey) -> QueuedJob | None:
-        """Release a running job's chips and queue it again with its FIFO rank."""
+        """Release a running job's chips and queue it again with its rank."""
         return self.scheduler.requeue(key)
 
     def readopt(self, job: QueuedJob, chips: Sequence[Sequence[ChipId]]) -> Readopted | Requeued:
         """Put a job back on the chips its persisted state names (`chips[i]`: the chips of
         replica `i`; one entry for a single gang), all of them or none. When a chip is unknown,
         taken, or the replica count does not match, the job is queued instead."""
+        job = self.order.ranked(job)
         try:
             if job.replicas is None:
                 if len(chips) != 1:
                     raise ValueError(f"{len(chips)} allocations for a single gang")
                 self.scheduler.restore(job.key, chips[0], job.priority, request=job.request,
-                                       seq=job.seq, preemptible=job.preemptible)
+                                       seq=job.seq, preemptible=job.preemptible,
+                                       rank=job.rank)
             else:
                 if not all(chips):
                     raise ValueError("a replica has no chips")

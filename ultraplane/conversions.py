@@ -15,6 +15,7 @@ Wire constants (`GROUP`, `VERSION`, `API_VERSION`, `PLURALS`, ...) are defined h
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 from ultraplane.allocator import PlacementRequest
@@ -37,11 +38,13 @@ __all__ = [
     "VERSION",
     "InvalidJobError",
     "allocated_chips",
+    "creation_seconds",
     "creation_seq",
     "held_parts",
     "placement_request",
     "queued_job",
     "replica_chips",
+    "run_estimate",
     "ultraserver_from_body",
     "ultraserver_from_spec",
 ]
@@ -92,6 +95,28 @@ def creation_seq(meta: Mapping[str, Any]) -> int:
     return int(digits) if digits else 0
 
 
+def creation_seconds(meta: Mapping[str, Any]) -> float | None:
+    """The creation timestamp as epoch seconds (None when missing or unreadable)."""
+    stamp = str(meta.get("creationTimestamp") or "")
+    try:
+        when = datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return (when if when.tzinfo is not None else when.replace(tzinfo=UTC)).timestamp()
+
+
+def run_estimate(spec: Mapping[str, Any], kind: str = "TrainingJob") -> float | None:
+    """The job's predicted run time (seconds, at its tightest placement) from its spec: a
+    TrainingJob's `work.durationSeconds`, an InferenceJob's `durationSeconds`. None when the
+    spec gives none (work in steps needs a model of the hardware: the simulator has one, the
+    scheduler does not guess) or the value is not a positive number."""
+    holder = spec if kind == "InferenceJob" else spec.get("work")
+    value = holder.get("durationSeconds") if isinstance(holder, Mapping) else None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < 1e12:
+        return None
+    return float(value)
+
+
 def _positive(spec: Mapping[str, Any], field: str) -> int:
     value = spec.get(field)
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
@@ -114,14 +139,16 @@ def placement_request(spec: Mapping[str, Any], kind: str = "TrainingJob") -> Pla
 
 
 def queued_job(kind: str, namespace: str, name: str, spec: Mapping[str, Any],
-               seq: int) -> QueuedJob:
-    """The queue entry of a job (wire-form spec): one gang, or one per InferenceJob replica."""
+               seq: int, created_s: float | None = None) -> QueuedJob:
+    """The queue entry of a job (wire-form spec): one gang, or one per InferenceJob replica,
+    with what its rank counts from (`created_s`, `run_estimate`)."""
     priority = spec.get("priority", 0)
     if not isinstance(priority, int) or isinstance(priority, bool):
         raise InvalidJobError(f"spec.priority must be an integer, got {priority!r}.")
     replicas = _positive({"replicas": 1, **spec}, "replicas") if kind == "InferenceJob" else None
     return QueuedJob(job_key(kind, namespace, name), placement_request(spec, kind), priority,
-                     seq, bool(spec.get("preemptible", True)), replicas)
+                     seq, bool(spec.get("preemptible", True)), replicas,
+                     expected_s=run_estimate(spec, kind), created_s=created_s)
 
 
 def replica_chips(allocation: Mapping[str, Any]) -> tuple[tuple[ChipId, ...], ...]:

@@ -6,8 +6,9 @@ preemption rule, so the rule lives once, here, on top of the core allocator. It 
 and talks to no API; callers persist what a cycle decided (the operator writes job status before
 it trusts an allocation) and feed back what they observe (`cancel`, `restore`).
 
-Order: priority descending, then `seq` ascending (FIFO by creation). The cycle is best-effort
-FIFO: a job that does not fit does not block smaller, later jobs that do (Kueue's
+Order: priority descending, then `rank` ascending (a target start: creation plus a multiple of
+the predicted run time, `ultraplane.queueorder`), then `seq` (FIFO by creation). The cycle is
+best-effort: a job that does not fit does not block smaller, later jobs that do (Kueue's
 BestEffortFIFO), because a strict head-of-line queue would leave most of a fleet idle behind one
 large gang. A high-priority job that does not fit evicts lower-priority work instead of waiting.
 
@@ -59,7 +60,10 @@ def replica_key(job: JobKey, index: int) -> JobKey:
 
 @dataclass(frozen=True)
 class QueuedJob:
-    """A job waiting for chips; `seq` orders jobs of equal priority (smaller = older).
+    """A job waiting for chips, tried by priority, then `rank`, then `seq` (smaller = older).
+
+    `rank` is the job's target start (`ultraplane.queueorder`: set from `created_s` and
+    `expected_s` by `Admissions`); 0 for every job keeps arrival order.
 
     `replicas=None` is one gang held under `key`; `replicas=n` is n gangs of `request` each,
     held under `key#0` .. `key#n-1` and admitted all together or not at all.
@@ -72,14 +76,16 @@ class QueuedJob:
     preemptible: bool = True
     replicas: int | None = None
     expected_s: float | None = None  # predicted run time at the tightest placement, if known
+    created_s: float | None = None  # creation time (seconds), which the rank counts from
+    rank: float = 0.0
 
     def __post_init__(self) -> None:
         if self.replicas is not None and self.replicas < 1:
             raise ValueError(f"job {self.key}: replicas must be at least 1, got {self.replicas}")
 
-    def order(self) -> tuple[int, int, str]:
-        """Sort key: highest priority first, then oldest, then key for a total order."""
-        return (-self.priority, self.seq, self.key)
+    def order(self) -> tuple[int, float, int, str]:
+        """Sort key: highest priority first, then lowest rank, then oldest, then key."""
+        return (-self.priority, self.rank, self.seq, self.key)
 
     def parts(self) -> tuple[JobKey, ...]:
         """The allocator keys holding the job's chips, in replica order."""
@@ -123,7 +129,7 @@ class _Standing:
     """What the last cycle left waiting, for a cycle that only has new arrivals to try."""
 
     pending: list[tuple[JobKey, NoFit, int]]
-    last: tuple[int, int, str] | None  # order of the last job it tried
+    last: tuple[int, float, int, str] | None  # order of the last job it tried
     room: int  # the allocator's room_epoch after it
     timed: bool  # it had a clock (predictions on)
     top: int | None  # highest priority left waiting
@@ -156,7 +162,7 @@ class Scheduler:
         self._standing: _Standing | None = None  # what the last cycle left waiting, if valid
         self._arrivals: dict[JobKey, QueuedJob] = {}  # queued since the last cycle
         self._reserved_at: tuple[int, NoFit] | None = None  # (pending index, NoFit before it)
-        self._last: tuple[int, int, str] | None = None  # order of the last job a cycle tried
+        self._last: tuple[int, float, int, str] | None = None  # order of the last job tried
 
     # -- observations ------------------------------------------------------------------
     def submit(self, job: QueuedJob) -> None:
@@ -180,7 +186,7 @@ class Scheduler:
         return self._release(job)
 
     def requeue(self, key: JobKey) -> QueuedJob | None:
-        """Release a running job's chips and queue it again with its original FIFO rank."""
+        """Release a running job's chips and queue it again with its original rank."""
         job = self._running.pop(key, None)
         if job is None:
             return self._queued.get(key)
@@ -239,8 +245,10 @@ class Scheduler:
         request: PlacementRequest | None = None,
         seq: int = 0,
         preemptible: bool = True,
+        rank: float = 0.0,
     ) -> None:
-        """Re-adopt a job that already holds chips (after a restart, from its persisted status).
+        """Re-adopt a job that already holds chips (after a restart, from its persisted status);
+        `seq` and `rank` are where it queues again if it is requeued.
 
         Raises `AllocationConflict` (from the allocator) when a chip is unknown or taken, so the
         caller can requeue the job instead of double-allocating.
@@ -251,7 +259,7 @@ class Scheduler:
         self._standing = None
         req = request if request is not None else PlacementRequest(chips=len(chips))
         self.allocator.assign(key, chips, req)
-        self._hold(QueuedJob(key, req, priority, seq, preemptible))
+        self._hold(QueuedJob(key, req, priority, seq, preemptible, rank=rank))
 
     def restore_replicas(self, job: QueuedJob, chips: Sequence[Iterable[ChipId]]) -> None:
         """Re-adopt every replica of a replicated job, all or nothing (`chips[i]` for replica

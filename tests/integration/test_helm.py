@@ -378,6 +378,17 @@ def test_reservation_is_on_by_default_and_can_be_turned_off() -> None:
     assert "--no-reservation" in args({"operator": {"reservation": False}})
 
 
+def test_queue_stretch_defaults_to_target_start_and_zero_is_arrival_order() -> None:
+    def stretch(values: dict[str, object] | None = None) -> str:
+        args = component(render(values), "Deployment", "operator")["spec"]["template"]["spec"][
+            "containers"][0]["args"]
+        return str(args[args.index("--queue-stretch") + 1])
+
+    assert stretch() == "10"
+    assert stretch({"operator": {"queueStretch": 0}}) == "0"
+    assert stretch({"operator": {"queueStretch": 2.5}}) == "2.5"
+
+
 def test_two_operator_replicas_without_leader_election_is_refused() -> None:
     result = helm("template", "rel", str(CHART), "--set", "operator.replicas=2",
                   "--set", "operator.leaderElection.enabled=false")
@@ -391,6 +402,7 @@ BAD_VALUES = [
     ("operator.replicas=0", "/operator/replicas"),
     ("operator.ultraserversFromNodes=maybe", "/operator/ultraserversFromNodes"),
     ("operator.reservation=sometimes", "/operator/reservation"),
+    ("operator.queueStretch=-1", "/operator/queueStretch"),
     ("simulator.timeScale=0", "/simulator/timeScale"),
     ("simulator.metricsPort=70000", "/simulator/metricsPort"),
     ("image.pullPolicy=Sometimes", "/image/pullPolicy"),

@@ -146,6 +146,18 @@ def test_saturated_fleet_admits_in_fifo_order_with_backfill() -> None:
     assert [r[f"s{i}"].start_s for i in range(11)] == [2 + i for i in range(11)]  # 44 chips free: all fit
 
 
+@pytest.mark.parametrize(("stretch", "first"), [(10.0, "short"), (0.0, "long")])
+def test_a_short_job_passes_an_older_long_one_unless_the_queue_is_fifo(
+        stretch: float, first: str) -> None:
+    # one UltraServer, held by 'hog' until 1030; 'long' (10 h) and 'short' (10 min) wait for it.
+    # Ranks: long 10 + 10 x 37,800 (with its checkpoints); short 20 + 10 x 600: short first.
+    text = "hog,0,1000,144\nlong,10,36000,100\nshort,20,600,100\n"
+    r = by_id(replay(text, us=1, queue_stretch=stretch))
+    assert r[first].start_s == 1030
+    second = "long" if first == "short" else "short"
+    assert r[second].start_s is not None and r[second].start_s >= r[first].end_s
+
+
 def test_higher_priority_job_preempts_and_victim_resumes_from_checkpoint() -> None:
     r = by_id(replay("low,0,2000,144,training,0\nhigh,700,100,144,training,5\n", us=1))
     assert r["high"].start_s == 700 and r["high"].end_s == 800

@@ -1,0 +1,177 @@
+"""Queue order inside a priority: target start = creation + stretch x predicted run time.
+
+Fleets: `build_fleet("trn3-gen2", n)`, n UltraServers of 144 chips. Jobs are written
+`name(chips, created, run)`; `run=None` is a job without an estimate (counted as 24 h).
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from ultraplane.simulator.backlogs import Backlog
+
+from ultraplane.admissions import Admissions
+from ultraplane.allocator import Allocator, PlacementRequest
+from ultraplane.conversions import creation_seconds, queued_job, run_estimate
+from ultraplane.ids import JobKey, chip_id
+from ultraplane.queueorder import FIFO, LARGE_GANG_CHIPS, TARGET_START, UNKNOWN_RUN_S, QueueOrder
+from ultraplane.scheduling import QueuedJob
+from ultraplane.topology import build_fleet
+
+HOUR = 3600.0
+
+
+def job(name: str, chips: int, created: float | None, run: float | None, *,
+        seq: int = 0, priority: int = 0) -> QueuedJob:
+    return QueuedJob(JobKey(name), PlacementRequest(chips=chips), priority, seq,
+                     expected_s=run, created_s=created)
+
+
+# -- the rank ------------------------------------------------------------------------------
+def test_rank_is_creation_plus_stretch_times_run() -> None:
+    order = QueueOrder(stretch=10.0)
+    assert order.rank(1000.0, 8, HOUR) == 1000.0 + 10 * HOUR
+    assert order.rank(1000.0, 8, None) == 1000.0 + 10 * UNKNOWN_RUN_S  # no estimate: 24 h
+    assert order.rank(1000.0, 8, -5.0) == 1000.0  # a nonsense estimate buys nothing below 0
+    assert order.rank(None, 8, HOUR) == 0.0  # no clock: arrival order (seq) decides
+    assert FIFO.rank(1000.0, 8, HOUR) == 1000.0
+
+
+def test_gangs_of_whole_ultraservers_rank_by_creation_alone() -> None:
+    assert TARGET_START.rank(50.0, LARGE_GANG_CHIPS, 100 * HOUR) == 50.0
+    assert TARGET_START.rank(50.0, 1152, None) == 50.0
+    assert TARGET_START.rank(50.0, LARGE_GANG_CHIPS - 1, HOUR) > 50.0
+
+
+@pytest.mark.parametrize("stretch", [-1.0, float("nan"), float("inf")])
+def test_a_bad_stretch_is_a_clear_error(stretch: float) -> None:
+    with pytest.raises(ValueError, match="stretch must be a finite number >= 0"):
+        QueueOrder(stretch=stretch)
+
+
+def test_ranked_keeps_the_object_when_nothing_changes() -> None:
+    fresh = job("a", 8, 0.0, HOUR)
+    ranked = TARGET_START.ranked(fresh)
+    assert ranked.rank == 10 * HOUR and ranked is not fresh
+    assert TARGET_START.ranked(ranked) is ranked
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.floats(0, 1e6), st.sampled_from([1, 4, 16, 72, 143, 144, 576]),
+                          st.one_of(st.none(), st.floats(0, 1e5))), min_size=2, max_size=30),
+       st.sampled_from([0.0, 1.0, 10.0, 100.0]))
+def test_no_job_is_passed_by_one_created_more_than_stretch_times_its_run_later(
+        drawn: list[tuple[float, int, float | None]], stretch: float) -> None:
+    order = QueueOrder(stretch=stretch)
+    jobs = [order.ranked(job(f"j{i}", chips, created, run, seq=i))
+            for i, (created, chips, run) in enumerate(drawn)]
+    queue = sorted(jobs, key=QueuedJob.order)
+    for i, ahead in enumerate(queue):
+        for behind in queue[i + 1:]:
+            assert ahead.created_s is not None and behind.created_s is not None
+            if ahead.created_s <= behind.created_s:
+                continue  # an older job ahead: not a pass
+            # `ahead` (created later) passed `behind`: by at most stretch x behind's run time,
+            # and never a gang of whole UltraServers
+            assert behind.request.chips < LARGE_GANG_CHIPS
+            run = UNKNOWN_RUN_S if behind.expected_s is None else behind.expected_s
+            assert ahead.created_s - behind.created_s <= stretch * run + 1e-6 * (1 + run)
+
+
+# -- the scheduler follows it --------------------------------------------------------------
+def busy(admissions: Admissions, us: int) -> None:
+    """A running job on the whole of UltraServer `us`."""
+    ids = [chip_id(f"gen2-{us:04d}", c // 4, c % 4) for c in range(144)]
+    admissions.readopt(job(f"busy{us}", 144, 0.0, None), [ids])
+
+
+def test_a_short_job_passes_an_older_long_one_but_not_an_old_enough_one() -> None:
+    admissions = Admissions(Allocator(build_fleet("trn3-gen2", 1)))
+    busy(admissions, 0)
+    admissions.submit(job("long", 100, 0.0, 10 * HOUR))          # rank 100 h
+    admissions.submit(job("short", 100, 5 * HOUR, HOUR))         # rank 15 h: passes
+    admissions.submit(job("late", 100, 96 * HOUR, 0.5 * HOUR))   # rank 101 h: does not
+    admissions.withdraw(JobKey("busy0"))
+    got = admissions.cycle()
+    assert [a.key for a in got.admitted] == ["short"]
+    assert [(p.key, p.position) for p in got.pending] == [("long", 1), ("late", 2)]
+
+
+def test_fifo_order_keeps_arrival_order() -> None:
+    admissions = Admissions(Allocator(build_fleet("trn3-gen2", 1)), order=FIFO)
+    busy(admissions, 0)
+    admissions.submit(job("long", 100, 0.0, 10 * HOUR, seq=1))
+    admissions.submit(job("short", 100, 5 * HOUR, HOUR, seq=2))
+    admissions.withdraw(JobKey("busy0"))
+    assert [a.key for a in admissions.cycle().admitted] == ["long"]
+
+
+def test_a_job_without_an_estimate_never_passes_one_with_it() -> None:
+    admissions = Admissions(Allocator(build_fleet("trn3-gen2", 1)))
+    busy(admissions, 0)
+    admissions.submit(job("guessed", 100, 0.0, 20 * HOUR))
+    admissions.submit(job("unknown", 100, -1.0, None))  # older, but 24 h counted
+    admissions.withdraw(JobKey("busy0"))
+    assert [a.key for a in admissions.cycle().admitted] == ["guessed"]
+
+
+def test_priority_still_comes_first() -> None:
+    admissions = Admissions(Allocator(build_fleet("trn3-gen2", 1)))
+    busy(admissions, 0)
+    admissions.submit(job("short", 100, 0.0, 60.0))
+    admissions.submit(job("urgent-long", 100, 10 * HOUR, 100 * HOUR, priority=5))
+    admissions.withdraw(JobKey("busy0"))
+    assert [a.key for a in admissions.cycle().admitted] == ["urgent-long"]
+
+
+def test_a_requeued_job_keeps_its_rank() -> None:
+    admissions = Admissions(Allocator(build_fleet("trn3-gen2", 1)))
+    admissions.submit(job("first", 100, 0.0, HOUR))
+    assert [a.key for a in admissions.cycle().admitted] == ["first"]
+    admissions.submit(job("second", 100, 1.0, HOUR))
+    again = admissions.requeue(JobKey("first"))
+    assert again is not None and again.rank == 10 * HOUR
+    assert [a.key for a in admissions.cycle().admitted] == ["first"]
+
+
+def test_a_readopted_job_that_is_requeued_keeps_its_rank() -> None:
+    admissions = Admissions(Allocator(build_fleet("trn3-gen2", 1)))
+    ids = [chip_id("gen2-0000", c // 4, c % 4) for c in range(100)]
+    admissions.readopt(job("old", 100, 0.0, HOUR), [ids])
+    admissions.submit(job("new", 100, 2.0, HOUR))
+    again = admissions.requeue(JobKey("old"))
+    assert again is not None and again.rank == 10 * HOUR
+    assert [a.key for a in admissions.cycle().admitted] == ["old"]
+
+
+# -- the replay's backlog uses the same order ----------------------------------------------
+def test_backlog_pops_in_queue_order() -> None:
+    backlog = Backlog()
+    for j in (job("long", 8, 0.0, 10 * HOUR, seq=0), job("short", 8, 1.0, 60.0, seq=1),
+              job("big", 144, 2.0, 99 * HOUR, seq=2), job("tie", 8, 1.0, 60.0, seq=3)):
+        backlog.add(TARGET_START.ranked(j))
+    assert [j.key for j in backlog.take(10_000)] == ["big", "short", "tie", "long"]
+
+
+# -- adapters read the facts the rank counts from -----------------------------------------
+def test_run_estimate_reads_the_specs_duration_and_nothing_else() -> None:
+    assert run_estimate({"work": {"durationSeconds": 600}}) == 600.0
+    assert run_estimate({"work": {"steps": 10, "tokensPerStep": 4}}) is None
+    assert run_estimate({"durationSeconds": 60}, "InferenceJob") == 60.0
+    for bad in (True, "600", -1, 0, float("nan"), None):
+        assert run_estimate({"work": {"durationSeconds": bad}}) is None
+    assert run_estimate({"work": "nope"}) is None
+
+
+def test_creation_seconds_parses_kubernetes_timestamps() -> None:
+    assert creation_seconds({"creationTimestamp": "1970-01-01T00:01:00Z"}) == 60.0
+    assert creation_seconds({"creationTimestamp": "not a time"}) is None
+    assert creation_seconds({}) is None
+
+
+def test_queued_job_carries_creation_and_estimate() -> None:
+    queued = queued_job("TrainingJob", "ns", "a", {"chips": 8, "work": {"durationSeconds": 60}},
+                        seq=3, created_s=100.0)
+    assert (queued.created_s, queued.expected_s, queued.seq) == (100.0, 60.0, 3)
+    assert TARGET_START.ranked(queued).rank == 100.0 + 600.0
