@@ -62,6 +62,24 @@ def test_queue_positions_and_release_on_succeeded(op: Harness) -> None:
         op.get(n)["status"].get("queuePosition") for n in ("a", "c")] == [1, 2])
 
 
+def test_a_short_job_queues_ahead_of_an_older_long_one(op: Harness) -> None:
+    # gen2-a [144]; 'first' runs; 'long' (10 h) then 'short' (10 min) wait: target start
+    # (creation + 10 x run time) puts 'short' first, and it is admitted first.
+    op.ultraserver(f"{op.ns}-a")
+    op.start()
+    op.job("first", 100)
+    op.phase("first", "Admitted")
+    op.job("long", 100, work={"durationSeconds": 36_000})
+    op.phase("long", "Pending")
+    op.job("short", 100, work={"durationSeconds": 600})
+    op.wait("short ahead of long", lambda: [
+        (op.get(n).get("status") or {}).get("queuePosition") for n in ("short", "long")
+    ] == [1, 2])
+    op.set_status("first", {"phase": "Succeeded"})
+    op.phase("short", "Admitted")
+    assert op.get("long")["status"]["phase"] == "Pending"
+
+
 def test_jobs_that_can_never_fit_fail_with_a_reason(op: Harness) -> None:
     op.ultraserver(f"{op.ns}-a")
     op.start()
