@@ -36,7 +36,15 @@ from ultraplane.operator.requests import HOLDING_PHASES, TERMINAL_PHASES, kind_o
 
 from ultraplane import launches
 from ultraplane.admissions import Admitted
-from ultraplane.ids import ChipId, JobKey, ServerId, job_key, parse_chip_id, server_id
+from ultraplane.ids import (
+    ChipId,
+    JobKey,
+    ServerId,
+    job_key,
+    parse_chip_id,
+    parse_chip_ranges,
+    server_id,
+)
 from ultraplane.outcomes import PodState, outcome
 from ultraplane.profiles import UnknownProfileError, load_profile
 
@@ -99,8 +107,8 @@ def pod_info(body: Mapping[str, Any]) -> tuple[JobKey, PodInfo] | None:
     if not key:
         return None
     try:
-        chips = tuple(ChipId(c) for c in str(notes.get(launches.ANNOTATION_CHIPS, "")).split(",")
-                      if c)
+        # ranges (`ids.chip_ranges`); a lone chip id is one, so older pods' lists parse too
+        chips = tuple(parse_chip_ranges(str(notes.get(launches.ANNOTATION_CHIPS, ""))))
         info = PodInfo(
             name=str(meta.get("name", "")), namespace=str(meta.get("namespace", "")),
             uid=str(labels.get(launches.LABEL_JOB_UID, "")),
