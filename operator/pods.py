@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -32,6 +32,7 @@ from ultraplane.operator.nodes import (
     node_profile,
     ultraserver_name,
 )
+from ultraplane.operator.podwatch import PodWatch
 from ultraplane.operator.requests import HOLDING_PHASES, TERMINAL_PHASES, kind_of, view_job
 
 from ultraplane import launches
@@ -65,6 +66,9 @@ class PodKube(Protocol):
     def create_service(self, namespace: str, body: Mapping[str, Any]) -> None: ...
     def list_nodes(self, label: str) -> list[dict[str, Any]]: ...
     def delete_service(self, namespace: str, name: str) -> None: ...
+    def list_pods(self, namespace: str | None, label: str) -> tuple[list[dict[str, Any]], str]: ...
+    def watch_pods(self, namespace: str | None, label: str, resource_version: str,
+                   timeout_seconds: int) -> Iterator[list[bytes]]: ...
 
 
 @dataclass
@@ -83,6 +87,7 @@ class PodInfo:
     message: str = ""
     terminating: bool = False
     vanished: bool = False
+    seen: bool = True  # False: recorded from our own create, no watch event of it yet
 
     @property
     def live(self) -> bool:
@@ -131,8 +136,12 @@ class PodPlane:
     def __init__(self, kube: PodKube, controller: Controller, *,
                  labels: NodeLabels = DEFAULT_LABELS, grace_seconds: int = 120,
                  cluster_domain: str = "svc", port: int = launches.COORDINATOR_PORT,
-                 batch: float = 0.05, retry: float = 2.0, creates: int = 32) -> None:
+                 batch: float = 0.05, retry: float = 2.0, creates: int = 32,
+                 namespaces: list[str] | None = None) -> None:
         self.kube = kube
+        self.watch = PodWatch(kube, launches.LABEL_JOB_UID, namespaces,
+                              on_list=self.relisted, on_events=self.observe_pods)
+        self.watching = False
         self.controller = controller
         self.labels = labels
         self.grace_seconds = grace_seconds
@@ -163,6 +172,10 @@ class PodPlane:
         them one handler call at a time, and a job admitted meanwhile must find its Nodes."""
         for body in await self.controller._call(self.kube.list_nodes, self.labels.ultraserver):
             self.observe_node(body)
+        if not self.watching:  # the pods it created, as they are now, then as they change
+            await self.watch.sync()
+            self.watch.start()
+            self.watching = True
         log.info("pod data plane: %d Nodes of %d UltraServers", sum(
             len(b) for b in self.node_bodies.values()), len(self.node_bodies))
 
@@ -179,11 +192,32 @@ class PodPlane:
         self.jobs.setdefault(key, JobPods())
         self._mark(key)
 
+    def observe_pods(self, events: list[tuple[str, dict[str, Any]]]) -> None:
+        """A batch of pod watch events (`podwatch.PodWatch`), in order."""
+        for kind, body in events:
+            self.observe_pod(body, deleted=kind == "DELETED")
+
+    def relisted(self, namespace: str | None, bodies: list[dict[str, Any]]) -> None:
+        """A full listing of the pods in `namespace` (None: all): the known ones it lacks were
+        deleted while no watch ran."""
+        listed = set()
+        for body in bodies:
+            meta = body.get("metadata") or {}
+            listed.add((str(meta.get("namespace", "")), str(meta.get("name", ""))))
+            self.observe_pod(body)
+        for key, state in list(self.jobs.items()):
+            for info in list(state.pods.values()):
+                if (namespace is None or info.namespace == namespace) and info.seen \
+                        and not info.vanished and (info.namespace, info.name) not in listed:
+                    self._observe(key, info, deleted=True)
+
     def observe_pod(self, body: Mapping[str, Any], *, deleted: bool = False) -> None:
         found = pod_info(body)
         if found is None:
             return
-        key, info = found
+        self._observe(*found, deleted=deleted)
+
+    def _observe(self, key: JobKey, info: PodInfo, *, deleted: bool) -> None:
         state = self.jobs.setdefault(key, JobPods())
         # the Service came with the pods (perhaps before a restart): removed with the job
         state.service = state.service or launches.dns_label(key.split("/", 2)[2])
@@ -417,6 +451,7 @@ class PodPlane:
                 return str(exc)
             found = pod_info(plan.body)
             if found is not None and plan.name not in state.pods:
+                found[1].seen = False  # a listing that predates it must not count it gone
                 state.pods[plan.name] = found[1]
                 self._hold(key, found[1])
             return None

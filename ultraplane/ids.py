@@ -105,9 +105,9 @@ def chip_ranges(chips: Iterable[str]) -> str:
     merged: list[tuple[str, int, int, int, int]] = []
     for run in runs:  # servers in a row holding the same chips
         if merged:
-            us, s0, s1, c0, c1 = merged[-1]
-            if (run[0], run[3], run[4]) == (us, c0, c1) and run[1] == s1 + 1:
-                merged[-1] = (us, s0, run[2], c0, c1)
+            m_us, s0, s1, c0, c1 = merged[-1]
+            if (run[0], run[3], run[4]) == (m_us, c0, c1) and run[1] == s1 + 1:
+                merged[-1] = (m_us, s0, run[2], c0, c1)
                 continue
         merged.append(run)
     return ",".join(
