@@ -17,6 +17,10 @@ with no large job has no large-wait ratio and is left out of that mean).
 Targets (issue 11): jct_mean_vs_greedy <= 1.0, large_wait_vs_greedy <= 0.7,
 useful_util_vs_greedy >= 1.0, split_jobs_that_fit_one_domain = 0.
 
+A diagnostic replays the `ultraplane` policy once more with its overheads off (no checkpoint or
+restart cost; faults are off in both): `useful_util_vs_greedy_no_overheads` (and the table's
+`noOH` column) separates what placement and queue order lose from what the overheads cost.
+
     python bench/replay_quality.py [--traces DIR] [--load 0.85] [--only cluster03,...]
 
 Ends with ONE JSON line.
@@ -25,6 +29,7 @@ Ends with ONE JSON line.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -32,6 +37,7 @@ import time
 from pathlib import Path
 
 from ultraplane.simulator.bounds import fluid_bound, greedy_in_domain
+from ultraplane.simulator.models import DEFAULT_ASSUMPTIONS
 from ultraplane.simulator.replay import Replay, ReplayConfig
 from ultraplane.simulator.reports import summarize
 from ultraplane.simulator.traces import TraceJob, load_trace
@@ -73,11 +79,11 @@ def main() -> None:
         raise SystemExit(f"no trace CSV files in {args.traces} (set --traces or ULTRAPLANE_TRACES)")
     ratios: dict[str, list[float]] = {k: [] for k in (
         "jct_mean_vs_greedy", "large_wait_vs_greedy", "useful_util_vs_greedy",
-        "jct_mean_vs_fluid")}
+        "jct_mean_vs_fluid", "useful_util_vs_greedy_no_overheads")}
     split = 0
     print(f"{'trace':<10} {'jobs':>6} {'US':>3} {'JCT/greedy':>10} {'largewait/greedy':>16} "
           f"{'useful/greedy':>13} {'JCT/fluid':>9} {'split':>5} {'useful':>7} {'alloc':>6} "
-          f"{'s':>6}")
+          f"{'noOH':>5} {'s':>6}")
     for f in files:
         jobs, bad = load_trace(f)
         if bad:
@@ -93,6 +99,10 @@ def main() -> None:
         bounds = {"greedy": greedy_in_domain(jobs, CHIPS_PER_GPU, [US_CHIPS] * n, US_CHIPS),
                   "fluid": fluid_bound(jobs, CHIPS_PER_GPU, US_CHIPS * n, US_CHIPS)}
         s = summarize(result, large_job_chips=US_CHIPS, one_domain_chips=US_CHIPS, bounds=bounds)
+        free = dataclasses.replace(DEFAULT_ASSUMPTIONS, checkpoint_cost_s=0.0, restart_cost_s=0.0)
+        bare = summarize(Replay(topo, jobs, dataclasses.replace(cfg, assumptions=free)).run(),
+                         large_job_chips=US_CHIPS, one_domain_chips=US_CHIPS, bounds=bounds)
+        s["useful_util_vs_greedy_no_overheads"] = bare["useful_util_vs_greedy"]
         for k, v in ratios.items():
             if s[k] is not None:
                 v.append(s[k])
@@ -105,7 +115,8 @@ def main() -> None:
         print(f"{f.stem:<10} {len(jobs):>6} {n:>3} {show('jct_mean_vs_greedy', 10)} "
               f"{show('large_wait_vs_greedy', 16)} {show('useful_util_vs_greedy', 13)} "
               f"{show('jct_mean_vs_fluid', 9)} {s['split_jobs_that_fit_one_ultraserver']:>5} "
-              f"{s['useful_utilization']:>7.1%} {s['allocated_utilization']:>6.1%} {took:>6.1f}",
+              f"{s['useful_utilization']:>7.1%} {s['allocated_utilization']:>6.1%} "
+              f"{show('useful_util_vs_greedy_no_overheads', 5)} {took:>6.1f}",
               flush=True)
     line: dict[str, object] = {"traces": len(files)}
     for k, v in ratios.items():
@@ -114,7 +125,7 @@ def main() -> None:
     line["split_jobs_that_fit_one_domain"] = split
     line = {k: line[k] for k in ("traces", "jct_mean_vs_greedy", "large_wait_vs_greedy",
                                  "useful_util_vs_greedy", "split_jobs_that_fit_one_domain",
-                                 "jct_mean_vs_fluid")}
+                                 "jct_mean_vs_fluid", "useful_util_vs_greedy_no_overheads")}
     print(json.dumps(line))
 
 

@@ -44,6 +44,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from dataclasses import replace as dc_replace
+from functools import cached_property
 
 from ultraplane.allocator import AllocationConflict, Allocator, NoFit, Placement, PlacementRequest
 from ultraplane.ids import ChipId, JobKey
@@ -85,6 +86,10 @@ class QueuedJob:
 
     def order(self) -> tuple[int, float, int, str]:
         """Sort key: highest priority first, then lowest rank, then oldest, then key."""
+        return self._order
+
+    @cached_property
+    def _order(self) -> tuple[int, float, int, str]:  # sorted on every full cycle
         return (-self.priority, self.rank, self.seq, self.key)
 
     def parts(self) -> tuple[JobKey, ...]:
@@ -354,6 +359,11 @@ class Scheduler:
         """Try `queue` in order, appending to `result` (positions continue after its pending)."""
         position = len(result.pending)
         for index, job in enumerate(queue):
+            known = self._failed.get(job.request)
+            if known is not None and self._settled(job, known, result):
+                position += 1  # what the full path below would decide, without its cost
+                result.pending.append((job.key, known, position))
+                continue
             outcome = self._place(job, result)
             if isinstance(outcome, NoFit) and outcome.kind == "NoCapacity" and job.replicas is None:
                 if job.request.mode == "SplitWhenItPays":
@@ -377,6 +387,17 @@ class Scheduler:
                 result.admitted.append((job.key, outcome[0]))
             else:
                 result.admitted_replicas.append((job.key, outcome))
+
+    def _settled(self, job: QueuedJob, known: NoFit, result: CycleResult) -> bool:
+        """Whether `job`, whose request already failed this cycle, just waits with `known`:
+        no preemption, split, backfill or reservation could change its outcome (a deep queue
+        of such jobs then costs a lookup each)."""
+        return (job.replicas is None and job.request.mode != "SplitWhenItPays"
+                and not (self.preemption and self._lowest is not None
+                         and self._lowest < job.priority)
+                and not (self._fenced and job.expected_s is not None)
+                and (not self.reservation or result.reserved is not None
+                     or known.kind != "NoCapacity"))
 
     def _stand(self, result: CycleResult) -> _Standing:
         """What a cycle that tries only later arrivals may carry over from `result`."""

@@ -92,6 +92,7 @@ def test_skip_bad_rows_still_reports_them(tmp_path: Path) -> None:
         (["--fleet", "trn3-gen2:1", "--policy", "random"], "--policy"),
         (["--fleet", "trn3-gen2:1", "--chips-per-gpu", "0"], "--chips-per-gpu"),
         (["--fleet", "trn3-gen2:1", "--fail", "x:gen2-0000"], "--fail"),
+        (["--fleet", "trn3-gen2:1", "--queue-stretch", "-1"], "--queue-stretch"),
         (["--cluster", "nope.yaml"], "--cluster"),
         ([], "--fleet"),
     ],
@@ -101,6 +102,23 @@ def test_bad_options_exit_2_naming_the_field(tmp_path: Path, args: list[str], fi
     res = run(*args, "--trace", str(trace), "--out", str(tmp_path / "o"))
     assert res.exit_code == 2, res.output
     assert field in res.output and "Traceback" not in res.output
+
+
+def test_queue_stretch_orders_the_queue_and_the_summary_says_which_order(tmp_path: Path) -> None:
+    # one UltraServer held by 'hog'; 'long' (10 h) arrived before 'short' (10 min)
+    trace = write(tmp_path, "hog,0,1000,144\nlong,10,36000,100\nshort,20,600,100\n")
+    starts = {}
+    for stretch in ("10", "0"):
+        out = tmp_path / stretch
+        res = run("--fleet", "trn3-gen2:1", "--trace", str(trace), "--out", str(out),
+                  "--policy", "ultraplane", "--queue-stretch", stretch, "--no-progress")
+        assert res.exit_code == 0, res.output
+        summary = json.loads((out / "summary.json").read_text())["ultraplane"]
+        assert summary["queue_order"].startswith("target start" if stretch == "10" else "arrival")
+        with (out / "jobs.csv").open() as f:
+            starts[stretch] = {r["job_id"]: float(r["start_s"]) for r in csv.DictReader(f)}
+    assert starts["10"]["short"] < starts["10"]["long"]
+    assert starts["0"]["long"] < starts["0"]["short"]
 
 
 def test_cluster_file_instead_of_fleet(tmp_path: Path) -> None:

@@ -110,7 +110,10 @@ class InferenceJobSpec(SpecModel):
         default=None, alias="latencySLO", description="Latency objective."
     )
     duration_seconds: int | None = Field(
-        default=None, ge=1, le=31_536_000, description="Serve for this long; unset means forever."
+        default=None, ge=1, le=31_536_000,
+        description="Serve for this long; unset means forever. Also the scheduler's predicted "
+        "run time for the queue order (see TrainingJob spec.work.durationSeconds); unset counts "
+        "as 24 h.",
     )
 
     template: dict[str, Any] | None = Field(

@@ -60,7 +60,11 @@ class Work(SpecModel):
         default=None, ge=1, le=1_000_000_000, description="Tokens per step (global batch)."
     )
     duration_seconds: int | None = Field(
-        default=None, ge=1, le=MAX_SECONDS, description="Run for this long instead of steps."
+        default=None, ge=1, le=MAX_SECONDS,
+        description="Run for this long instead of steps. Also the scheduler's predicted run "
+        "time: the job queues by its target start (creation + the operator's --queue-stretch "
+        "times this) and may backfill before a reservation when it would end first. Without "
+        "it the job counts as running 24 h.",
     )
 
     @model_validator(mode="after")
