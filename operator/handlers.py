@@ -134,7 +134,8 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     settings.watching.server_timeout = 300
     settings.persistence.finalizer = "ultraplane.dev/kopf"
     settings.persistence.diffbase_storage = NoDiffBase()
-    kube = KubeClient(pool_size=CONFIG.concurrency)
+    # one pooled connection per worker: the writers', the pod plane's (PodPlane `slots`)
+    kube = KubeClient(pool_size=CONFIG.concurrency + (48 if CONFIG.launch_pods else 0))
     controller = Controller(kube, clock=utcnow, emit=post_event,
                             namespaces=CONFIG.namespaces or None, fleet=CONFIG.fleet,
                             concurrency=CONFIG.concurrency, reservation=CONFIG.reservation,

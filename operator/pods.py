@@ -20,7 +20,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -136,7 +137,7 @@ class PodPlane:
     def __init__(self, kube: PodKube, controller: Controller, *,
                  labels: NodeLabels = DEFAULT_LABELS, grace_seconds: int = 120,
                  cluster_domain: str = "svc", port: int = launches.COORDINATOR_PORT,
-                 batch: float = 0.05, retry: float = 2.0, creates: int = 32,
+                 batch: float = 0.05, retry: float = 2.0, creates: int = 32, slots: int = 48,
                  namespaces: list[str] | None = None) -> None:
         self.kube = kube
         self.watch = PodWatch(kube, launches.LABEL_JOB_UID, namespaces,
@@ -149,9 +150,14 @@ class PodPlane:
         self.port = port
         self.batch = batch
         self.retry = retry
-        # Pod creates wait here, not in the writers' queue: a wave of thousands of creates must
-        # not hold back the status writes (Running, Succeeded) and deletes queued behind it.
+        # The pod plane's calls have API slots of their own (`slots`), not the writers' queue:
+        # a cycle's hundreds of admission writes are queued there at once, and a job's pods
+        # must not wait for every admission of its cycle to land (nor a wave of creates hold
+        # back the Running and Succeeded writes). Creates take at most `creates` of the slots,
+        # so deletes (which free chips) always find one.
         self.creating = asyncio.Semaphore(creates)
+        self.slots = asyncio.Semaphore(slots)
+        self._pool = ThreadPoolExecutor(max_workers=slots, thread_name_prefix="pods")
         self.node_changes = 0  # a planned launch is reused until a Node changes
         self.jobs: dict[JobKey, JobPods] = {}
         self.node_bodies: dict[str, dict[str, dict[str, Any]]] = {}  # UltraServer -> Nodes
@@ -170,7 +176,7 @@ class PodPlane:
     async def sync(self) -> None:
         """List the labelled Nodes before the first admission: kopf's own Node watch replays
         them one handler call at a time, and a job admitted meanwhile must find its Nodes."""
-        for body in await self.controller._call(self.kube.list_nodes, self.labels.ultraserver):
+        for body in await self._call(self.kube.list_nodes, self.labels.ultraserver):
             self.observe_node(body)
         if not self.watching:  # the pods it created, as they are now, then as they change
             await self.watch.sync()
@@ -178,6 +184,10 @@ class PodPlane:
             self.watching = True
         log.info("pod data plane: %d Nodes of %d UltraServers", sum(
             len(b) for b in self.node_bodies.values()), len(self.node_bodies))
+
+    async def _call(self, fn: Callable[..., Any], *args: Any) -> Any:
+        async with self.slots:
+            return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
 
     # -- intake (kopf handlers) --------------------------------------------------------
     def observe_job(self, body: Mapping[str, Any], *, deleted: bool = False) -> None:
@@ -379,7 +389,7 @@ class PodPlane:
             if (pod.group, pod.rank) in current:
                 stale.append(pod)
                 continue
-            await self.controller._call(self.kube.label_pod, pod.namespace, pod.name,
+            await self._call(self.kube.label_pod, pod.namespace, pod.name,
                                         {launches.LABEL_ATTEMPT: str(attempt)})
             pod.attempt = attempt
             current[(pod.group, pod.rank)] = pod
@@ -432,7 +442,7 @@ class PodPlane:
         job = launch.job
         if state.service is None:
             try:
-                await self.controller._call(self.kube.create_service, job.namespace,
+                await self._call(self.kube.create_service, job.namespace,
                                             launch.service)
             except Conflict:
                 pass
@@ -444,7 +454,7 @@ class PodPlane:
         async def one(plan: launches.PodPlan) -> str | None:
             try:
                 async with self.creating:
-                    await self.controller._call(self.kube.create_pod, job.namespace, plan.body)
+                    await self._call(self.kube.create_pod, job.namespace, plan.body)
             except Conflict:
                 return None  # ours from before a restart; its watch event follows
             except Rejected as exc:
@@ -472,7 +482,7 @@ class PodPlane:
             self.deleting.add(ident)
             try:
                 grace = 0 if not pod.live else None  # None: the pod's own grace period
-                await self.controller._call(self.kube.delete_pod, pod.namespace, pod.name, grace)
+                await self._call(self.kube.delete_pod, pod.namespace, pod.name, grace)
             except Gone:
                 self.deleting.discard(ident)
                 self.jobs[key].pods.pop(pod.name, None)
@@ -489,7 +499,7 @@ class PodPlane:
             return
         namespace = key.split("/")[1]
         with contextlib.suppress(Gone):
-            await self.controller._call(self.kube.delete_service, namespace, state.service)
+            await self._call(self.kube.delete_service, namespace, state.service)
         state.service = None
 
     # -- the job's side ----------------------------------------------------------------
