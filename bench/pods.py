@@ -20,6 +20,10 @@ admit-to-all-running latency per job (the bench's job watch sees `Admitted`, the
 which the operator writes once every pod runs). Baseline in the same run: the same client
 creating pods directly, with no operator (the API server's create ceiling on this machine).
 
+It also prints the API server's request counts during the run (`apiserver_request_total` per
+resource and verb: what each pod and job costs in writes), and `--apiserver-profile SECONDS`
+writes a Go CPU profile of the API server (`go tool pprof -top apiserver.pprof`).
+
 Ends with ONE JSON line:
 {"nodes":..., "jobs":..., "pods":..., "pods_per_s":..., "admit_to_all_running_p99_s":...}
 """
