@@ -20,6 +20,10 @@ admit-to-all-running latency per job (the bench's job watch sees `Admitted`, the
 which the operator writes once every pod runs). Baseline in the same run: the same client
 creating pods directly, with no operator (the API server's create ceiling on this machine).
 
+It also prints the API server's request counts during the run (`apiserver_request_total` per
+resource and verb: what each pod and job costs in writes), and `--apiserver-profile SECONDS`
+writes a Go CPU profile of the API server (`go tool pprof -top apiserver.pprof`).
+
 Ends with ONE JSON line:
 {"nodes":..., "jobs":..., "pods":..., "pods_per_s":..., "admit_to_all_running_p99_s":...}
 """
@@ -289,6 +293,35 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def api_get(env: KubeEnv, path: str, timeout: float = 30) -> bytes:
+    import ssl
+    import urllib.request
+
+    ctx = ssl.create_default_context(cafile=str(env.ca_file))
+    req = urllib.request.Request(f"{env.server}{path}",
+                                 headers={"Authorization": f"Bearer {env.token}"})
+    with urllib.request.urlopen(req, context=ctx, timeout=timeout) as resp:
+        return bytes(resp.read())
+
+
+def requests_by_kind(env: KubeEnv) -> dict[str, int]:
+    """The API server's request counters (`apiserver_request_total`), summed per resource and
+    verb: `pods/create`, `pods/status/patch`... (what each pod and job costs in writes)."""
+    import re
+
+    counts: dict[str, int] = {}
+    line = re.compile(r'^apiserver_request_total\{(?P<labels>[^}]*)\} (?P<n>[0-9.e+]+)$')
+    for text in api_get(env, "/metrics").decode().splitlines():
+        m = line.match(text)
+        if m is None:
+            continue
+        labels = dict(re.findall(r'(\w+)="([^"]*)"', m["labels"]))
+        what = "/".join(x for x in (labels.get("resource"), labels.get("subresource"),
+                                    labels.get("verb", "").lower()) if x)
+        counts[what] = counts.get(what, 0) + int(float(m["n"]))
+    return counts
+
+
 def quantile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else 0.0
@@ -299,6 +332,9 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="8 UltraServers, 100 jobs")
     parser.add_argument("--timeout", type=float, default=1200)
     parser.add_argument("--verbose", action="store_true", help="operator debug log")
+    parser.add_argument("--apiserver-profile", type=int, default=0, metavar="SECONDS",
+                        help="write a Go CPU profile of the API server (the run's first "
+                        "SECONDS) to ./apiserver.pprof")
     args = parser.parse_args()
     n_us, n_jobs = (8, 100) if args.quick else (64, 1000)
     rng = random.Random(SEED)
@@ -330,6 +366,14 @@ def main() -> None:
         procs = {"operator": h.proc.pid if h.proc else 0, "bench": os.getpid(),
                  **{name: p.pid for name, p in env._procs}}
         cpu0 = {n: cpu_seconds(pid) for n, pid in procs.items()}
+        requests0 = requests_by_kind(env)
+        print(f"pids (for py-spy): {procs}", flush=True)
+        if args.apiserver_profile:  # a CPU profile of the API server over the run's start
+            def profile() -> None:
+                data = api_get(env, f"/debug/pprof/profile?seconds={args.apiserver_profile}",
+                               timeout=args.apiserver_profile + 60)
+                Path("apiserver.pprof").write_bytes(data)
+            threading.Thread(target=profile, daemon=True).start()
         started = time.monotonic()
         with ThreadPoolExecutor(16) as pool:
             list(pool.map(lambda b: h.api.create_namespaced_custom_object(
@@ -346,6 +390,9 @@ def main() -> None:
                       f"pods {kubelet.created}", flush=True)
         ended = time.monotonic()
         cpu = {n: round(cpu_seconds(pid) - cpu0[n], 1) for n, pid in procs.items()}
+        requests1 = requests_by_kind(env)
+        made = {k: n - requests0.get(k, 0) for k, n in sorted(requests1.items())
+                if n - requests0.get(k, 0) >= 10 and not k.endswith(("/watch", "/list"))}
         kubelet.stop.set()
         complete = len(kubelet.finished) == n_jobs
         if not complete:  # say where the rest stand
@@ -377,6 +424,7 @@ def main() -> None:
             print(f"admit -> all pods running (operator writes Running): p50 "
                   f"{statistics.median(lat):.2f}s p99 {p99:.2f}s max {max(lat):.2f}s "
                   f"over {len(lat)} attempts")
+        print(f"API requests during the run (10 or more; watches and lists left out): {made}")
         print(f"CPU seconds during the run ({duration:.0f}s wall, 2 shared cores): {cpu}")
         print(f"targets: pods/s >= 100: {'met' if rate >= 100 else 'MISSED'}; "
               f"p99 <= 10 s: {'met' if lat and p99 <= 10 else 'MISSED'}")

@@ -6,8 +6,9 @@ kopf's event loop, next to the loop they wake, with no locking. `kopf run -m
 ultraplane.operator.handlers` works too; `ultraplane operator` sets `CONFIG` first. The Node
 watch exists only with `--ultraservers-from-nodes` (`ULTRAPLANE_ULTRASERVERS_FROM_NODES=1`):
 registered then and never otherwise, so an operator without it needs no access to Nodes.
-The pod data plane (`pods.py`, on unless `--no-launch-pods`) adds watches of the pods it
-created (label `ultraplane.dev/job-uid`) and of Nodes (the server -> Node map).
+The pod data plane (`pods.py`, on unless `--no-launch-pods`) adds a watch of Nodes (the
+server -> Node map) and runs its own watch of the pods it created (label
+`ultraplane.dev/job-uid`, `podwatch.py`).
 """
 
 from __future__ import annotations
@@ -133,7 +134,8 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     settings.watching.server_timeout = 300
     settings.persistence.finalizer = "ultraplane.dev/kopf"
     settings.persistence.diffbase_storage = NoDiffBase()
-    kube = KubeClient(pool_size=CONFIG.concurrency)
+    # one pooled connection per worker: the writers', the pod plane's (PodPlane `slots`)
+    kube = KubeClient(pool_size=CONFIG.concurrency + (48 if CONFIG.launch_pods else 0))
     controller = Controller(kube, clock=utcnow, emit=post_event,
                             namespaces=CONFIG.namespaces or None, fleet=CONFIG.fleet,
                             concurrency=CONFIG.concurrency, reservation=CONFIG.reservation,
@@ -147,7 +149,8 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     plane: PodPlane | None = None
     if CONFIG.launch_pods:
         plane = PodPlane(kube, controller, labels=labels, grace_seconds=CONFIG.pod_grace_seconds,
-                         cluster_domain=CONFIG.cluster_domain)
+                         cluster_domain=CONFIG.cluster_domain,
+                         namespaces=CONFIG.namespaces or None)
         memo["pods"] = plane
         tasks.append(asyncio.create_task(plane.run(), name="ultraplane-pods"))
     if CONFIG.ultraservers_from_nodes:
@@ -199,6 +202,9 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
 async def cleanup(memo: kopf.Memo, **_: Any) -> None:
     for task in memo.get("tasks", []):
         task.cancel()
+    plane: PodPlane | None = memo.get("pods")
+    if plane is not None:
+        plane.watch.close()
 
 
 @kopf.on.event(GROUP, VERSION, ULTRASERVERS)
@@ -233,14 +239,6 @@ def _pods_see_job(memo: kopf.Memo, body: Mapping[str, Any], kind: str) -> None:
         plane.observe_job({**body, "kind": kind})
 
 
-async def pod_event(event: Mapping[str, Any], body: Mapping[str, Any],
-                    memo: kopf.Memo, **_: Any) -> None:
-    """A pod the operator created changed (or went)."""
-    plane: PodPlane | None = memo.get("pods")
-    if plane is not None:
-        plane.observe_pod(body, deleted=event.get("type") == "DELETED")
-
-
 async def node_event(event: Mapping[str, Any], body: Mapping[str, Any],
                      memo: kopf.Memo, **_: Any) -> None:
     """A Node changed: its UltraServer is rebuilt by the discovery loop."""
@@ -267,10 +265,11 @@ _POD_WATCH: list[Any] = []
 
 
 def watch_pods() -> None:
-    """Registers the pod and Node handlers of the pod data plane (once)."""
+    """Registers the Node handler of the pod data plane (once); its pods it watches itself
+    (`podwatch.py`: a pod changes four or five times, and kopf's per-event work was most of
+    what each change cost the operator)."""
     if not _POD_WATCH:
-        _POD_WATCH.append(kopf.on.event("v1", "pods", labels={
-            "ultraplane.dev/job-uid": kopf.PRESENT})(pod_event))
+        _POD_WATCH.append(True)
         watch_nodes()
 
 

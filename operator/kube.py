@@ -9,7 +9,7 @@ bounded pool of workers with one pooled HTTP connection each does the work.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any, cast
 
 from ultraplane.operator.requests import (
@@ -221,11 +221,13 @@ class KubeClient:
         back (for a pod, more CPU than the request itself); the API server validates anyway."""
         from kubernetes.client.exceptions import ApiException
 
-        request = self._api_client.param_serialize(
-            method=method, resource_path=path, path_params=dict(params), body=dict(body),
+        # no body here: `param_serialize` would walk it key by key (`sanitize_for_serialization`,
+        # a third of a pod create's client CPU); the REST layer sends a dict with json.dumps
+        method, url, headers, _, _ = self._api_client.param_serialize(
+            method=method, resource_path=path, path_params=dict(params), body=None,
             header_params={"Content-Type": "application/json", "Accept": "application/json"},
             auth_settings=["BearerToken"])
-        response = self._api_client.call_api(*request)
+        response = self._api_client.call_api(method, url, headers, body)
         response.read()  # type: ignore[no-untyped-call]  # the connection goes back to the pool
         if not 200 <= response.status <= 299:
             raise ApiException(http_resp=response)
@@ -267,3 +269,56 @@ class KubeClient:
                                                          _preload_content=False))
         except Exception as exc:
             raise _translate(exc) from exc
+
+    # -- the pod data plane's own watch (operator/podwatch.py) ----------------------------
+    def list_pods(self, namespace: str | None, label: str) -> tuple[list[dict[str, Any]], str]:
+        """Pods carrying `label` (None: every namespace) and the list's resourceVersion."""
+        import json
+
+        items: list[dict[str, Any]] = []
+        token: str | None = None
+        while True:
+            try:
+                if namespace is None:
+                    response = self.core.list_pod_for_all_namespaces(
+                        label_selector=label, limit=500, _continue=token, _preload_content=False)
+                else:
+                    response = self.core.list_namespaced_pod(
+                        namespace, label_selector=label, limit=500, _continue=token,
+                        _preload_content=False)
+            except Exception as exc:
+                raise _translate(exc) from exc
+            page = json.loads(response.data)  # type: ignore[attr-defined]  # raw response
+            items.extend(page.get("items", []))
+            meta = page.get("metadata") or {}
+            token = meta.get("continue")
+            if not token:
+                return items, str(meta.get("resourceVersion") or "")
+
+    def watch_pods(self, namespace: str | None, label: str, resource_version: str,
+                   timeout_seconds: int) -> Iterator[list[bytes]]:
+        """The watch's event lines (raw JSON), a list per chunk read; ends when the server
+        closes the watch. `podwatch.Expired` when `resource_version` is too old."""
+        from ultraplane.operator.podwatch import Expired
+
+        args: dict[str, Any] = {
+            "label_selector": label, "watch": True, "resource_version": resource_version,
+            "allow_watch_bookmarks": True, "timeout_seconds": timeout_seconds,
+            "_preload_content": False, "_request_timeout": (30, timeout_seconds + 60)}
+        response: Any  # raw (`_preload_content=False`): a urllib3 response
+        try:
+            response = (self.core.list_pod_for_all_namespaces(**args) if namespace is None
+                        else self.core.list_namespaced_pod(namespace, **args))
+        except Exception as exc:
+            if getattr(exc, "status", None) == 410:
+                raise Expired(str(exc)) from exc
+            raise _translate(exc) from exc
+        try:
+            rest = b""
+            for chunk in response.stream(65536):
+                *lines, rest = (rest + chunk).split(b"\n")
+                lines = [line for line in lines if line.strip()]
+                if lines:
+                    yield lines
+        finally:
+            response.close()  # a watch's connection is not reused (it may be half read)

@@ -89,18 +89,24 @@ class Observations:
         if not self.ready:
             self.buffered[key] = (dict(body), deleted)
             return
-        self.wake.set()
         old = self.bodies.get(key)
         if old is not None and old["metadata"].get("uid") != view.uid:
             self.forget(key)
             old = None
         if deleted:
+            self.wake.set()
             self.forget(key)
             self.removing.pop(key, None)
             return
-        if old is not None and newer(str(old["metadata"].get("resourceVersion", "")),
-                                     view.resource_version):
-            return  # stale echo of something we already know
+        if old is not None:
+            known = str(old["metadata"].get("resourceVersion", ""))
+            if (known and known == view.resource_version) or newer(known,
+                                                                   view.resource_version):
+                # The echo of our own status write (`remember` kept its answer) or a stale
+                # event: nothing new, so no cycle. Every admission, Running, Succeeded and
+                # position write comes back this way, and each cycle recomputes the reservation.
+                return
+        self.wake.set()
         self.bodies[key] = dict(body)
         if view.deleting:
             self.forget(key)
@@ -128,7 +134,12 @@ class Observations:
             return
         if self.scheduler.is_queued(key):
             # A waiting job's spec may have been edited (priority, size): the newest counts.
-            self.admissions.submit(view.queued)
+            # Only then: a resubmission makes the next cycle a full one (`Scheduler.submit`),
+            # and a status-only change (our position write, seen before its answer) is none.
+            if old is None or old.get("spec") != body.get("spec") or (
+                    old["metadata"].get("creationTimestamp")
+                    != (body.get("metadata") or {}).get("creationTimestamp")):
+                self.admissions.submit(view.queued)
             return
         if view.phase in HOLDING_PHASES and view.chips:
             chips = view.replica_chips if view.queued.replicas is not None else (view.chips,)

@@ -20,7 +20,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -32,11 +33,20 @@ from ultraplane.operator.nodes import (
     node_profile,
     ultraserver_name,
 )
+from ultraplane.operator.podwatch import PodWatch
 from ultraplane.operator.requests import HOLDING_PHASES, TERMINAL_PHASES, kind_of, view_job
 
 from ultraplane import launches
 from ultraplane.admissions import Admitted
-from ultraplane.ids import ChipId, JobKey, ServerId, job_key, parse_chip_id, server_id
+from ultraplane.ids import (
+    ChipId,
+    JobKey,
+    ServerId,
+    job_key,
+    parse_chip_id,
+    parse_chip_ranges,
+    server_id,
+)
 from ultraplane.outcomes import PodState, outcome
 from ultraplane.profiles import UnknownProfileError, load_profile
 
@@ -57,6 +67,9 @@ class PodKube(Protocol):
     def create_service(self, namespace: str, body: Mapping[str, Any]) -> None: ...
     def list_nodes(self, label: str) -> list[dict[str, Any]]: ...
     def delete_service(self, namespace: str, name: str) -> None: ...
+    def list_pods(self, namespace: str | None, label: str) -> tuple[list[dict[str, Any]], str]: ...
+    def watch_pods(self, namespace: str | None, label: str, resource_version: str,
+                   timeout_seconds: int) -> Iterator[list[bytes]]: ...
 
 
 @dataclass
@@ -75,6 +88,7 @@ class PodInfo:
     message: str = ""
     terminating: bool = False
     vanished: bool = False
+    seen: bool = True  # False: recorded from our own create, no watch event of it yet
 
     @property
     def live(self) -> bool:
@@ -99,8 +113,8 @@ def pod_info(body: Mapping[str, Any]) -> tuple[JobKey, PodInfo] | None:
     if not key:
         return None
     try:
-        chips = tuple(ChipId(c) for c in str(notes.get(launches.ANNOTATION_CHIPS, "")).split(",")
-                      if c)
+        # ranges (`ids.chip_ranges`); a lone chip id is one, so older pods' lists parse too
+        chips = tuple(parse_chip_ranges(str(notes.get(launches.ANNOTATION_CHIPS, ""))))
         info = PodInfo(
             name=str(meta.get("name", "")), namespace=str(meta.get("namespace", "")),
             uid=str(labels.get(launches.LABEL_JOB_UID, "")),
@@ -123,8 +137,12 @@ class PodPlane:
     def __init__(self, kube: PodKube, controller: Controller, *,
                  labels: NodeLabels = DEFAULT_LABELS, grace_seconds: int = 120,
                  cluster_domain: str = "svc", port: int = launches.COORDINATOR_PORT,
-                 batch: float = 0.05, retry: float = 2.0, creates: int = 32) -> None:
+                 batch: float = 0.05, retry: float = 2.0, creates: int = 32, slots: int = 48,
+                 namespaces: list[str] | None = None) -> None:
         self.kube = kube
+        self.watch = PodWatch(kube, launches.LABEL_JOB_UID, namespaces,
+                              on_list=self.relisted, on_events=self.observe_pods)
+        self.watching = False
         self.controller = controller
         self.labels = labels
         self.grace_seconds = grace_seconds
@@ -132,9 +150,14 @@ class PodPlane:
         self.port = port
         self.batch = batch
         self.retry = retry
-        # Pod creates wait here, not in the writers' queue: a wave of thousands of creates must
-        # not hold back the status writes (Running, Succeeded) and deletes queued behind it.
+        # The pod plane's calls have API slots of their own (`slots`), not the writers' queue:
+        # a cycle's hundreds of admission writes are queued there at once, and a job's pods
+        # must not wait for every admission of its cycle to land (nor a wave of creates hold
+        # back the Running and Succeeded writes). Creates take at most `creates` of the slots,
+        # so deletes (which free chips) always find one.
         self.creating = asyncio.Semaphore(creates)
+        self.slots = asyncio.Semaphore(slots)
+        self._pool = ThreadPoolExecutor(max_workers=slots, thread_name_prefix="pods")
         self.node_changes = 0  # a planned launch is reused until a Node changes
         self.jobs: dict[JobKey, JobPods] = {}
         self.node_bodies: dict[str, dict[str, dict[str, Any]]] = {}  # UltraServer -> Nodes
@@ -153,10 +176,18 @@ class PodPlane:
     async def sync(self) -> None:
         """List the labelled Nodes before the first admission: kopf's own Node watch replays
         them one handler call at a time, and a job admitted meanwhile must find its Nodes."""
-        for body in await self.controller._call(self.kube.list_nodes, self.labels.ultraserver):
+        for body in await self._call(self.kube.list_nodes, self.labels.ultraserver):
             self.observe_node(body)
+        if not self.watching:  # the pods it created, as they are now, then as they change
+            await self.watch.sync()
+            self.watch.start()
+            self.watching = True
         log.info("pod data plane: %d Nodes of %d UltraServers", sum(
             len(b) for b in self.node_bodies.values()), len(self.node_bodies))
+
+    async def _call(self, fn: Callable[..., Any], *args: Any) -> Any:
+        async with self.slots:
+            return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
 
     # -- intake (kopf handlers) --------------------------------------------------------
     def observe_job(self, body: Mapping[str, Any], *, deleted: bool = False) -> None:
@@ -171,11 +202,32 @@ class PodPlane:
         self.jobs.setdefault(key, JobPods())
         self._mark(key)
 
+    def observe_pods(self, events: list[tuple[str, dict[str, Any]]]) -> None:
+        """A batch of pod watch events (`podwatch.PodWatch`), in order."""
+        for kind, body in events:
+            self.observe_pod(body, deleted=kind == "DELETED")
+
+    def relisted(self, namespace: str | None, bodies: list[dict[str, Any]]) -> None:
+        """A full listing of the pods in `namespace` (None: all): the known ones it lacks were
+        deleted while no watch ran."""
+        listed = set()
+        for body in bodies:
+            meta = body.get("metadata") or {}
+            listed.add((str(meta.get("namespace", "")), str(meta.get("name", ""))))
+            self.observe_pod(body)
+        for key, state in list(self.jobs.items()):
+            for info in list(state.pods.values()):
+                if (namespace is None or info.namespace == namespace) and info.seen \
+                        and not info.vanished and (info.namespace, info.name) not in listed:
+                    self._observe(key, info, deleted=True)
+
     def observe_pod(self, body: Mapping[str, Any], *, deleted: bool = False) -> None:
         found = pod_info(body)
         if found is None:
             return
-        key, info = found
+        self._observe(*found, deleted=deleted)
+
+    def _observe(self, key: JobKey, info: PodInfo, *, deleted: bool) -> None:
         state = self.jobs.setdefault(key, JobPods())
         # the Service came with the pods (perhaps before a restart): removed with the job
         state.service = state.service or launches.dns_label(key.split("/", 2)[2])
@@ -337,7 +389,7 @@ class PodPlane:
             if (pod.group, pod.rank) in current:
                 stale.append(pod)
                 continue
-            await self.controller._call(self.kube.label_pod, pod.namespace, pod.name,
+            await self._call(self.kube.label_pod, pod.namespace, pod.name,
                                         {launches.LABEL_ATTEMPT: str(attempt)})
             pod.attempt = attempt
             current[(pod.group, pod.rank)] = pod
@@ -390,7 +442,7 @@ class PodPlane:
         job = launch.job
         if state.service is None:
             try:
-                await self.controller._call(self.kube.create_service, job.namespace,
+                await self._call(self.kube.create_service, job.namespace,
                                             launch.service)
             except Conflict:
                 pass
@@ -402,13 +454,14 @@ class PodPlane:
         async def one(plan: launches.PodPlan) -> str | None:
             try:
                 async with self.creating:
-                    await self.controller._call(self.kube.create_pod, job.namespace, plan.body)
+                    await self._call(self.kube.create_pod, job.namespace, plan.body)
             except Conflict:
                 return None  # ours from before a restart; its watch event follows
             except Rejected as exc:
                 return str(exc)
             found = pod_info(plan.body)
             if found is not None and plan.name not in state.pods:
+                found[1].seen = False  # a listing that predates it must not count it gone
                 state.pods[plan.name] = found[1]
                 self._hold(key, found[1])
             return None
@@ -429,7 +482,7 @@ class PodPlane:
             self.deleting.add(ident)
             try:
                 grace = 0 if not pod.live else None  # None: the pod's own grace period
-                await self.controller._call(self.kube.delete_pod, pod.namespace, pod.name, grace)
+                await self._call(self.kube.delete_pod, pod.namespace, pod.name, grace)
             except Gone:
                 self.deleting.discard(ident)
                 self.jobs[key].pods.pop(pod.name, None)
@@ -446,7 +499,7 @@ class PodPlane:
             return
         namespace = key.split("/")[1]
         with contextlib.suppress(Gone):
-            await self.controller._call(self.kube.delete_service, namespace, state.service)
+            await self._call(self.kube.delete_service, namespace, state.service)
         state.service = None
 
     # -- the job's side ----------------------------------------------------------------

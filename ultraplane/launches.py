@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ultraplane.ids import ChipId, JobKey, ServerId, parse_chip_id, server_id
+from ultraplane.ids import ChipId, JobKey, ServerId, chip_ranges, parse_chip_id, server_id
 
 NEURON_RESOURCE = "aws.amazon.com/neuron"
 NEURON_TAINT = "aws.amazon.com/neuron"
@@ -156,7 +156,8 @@ def environment(job: JobRef, *, group: int, rank: int, world: int, server: Serve
         "ULTRAPLANE_COORDINATOR_ADDR": coordinator,
         "ULTRAPLANE_COORDINATOR_PORT": port,
         "ULTRAPLANE_LOCAL_CHIP_IDS": ",".join(local),
-        "ULTRAPLANE_CHIP_IDS": ",".join(group_chips),
+        # ranges (`ids.chip_ranges`): a 144-chip gang's ids were half of each of its pods
+        "ULTRAPLANE_CHIP_IDS": chip_ranges(group_chips),
         "ULTRAPLANE_NEURON_CORES": cores,
         "ULTRAPLANE_ULTRASERVER": us,
         "ULTRAPLANE_ULTRASERVERS": ",".join(ultraservers),
@@ -192,7 +193,7 @@ def pod_body(job: JobRef, template: Mapping[str, Any], *, group: int, rank: int,
               LABEL_JOB_KIND: job.kind, LABEL_ATTEMPT: str(job.attempt),
               LABEL_GROUP: str(group), LABEL_RANK: str(rank)}
     annotations = {**(meta.get("annotations") or {}), ANNOTATION_JOB_KEY: job.key,
-                   ANNOTATION_SERVER: server, ANNOTATION_CHIPS: ",".join(chips)}
+                   ANNOTATION_SERVER: server, ANNOTATION_CHIPS: chip_ranges(chips)}
     spec["nodeName"] = node
     spec["hostname"] = hostname(job, group, rank)
     spec["subdomain"] = service_name(job)

@@ -15,6 +15,7 @@ import pytest
 
 from tests.integration.operator_harness import GROUP, VERSION, Harness
 from tests.integration.pod_kubelets import PlayedKubelet, delete_nodes, make_nodes, node_name
+from ultraplane.ids import parse_chip_ranges
 
 TEMPLATE = {"metadata": {"labels": {"team": "llm"}},
             "spec": {"containers": [{"name": "train", "image": "busybox:1.36",
@@ -90,7 +91,7 @@ def test_pods_land_on_the_allocated_nodes_with_devices_env_and_a_service(
     assert env["ULTRAPLANE_WORLD_SIZE"] == "3" and env["ULTRAPLANE_NODE_RANK"] == "1"
     assert env["ULTRAPLANE_COORDINATOR_ADDR"] == f"llama-0.llama.{op.ns}.svc"
     assert env["ULTRAPLANE_SERVER"] == sorted(servers)[1]
-    assert sorted(env["ULTRAPLANE_CHIP_IDS"].split(",")) == sorted(
+    assert sorted(parse_chip_ranges(env["ULTRAPLANE_CHIP_IDS"])) == sorted(
         body["status"]["allocation"]["chips"])
     svc = kubelet.core.read_namespaced_service("llama", op.ns)
     assert svc.spec.cluster_ip == "None" and svc.spec.publish_not_ready_addresses

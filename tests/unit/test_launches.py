@@ -9,8 +9,18 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from ultraplane.ids import ChipId, JobKey, ServerId, chip_id, server_id
+from ultraplane.ids import (
+    ChipId,
+    JobKey,
+    ServerId,
+    chip_id,
+    chip_ranges,
+    parse_chip_ranges,
+    server_id,
+)
 from ultraplane.launches import (
     NEURON_RESOURCE,
     JobRef,
@@ -86,7 +96,8 @@ def test_the_environment_of_a_rank() -> None:
     assert env["ULTRAPLANE_SERVER"] == "us-b/s00" and env["ULTRAPLANE_ULTRASERVER"] == "us-b"
     assert env["ULTRAPLANE_ULTRASERVERS"] == "us-a,us-b"
     assert env["ULTRAPLANE_LOCAL_CHIP_IDS"] == ",".join(chip_id("us-b", 0, c) for c in range(4))
-    assert env["ULTRAPLANE_CHIP_IDS"].split(",") == sorted(chips)
+    assert env["ULTRAPLANE_CHIP_IDS"] == "us-a/s04-s05/c00-c03,us-b/s00/c00-c03"  # ranges
+    assert parse_chip_ranges(env["ULTRAPLANE_CHIP_IDS"]) == sorted(chips)
     assert env["ULTRAPLANE_NEURON_CORES"] == "0-31"
     assert env["KEEP"] == "me"  # the template's own variables stay, ours replace theirs
     assert [e["value"] for e in launch.pods[2].body["spec"]["containers"][0]["env"]
@@ -129,6 +140,34 @@ def test_a_server_without_a_node_is_named() -> None:
 ])
 def test_neuron_core_ranges(chips: list[int], cores: str) -> None:
     assert core_range([chip_id("us", 0, c) for c in chips], 8) == cores
+
+
+@pytest.mark.parametrize(("rows", "ranges"), [
+    # a whole Gen2 UltraServer: 36 servers of 4
+    ({"gen2-0003": "4" * 36}, "gen2-0003/s00-s35/c00-c03"),
+    #   us-a: 4 4 . 2 2   us-b: 4
+    ({"us-a": "44.22", "us-b": "4"}, "us-a/s00-s01/c00-c03,us-a/s03-s04/c00-c01,us-b/s00/c00-c03"),
+    #   us-a: 1            (one chip is one range)
+    ({"us-a": "1"}, "us-a/s00/c00"),
+])
+def test_chip_ids_as_ranges(rows: dict[str, str], ranges: str) -> None:
+    chips = drawn(rows)
+    assert chip_ranges(chips) == ranges
+    assert parse_chip_ranges(ranges) == chips
+
+
+@given(st.lists(st.tuples(st.sampled_from(["us-a", "us-b"]), st.integers(0, 40),
+                          st.integers(0, 3)), unique=True))
+def test_chip_ranges_give_back_every_id_in_order(cells: list[tuple[str, int, int]]) -> None:
+    chips = [chip_id(*c) for c in cells]  # any order, non-adjacent chips included
+    assert parse_chip_ranges(chip_ranges(chips)) == chips
+
+
+def test_a_bad_chip_range_is_named() -> None:
+    with pytest.raises(ValueError, match="'us-a/s03-s01/c00' runs backwards"):
+        parse_chip_ranges("us-a/s03-s01/c00")
+    with pytest.raises(ValueError, match="is not of the form"):
+        parse_chip_ranges("us-a/s03")
 
 
 @pytest.mark.parametrize(("text", "ok"), [("llama", "llama"), ("7b.v2", None), ("a" * 80, None)])
