@@ -35,6 +35,7 @@ from ultraplane.operator.writers import Kube, Writers
 from ultraplane.admissions import Admissions, Pending
 from ultraplane.allocator import Allocator
 from ultraplane.ids import JobKey
+from ultraplane.scheduling import QueuedJob
 from ultraplane.topology import Topology
 
 __all__ = ["Controller", "CycleStats", "Kube", "Transition", "moved"]
@@ -107,6 +108,7 @@ class Controller(Writers):
         self.reserved: dict[str, JobKey] = {}  # UltraServer -> job held back for (last cycle)
         self.buffered: dict[JobKey, tuple[dict[str, Any], bool]] = {}
         self.removing: dict[JobKey, dict[str, Any]] = {}
+        self.submitted: dict[JobKey, QueuedJob] = {}
         self.ready = False
         self.leader = True
         self.wake = asyncio.Event()

@@ -102,7 +102,7 @@ class EventDigests:
                 return (body, type_, reason, message)
             digest = self.open[key] = _Digest(since=self.bucket.clock())
         if digest.body is None:
-            digest.body, digest.message = body, message
+            digest.body, digest.message = dict(body), message
         if len(digest.names) < SHOWN:
             digest.names.append(str(meta.get("name") or ""))
         digest.count += 1
