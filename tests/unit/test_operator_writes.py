@@ -4,6 +4,8 @@ on the watch or at the next resync (issue 16)."""
 from __future__ import annotations
 
 import asyncio
+import copy
+from typing import Any
 
 from ultraplane.operator.budgets import EventDigests, TokenBucket
 from ultraplane.operator.transitions import Transition
@@ -210,5 +212,40 @@ def test_a_filling_ultraserver_is_written_once_it_settles_or_falls_too_far_behin
         await c.flush_ultraservers()
         assert kube.log == [("gen2-0000", "us")]
         assert kube.us_status["gen2-0000"]["allocated"]["chips"] == 16
+
+    asyncio.run(scenario())
+
+
+def test_the_echo_of_a_position_write_leaves_the_next_cycle_carrying_the_queue() -> None:
+    # gen2-0000 [big 144]; w0..w19 wait. The watch echoes every position write: those are not
+    # edits, so the next cycle carries the queue over instead of ordering all of it anew.
+    async def scenario() -> None:
+        kube = FakeKube()
+        c = controller(kube)
+        kube.add_job("big", 144)
+        for i in range(20):
+            kube.add_job(f"w{i}", 144)
+        await c.sync()
+        await settle(c)
+        carried: list[int | None] = []
+        cycle = c.scheduler.cycle
+
+        def spy(now: float | None = None) -> Any:
+            result = cycle(now)
+            carried.append(result.carried)
+            return result
+
+        c.scheduler.cycle = spy  # type: ignore[method-assign]
+        for i in range(20):
+            c.observe_job(copy.deepcopy(kube.jobs[f"w{i}"]))
+        await c.run_cycle()
+        assert carried[-1] is not None
+        w = kube.jobs["w0"]  # an edit of a waiting job is no echo: the queue is ordered anew
+        w["spec"]["priority"] = -1
+        c.observe_job(kube.bump(w))
+        await settle(c)
+        assert carried[-3] is None
+        assert kube.jobs["w0"]["status"]["queuePosition"] == 20
+        assert kube.jobs["w1"]["status"]["queuePosition"] == 1
 
     asyncio.run(scenario())
