@@ -208,6 +208,12 @@ def run_fleet(env: KubeEnv, ns: str, count: int, logdir: Path) -> Harness:
     with ThreadPoolExecutor(16) as pool:
         list(pool.map(one, range(count)))
     start_operator(h)
+    # The operator's start-up round writes each UltraServer's first (empty) view; let it land
+    # before a phase counts writes, or part of it is charged to the admissions that follow.
+    h.wait("every UltraServer's first view", lambda: all(
+        (u.get("status") or {}).get("capacity") for u in h.api.list_cluster_custom_object(
+            GROUP, VERSION, "ultraservers",
+            label_selector=f"ultraplane.dev/fleet={ns}")["items"]), timeout=600)
     return h
 
 

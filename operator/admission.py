@@ -145,6 +145,13 @@ class Controller(Writers):
         jobs = await self.list_all_jobs()
         for body in servers:
             self.observe_ultraserver(body, settle=False)
+            # What an earlier run wrote still stands: rewrite a view only when it changes (a
+            # restart would otherwise rewrite every UltraServer of the fleet at once).
+            written = dict(body.get("status") or {})
+            if written:
+                written.pop("heartbeatTime", None)
+                written.setdefault("reservedFor", None)
+                self.written_us[str(body["metadata"]["name"])] = written
         # Jobs holding chips first, so a waiting job never takes a chip that is already theirs.
         jobs.sort(key=lambda b: (b.get("status") or {}).get("phase") not in ("Admitted", "Running"))
         self.ready = True

@@ -287,10 +287,16 @@ class Writers(Observations):
                     and behind < self.us_max_seconds):
                 put_off = True
                 continue
+            if log.isEnabledFor(logging.DEBUG):
+                was = self.written_us.get(cap.name) or {}
+                log.debug("UltraServer %s view: %s changed", cap.name,
+                          [k for k in compare if compare[k] != was.get(k)])
             self.written_us[cap.name] = compare
             self._us_dirty.pop(cap.name, None)
             writes.append(self._write_us(cap.name, status))
         self._us_gap = self.us_seconds if writes else self.us_settle_seconds
+        log.debug("UltraServer round: %d written, %s put off, %d with admissions in flight",
+                  len(writes), put_off, len(unwritten))
         if put_off or unwritten:  # come back for them
             asyncio.get_running_loop().call_later(self._us_gap, self.wake.set)
         await asyncio.gather(*writes)
