@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -35,6 +36,7 @@ from ultraplane.admissions import Admissions, Pending
 from ultraplane.allocator import Allocator
 from ultraplane.ids import JobKey
 from ultraplane.queueorder import DEFAULT_STRETCH, QueueOrder
+from ultraplane.scheduling import QueuedJob
 from ultraplane.topology import Topology
 
 __all__ = ["Controller", "CycleStats", "Kube", "Transition", "moved"]
@@ -109,20 +111,30 @@ class Controller(Writers):
         self.reserved: dict[str, JobKey] = {}  # UltraServer -> job held back for (last cycle)
         self.buffered: dict[JobKey, tuple[dict[str, Any], bool]] = {}
         self.removing: dict[JobKey, dict[str, Any]] = {}
+        self.submitted: dict[JobKey, QueuedJob] = {}
         self.ready = False
         self.leader = True
         self.wake = asyncio.Event()
         self.cycles = 0
         self.cycle_stats = CycleStats(every=stats_seconds)
-        self._positions: asyncio.Task[None] | None = None
+        self.positions_due: dict[JobKey, Transition] = {}
+        self._position_heap: list[tuple[int, int, JobKey, Transition]] = []
+        self._position_seq = itertools.count()
+        self._position_writers: list[asyncio.Task[None]] = []
         self._ultraservers: asyncio.Task[None] | None = None
         self._admitting: dict[JobKey, asyncio.Task[None]] = {}  # admission writes in flight
         # position writes may take an eighth of the writers: admissions keep the rest
-        self._position_limit = asyncio.Semaphore(max(1, concurrency // 8))
+        self._position_width = max(1, concurrency // 8)
         self.on_written: Callable[[JobKey], None] | None = None  # after each status write
         self._last_positions = 0.0
-        self._last_us = 0.0
+        self._last_us = float("-inf")
         self.us_seconds = us_seconds
+        self.us_settle_seconds = us_seconds / 5  # see Writers.flush_ultraservers
+        self.us_max_seconds = 3 * us_seconds
+        self._us_gap = 0.0  # after the last round: us_seconds if it wrote, else the settle time
+        self._us_timer: asyncio.TimerHandle | None = None
+        self._us_touched: dict[str, float] = {}  # UltraServer -> when an admission last landed
+        self._us_dirty: dict[str, float] = {}  # UltraServer -> since when its view is behind
         self.resync_seconds = resync_seconds
         self._last_resync = 0.0
         self._resync_due = False
@@ -136,6 +148,13 @@ class Controller(Writers):
         jobs = await self.list_all_jobs()
         for body in servers:
             self.observe_ultraserver(body, settle=False)
+            # What an earlier run wrote still stands: rewrite a view only when it changes (a
+            # restart would otherwise rewrite every UltraServer of the fleet at once).
+            written = dict(body.get("status") or {})
+            if written:
+                written.pop("heartbeatTime", None)
+                written.setdefault("reservedFor", None)
+                self.written_us[str(body["metadata"]["name"])] = written
         # Jobs holding chips first, so a waiting job never takes a chip that is already theirs.
         jobs.sort(key=lambda b: (b.get("status") or {}).get("phase") not in ("Admitted", "Running"))
         self.ready = True
@@ -234,6 +253,9 @@ class Controller(Writers):
             loop.call_later(self.position_seconds, self.wake.set)
         admissions = {a.key: Transition("admit", "Admitted", a.message, a.placements)
                       for a in decisions.admitted}
+        for key in admissions.keys() | self.outbox.keys():  # a queued position is stale now
+            if key in admissions or self.outbox[key].kind != "pending":
+                self.positions_due.pop(key, None)
         self._collect_ghosts()
         if any(t.kind in EVICTIONS for t in self.outbox.values()):
             # An eviction may free chips an earlier cycle's admission still being written
@@ -245,11 +267,7 @@ class Controller(Writers):
         if wait:
             await self.admissions_written()
         self.start_positions()
-        if loop.time() - self._last_us >= self.us_seconds:
-            self._last_us = loop.time()
-            self.start_ultraservers()
-        else:  # coalesce UltraServer writes: at most one round per interval
-            loop.call_later(self.us_seconds, self.wake.set)
+        self.start_ultraservers()
         if wait:
             await self.ultraservers_written()
         log.debug("cycle %d: %d admitted, %d preempted, %d pending in %.3fs", self.cycles,
@@ -270,6 +288,11 @@ class Controller(Writers):
             done = False
         finally:
             self._admitting.pop(key, None)
+        if done:  # its UltraServers' figures just moved: their view waits for them to settle
+            now = asyncio.get_running_loop().time()
+            for placement in change.placements:
+                for us in placement.ultraservers:
+                    self._us_touched[us] = now
         if not done and self.scheduler.is_running(key):
             self.scheduler.requeue(key)  # not persisted: its chips are free, decide again
             self.wake.set()
@@ -283,8 +306,18 @@ class Controller(Writers):
 
     def start_ultraservers(self) -> None:
         """One round of UltraServer status writes at a time, in the background: a view, so
-        it never holds back admissions."""
+        it never holds back admissions. Rounds are `us_seconds` apart after one that wrote
+        (so an UltraServer is written at most once per interval) and `us_settle_seconds`
+        after one that only put writes off (see `Writers.flush_ultraservers`); a round that
+        is not due yet is asked for once, by a timer."""
+        loop = asyncio.get_running_loop()
+        wait = self._last_us + self._us_gap - loop.time()
+        if wait > 0:
+            if self._us_timer is None or self._us_timer.when() <= loop.time():
+                self._us_timer = loop.call_later(wait, self.wake.set)
+            return
         if self._ultraservers is None or self._ultraservers.done():
+            self._last_us = loop.time()
             self._ultraservers = asyncio.create_task(self.flush_ultraservers())
 
     async def ultraservers_written(self) -> None:
@@ -296,7 +329,8 @@ class Controller(Writers):
         key, position = waiting.key, waiting.position
         if key in self.outbox:  # an eviction to write first; its Pending write comes next cycle
             return True
-        last = self.written_positions.get(key)
+        due = self.positions_due.get(key)  # queued, not yet written: what it will say
+        last = (due.reason, due.position) if due is not None else self.written_positions.get(key)
         # The job a reservation is for is told where (its message names the UltraServers the
         # Reserved column shows): rewrite it when that changes or the reservation ends.
         said = self.reserved_messages.get(key)

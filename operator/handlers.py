@@ -26,7 +26,7 @@ from typing import Any
 
 import kopf
 from ultraplane.operator.admission import Controller
-from ultraplane.operator.budgets import TokenBucket
+from ultraplane.operator.budgets import EventDigests, Notice, TokenBucket
 from ultraplane.operator.discovery import NodeDiscovery
 from ultraplane.operator.kube import KubeClient
 from ultraplane.operator.leases import LeaseElector
@@ -55,6 +55,7 @@ class Config:
     events: bool = os.environ.get("ULTRAPLANE_EVENTS", "1") != "0"
     event_qps: float = float(os.environ.get("ULTRAPLANE_EVENT_QPS", "5"))
     event_burst: int = int(os.environ.get("ULTRAPLANE_EVENT_BURST", "50"))
+    event_digest_seconds: float = float(os.environ.get("ULTRAPLANE_EVENT_DIGEST_SECONDS", "10"))
     stats_seconds: float = float(os.environ.get("ULTRAPLANE_CYCLE_STATS_SECONDS", "30"))
     reservation: bool = os.environ.get("ULTRAPLANE_RESERVATION", "1") != "0"
     queue_stretch: float = float(os.environ.get("ULTRAPLANE_QUEUE_STRETCH", str(DEFAULT_STRETCH)))
@@ -79,19 +80,49 @@ def utcnow() -> datetime:
 # handler call captures that context so the admission loop can post through the same queue.
 _POSTING: list[contextvars.Context] = []
 _EARLY: list[tuple[dict[str, Any], str, str, str]] = []
-_BUDGET: list[TokenBucket] = []
+_DIGESTS: list[EventDigests] = []
+_FLUSH: list[asyncio.TimerHandle] = []  # the timer that posts the next digest due
 
 
-def _budget() -> TokenBucket:
-    if not _BUDGET:
-        _BUDGET.append(TokenBucket(CONFIG.event_qps, CONFIG.event_burst, time.monotonic))
-    return _BUDGET[0]
+def _digests() -> EventDigests:
+    if not _DIGESTS:
+        bucket = TokenBucket(CONFIG.event_qps, CONFIG.event_burst, time.monotonic)
+        _DIGESTS.append(EventDigests(bucket, seconds=CONFIG.event_digest_seconds))
+    return _DIGESTS[0]
 
 
 def post_event(body: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
-    """A Kubernetes Event on the job (kopf batches and posts them in the background)."""
-    if not CONFIG.events or not _budget().take():
+    """A Kubernetes Event on the job (kopf batches and posts them in the background), or its
+    share of a digest once the Event budget runs dry (`budgets.EventDigests`)."""
+    if not CONFIG.events:
         return
+    now = _digests().add(body, type_, reason, message)
+    if now is not None:
+        _send(now)
+    _arm_flush()
+
+
+def _arm_flush() -> None:
+    """Post the digests when they are due (one timer, for the oldest)."""
+    wait = _digests().next_due()
+    if wait is None or (_FLUSH and not _FLUSH[0].cancelled()):
+        return
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:  # no loop (a unit test calling directly): the next call arms it
+        return
+    _FLUSH[:] = [loop.call_later(wait + 0.01, _flush)]
+
+
+def _flush() -> None:
+    _FLUSH.clear()
+    for notice in _digests().due():
+        _send(notice)
+    _arm_flush()
+
+
+def _send(notice: Notice) -> None:
+    body, type_, reason, message = notice
     if not _POSTING:  # before the first watch event: keep it until the poster is reachable
         if len(_EARLY) < 10_000:
             _EARLY.append((dict(body), type_, reason, message))

@@ -31,7 +31,7 @@ from ultraplane.operator.transitions import Transition, reservation_said
 from ultraplane.admissions import Admissions, Admitted, Requeued
 from ultraplane.allocator import AllocationConflict, Allocator
 from ultraplane.ids import ChipId, JobKey, kind_of_job_key
-from ultraplane.scheduling import Scheduler
+from ultraplane.scheduling import QueuedJob, Scheduler
 
 log = logging.getLogger("ultraplane.operator")
 
@@ -61,6 +61,7 @@ class Observations:
     wake: asyncio.Event
 
     removing: dict[JobKey, dict[str, Any]]
+    submitted: dict[JobKey, QueuedJob]  # what each job was last queued as, from its spec
     emit: Callable[[Mapping[str, Any], str, str, str], None]
     fleet: str | None
 
@@ -75,6 +76,7 @@ class Observations:
 
     def forget(self, key: JobKey) -> None:
         self.scheduler.cancel(key)
+        self.submitted.pop(key, None)
         self.bodies.pop(key, None)
         self.outbox.pop(key, None)
         self.written_positions.pop(key, None)
@@ -134,11 +136,10 @@ class Observations:
             return
         if self.scheduler.is_queued(key):
             # A waiting job's spec may have been edited (priority, size): the newest counts.
-            # Only then: a resubmission makes the next cycle a full one (`Scheduler.submit`),
-            # and a status-only change (our position write, seen before its answer) is none.
-            if old is None or old.get("spec") != body.get("spec") or (
-                    old["metadata"].get("creationTimestamp")
-                    != (body.get("metadata") or {}).get("creationTimestamp")):
+            # Most events of a waiting job are its status writes (ours, echoed): resubmitting
+            # those unchanged made every cycle after a position write a full one.
+            if self.submitted.get(key) != view.queued:
+                self.submitted[key] = view.queued
                 self.admissions.submit(view.queued)
             return
         if view.phase in HOLDING_PHASES and view.chips:
@@ -157,6 +158,7 @@ class Observations:
             said = reservation_said(str(status.get("message") or ""))
             if said is not None:  # it was told of a reservation: compare, not rewrite
                 self.reserved_messages[key] = said
+        self.submitted[key] = view.queued
         self.admissions.submit(view.queued)
 
     def _owner(self, part: JobKey) -> JobKey:

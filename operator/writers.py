@@ -10,8 +10,9 @@ next cycle rewrites only what changed.
 from __future__ import annotations
 
 import asyncio
+import heapq
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from typing import Any, Protocol
@@ -62,10 +63,19 @@ class Writers(Observations):
     reserved: dict[str, JobKey]
     reserved_messages: dict[JobKey, str]
     written_us: dict[str, dict[str, Any]]
+    us_seconds: float
+    us_settle_seconds: float
+    us_max_seconds: float
+    _us_gap: float
+    _us_touched: dict[str, float]
+    _us_dirty: dict[str, float]
     _pool: ThreadPoolExecutor
     _limit: asyncio.Semaphore
-    _positions: asyncio.Task[None] | None
-    _position_limit: asyncio.Semaphore
+    positions_due: dict[JobKey, Transition]  # the newest Pending write of each job not yet sent
+    _position_heap: list[tuple[int, int, JobKey, Transition]]  # head first; replaced ones skipped
+    _position_seq: Iterator[int]
+    _position_writers: list[asyncio.Task[None]]
+    _position_width: int  # writers for positions (an eighth of `concurrency`)
     _admitting: dict[JobKey, asyncio.Task[None]]  # admission writes in flight
     on_written: Callable[[JobKey], None] | None  # after each status write (the pod data plane)
 
@@ -96,31 +106,45 @@ class Writers(Observations):
                 self.wake.set()
 
     def start_positions(self) -> None:
-        """Write reasons and queue positions in the background: they are informative only, and
-        a deep queue's rewrites (hundreds when the head moves) must not hold back the next
-        cycle's admissions. One round at a time; what comes meanwhile waits for the next."""
-        if self._positions is None or self._positions.done():
-            self._positions = asyncio.create_task(self.flush_pending())
+        """Queue this cycle's reasons and queue positions, and keep their writers running.
+
+        They are informative only, so they go in the background with at most an eighth of the
+        writers (admissions keep the rest) and must not hold back the next cycle. Why a queue
+        and not rounds: a deep queue's first positions are thousands of writes, and a round
+        finished before the next began, so the head's new position waited for the whole
+        round. Now each writer takes the job nearest the head that is due, and a newer
+        position of a job replaces the one still waiting; the head is never behind the tail.
+        """
+        for key in [k for k, t in self.outbox.items() if t.kind == "pending"]:
+            change = self.outbox.pop(key)
+            self.positions_due[key] = change
+            heapq.heappush(self._position_heap,
+                           (change.position or 0, next(self._position_seq), key, change))
+        if len(self._position_heap) > 2 * len(self.positions_due) + 64:  # drop replaced ones
+            self._position_heap = [e for e in self._position_heap
+                                   if self.positions_due.get(e[2]) is e[3]]
+            heapq.heapify(self._position_heap)
+        self._position_writers = [t for t in self._position_writers if not t.done()]
+        while len(self._position_writers) < min(self._position_width, len(self.positions_due)):
+            self._position_writers.append(asyncio.create_task(self._write_positions()))
+
+    async def _write_positions(self) -> None:
+        """One writer: the due position nearest the head, until none is due."""
+        while self._position_heap:
+            _, _, key, change = heapq.heappop(self._position_heap)
+            if self.positions_due.get(key) is not change:
+                continue  # replaced by a newer one (still queued) or written
+            del self.positions_due[key]
+            try:
+                await self._write(key, change)
+            except Exception:  # informative only: the next cycle that sees it moved retries
+                log.exception("position write for %s failed", key)
 
     async def positions_written(self) -> None:
-        """Wait for the round of position writes in flight (tests, shutdown)."""
-        if self._positions is not None:
-            await self._positions
-
-    async def flush_pending(self) -> None:
-        """Reasons and queue positions: informative only, so written after the admissions."""
-        batch, self.outbox = self.outbox, {}
-        pending = sorted(((k, t) for k, t in batch.items() if t.kind == "pending"),
-                         key=lambda kt: kt[1].position or 0)  # the head of the queue first
-        self.outbox.update({k: t for k, t in batch.items() if t.kind != "pending"})
-
-        async def one(key: JobKey, change: Transition) -> None:
-            async with self._position_limit:
-                await self._write(key, change)
-
-        await asyncio.gather(*(one(k, t) for k, t in pending))
-        if any(t.kind == "pending" for t in self.outbox.values()):
-            self.wake.set()  # queued while this round ran
+        """Wait until no position is due and none is being written (tests, shutdown)."""
+        while self._position_writers:
+            await asyncio.gather(*self._position_writers, return_exceptions=True)
+            self._position_writers = [t for t in self._position_writers if not t.done()]
 
     async def write_all(self, batch: Mapping[JobKey, Transition]) -> dict[JobKey, bool]:
         keys = list(batch)
@@ -222,7 +246,13 @@ class Writers(Observations):
     async def flush_ultraservers(self) -> None:
         """Write allocated/free for every UltraServer whose figures changed (every replica of
         an InferenceJob counts; `jobs` names jobs, not replicas). A job whose admission is still
-        being written is left out until it lands: the view follows what job statuses say."""
+        being written is left out until it lands: the view follows what job statuses say.
+
+        Why an UltraServer may be put off: in a burst of admissions its figures move with
+        every few jobs, and a view rewritten each interval while it fills costs the API
+        server a write per UltraServer per interval. So one whose last admission landed less
+        than `us_settle_seconds` ago waits for a later round, unless its view has been behind
+        for `us_max_seconds`: a filling UltraServer is written about once, when it is full."""
         report = self.allocator.capacity()
         jobs_by_us: dict[str, set[str]] = {}
         servers_by_us: dict[str, set[str]] = {}
@@ -237,7 +267,9 @@ class Writers(Observations):
             for server in placement.servers:
                 servers_by_us.setdefault(server.split("/")[0], set()).add(server)
         now = self.clock()
+        mono = asyncio.get_running_loop().time()
         writes = []
+        put_off = False
         for cap in report.ultraservers:
             entry = self.inventory.get(cap.name)
             if entry is None or cap.name in unwritten:  # the next round writes it
@@ -247,9 +279,26 @@ class Writers(Observations):
             status["capacity"]["servers"] = entry.ultraserver.server_count
             status["reservedFor"] = self.reserved.get(cap.name)  # None: merge patch removes it
             compare = {k: v for k, v in status.items() if k != "heartbeatTime"}
-            if self.written_us.get(cap.name) != compare:
-                self.written_us[cap.name] = compare
-                writes.append(self._write_us(cap.name, status))
+            if self.written_us.get(cap.name) == compare:
+                self._us_dirty.pop(cap.name, None)
+                continue
+            behind = mono - self._us_dirty.setdefault(cap.name, mono)
+            if (mono - self._us_touched.get(cap.name, float("-inf")) < self.us_settle_seconds
+                    and behind < self.us_max_seconds):
+                put_off = True
+                continue
+            if log.isEnabledFor(logging.DEBUG):
+                was = self.written_us.get(cap.name) or {}
+                log.debug("UltraServer %s view: %s changed", cap.name,
+                          [k for k in compare if compare[k] != was.get(k)])
+            self.written_us[cap.name] = compare
+            self._us_dirty.pop(cap.name, None)
+            writes.append(self._write_us(cap.name, status))
+        self._us_gap = self.us_seconds if writes else self.us_settle_seconds
+        log.debug("UltraServer round: %d written, %s put off, %d with admissions in flight",
+                  len(writes), put_off, len(unwritten))
+        if put_off or unwritten:  # come back for them
+            asyncio.get_running_loop().call_later(self._us_gap, self.wake.set)
         await asyncio.gather(*writes)
 
     async def _write_us(self, name: str, status: dict[str, Any]) -> None:

@@ -4,8 +4,11 @@ on the watch or at the next resync (issue 16)."""
 from __future__ import annotations
 
 import asyncio
+import copy
+from typing import Any
 
-from ultraplane.operator.budgets import TokenBucket
+from ultraplane.operator.budgets import EventDigests, TokenBucket
+from ultraplane.operator.transitions import Transition
 
 from tests.unit.operator_fakes import FakeKube, controller, settle
 
@@ -93,6 +96,42 @@ def test_the_event_budget_passes_a_burst_then_thins_a_flood_to_its_rate() -> Non
     assert all(unlimited.take() for _ in range(1000))
 
 
+def _job(name: str, namespace: str = "ns") -> dict[str, object]:
+    return {"kind": "TrainingJob", "metadata": {"name": name, "namespace": namespace}}
+
+
+def test_a_flood_of_events_becomes_one_digest_per_key_and_window() -> None:
+    # burst 3, one token per 10 s, digests of 10 s: 3 Admitted one by one, then 97 in one Event
+    now = [0.0]
+    digests = EventDigests(TokenBucket(qps=0.1, burst=3, clock=lambda: now[0]), seconds=10.0)
+    posted = [digests.add(_job(f"j{i}"), "Normal", "Admitted", f"placed j{i}")
+              for i in range(100)]
+    assert [p[3] for p in posted if p] == ["placed j0", "placed j1", "placed j2"]
+    assert digests.next_due() == 10.0
+    now[0] = 5.0
+    assert digests.due() == []  # not yet 10 s old
+    # another reason (and another namespace) has a key, and a digest, of its own
+    assert digests.add(_job("v", "other"), "Warning", "Preempted", "by x") is None
+    now[0] = 10.0
+    (body, kind, reason, message), = digests.due()
+    assert (body["metadata"]["name"], kind, reason) == ("j3", "Normal", "Admitted")
+    assert message.startswith("97 TrainingJobs Admitted in 10s, posted as one Event")
+    assert "j3, j4," in message and "j12 and 87 more" in message and "placed j3" in message
+    # still flooding: the next Admitted joins the next window's digest, with tokens to spare
+    now[0] = 12.0
+    assert digests.add(_job("late"), "Normal", "Admitted", "placed late") is None
+    now[0] = 15.0
+    (alone,) = digests.due()  # a digest of one is that job's own Event, late
+    assert alone == (_job("v", "other"), "Warning", "Preempted", "by x")
+    now[0] = 20.0
+    assert [n[3] for n in digests.due()] == ["placed late"]
+    now[0] = 25.0
+    assert digests.due() == []  # Preempted's window ended empty: closed
+    now[0] = 30.0
+    assert digests.due() == [] and digests.next_due() is None  # Admitted's too
+    assert digests.add(_job("quiet"), "Normal", "Admitted", "one by one again") is not None
+
+
 def test_a_restart_does_not_rewrite_the_positions_already_written() -> None:
     async def scenario() -> None:
         kube = FakeKube()
@@ -114,5 +153,99 @@ def test_a_restart_does_not_rewrite_the_positions_already_written() -> None:
         await settle(again)
         assert kube.jobs["w0"]["status"]["phase"] == "Admitted"
         assert kube.jobs["w19"]["status"]["queuePosition"] == 19  # moved: rewritten
+
+    asyncio.run(scenario())
+
+
+def test_positions_go_head_first_and_a_newer_one_replaces_the_one_still_queued() -> None:
+    # gen2-0000 [big 144]; w0..w9 wait. A deep queue's positions are one queue, head first:
+    # a position queued after the tail's is still written before it, and a job's newer
+    # position replaces its older one instead of being written after it.
+    async def scenario() -> None:
+        kube = FakeKube()
+        c = controller(kube)
+        c._position_width = 1
+        kube.add_job("big", 144)
+        for i in range(10):
+            kube.add_job(f"w{i}", 144)
+        await c.sync()
+        await settle(c)  # all waiting, positions 1..10 written
+        kube.log.clear()
+        for i in range(10):  # what a cycle queues; the writer has not run yet
+            c.outbox[f"tj/ns/w{i}"] = Transition("pending", "NoCapacity", "again",
+                                                 position=i + 1)
+        c.start_positions()
+        c.outbox["tj/ns/w9"] = Transition("pending", "NoCapacity", "moved up", position=1)
+        c.start_positions()
+        await c.positions_written()
+        assert [name for name, _ in kube.log] == ["w0", "w9"] + [f"w{i}" for i in range(1, 9)]
+        assert kube.jobs["w9"]["status"]["message"] == "moved up"  # the newer one, once
+        assert not c.positions_due
+
+    asyncio.run(scenario())
+
+
+def test_a_filling_ultraserver_is_written_once_it_settles_or_falls_too_far_behind() -> None:
+    # gen2-0000 [a 8 | ...]: a's admission just landed, so the view waits for it to settle;
+    # once settled, or when the view has been behind for the longest it may be, it is written.
+    async def scenario() -> None:
+        kube = FakeKube()
+        c = controller(kube)
+        c.us_settle_seconds, c.us_max_seconds = 1.0, 15.0
+        kube.add_job("a", 8)
+        await c.sync()
+        await c.run_cycle()
+        now = asyncio.get_running_loop().time()
+        assert c._us_touched["gen2-0000"] >= now - 1.0  # a landed just now
+        kube.log.clear()
+        c._us_touched["gen2-0000"] = now
+        await c.flush_ultraservers()
+        assert kube.log == []  # put off: still filling
+        c._us_dirty["gen2-0000"] = now - 15.0  # behind for too long: written while filling
+        await c.flush_ultraservers()
+        assert kube.log == [("gen2-0000", "us")]
+        assert kube.us_status["gen2-0000"]["allocated"]["chips"] == 8
+        c.observe_job(kube.add_job("b", 8))
+        await c.run_cycle()
+        kube.log.clear()
+        c._us_touched["gen2-0000"] = now - 1.0  # b landed a settle time ago
+        await c.flush_ultraservers()
+        assert kube.log == [("gen2-0000", "us")]
+        assert kube.us_status["gen2-0000"]["allocated"]["chips"] == 16
+
+    asyncio.run(scenario())
+
+
+def test_the_echo_of_a_position_write_leaves_the_next_cycle_carrying_the_queue() -> None:
+    # gen2-0000 [big 144]; w0..w19 wait. The watch echoes every position write: those are not
+    # edits, so the next cycle carries the queue over instead of ordering all of it anew.
+    async def scenario() -> None:
+        kube = FakeKube()
+        c = controller(kube)
+        kube.add_job("big", 144)
+        for i in range(20):
+            kube.add_job(f"w{i}", 144)
+        await c.sync()
+        await settle(c)
+        carried: list[int | None] = []
+        cycle = c.scheduler.cycle
+
+        def spy(now: float | None = None) -> Any:
+            result = cycle(now)
+            carried.append(result.carried)
+            return result
+
+        c.scheduler.cycle = spy  # type: ignore[method-assign]
+        for i in range(20):
+            c.observe_job(copy.deepcopy(kube.jobs[f"w{i}"]))
+        await c.run_cycle()
+        assert carried[-1] is not None
+        w = kube.jobs["w0"]  # an edit of a waiting job is no echo: the queue is ordered anew
+        w["spec"]["priority"] = -1
+        c.observe_job(kube.bump(w))
+        await settle(c)
+        assert carried[-3] is None
+        assert kube.jobs["w0"]["status"]["queuePosition"] == 20
+        assert kube.jobs["w1"]["status"]["queuePosition"] == 1
 
     asyncio.run(scenario())
