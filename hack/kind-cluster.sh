@@ -382,7 +382,7 @@ cluster_config() {
 }
 
 ensure_cluster() {
-    if kind_bin get clusters 2>/dev/null | grep -qx "$CLUSTER"; then
+    if grep -qx "$CLUSTER" <<<"$(kind_bin get clusters 2>/dev/null)"; then
         log "reusing kind cluster $CLUSTER"
     else
         cluster_config >"$CACHE/cluster-$CLUSTER.yaml"

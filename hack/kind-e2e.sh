@@ -136,7 +136,10 @@ rest_checks() {
     for _ in $(seq 1 30); do curl -fsS "$base/healthz" >/dev/null 2>&1 && break; sleep 1; done
     curl -fsS "$base/healthz" >/dev/null || die "GET /healthz failed."
     curl -fsS "$base/readyz" >/dev/null || die "GET /readyz failed."
-    curl -fsS "$base/metrics" | grep -q '^# HELP' || die "GET /metrics has no Prometheus text."
+    # Read the whole body first: `curl | grep -q` fails under pipefail when grep stops reading
+    # at its first match and curl cannot write the rest (curl exit 23).
+    body="$(curl -fsS "$base/metrics")" || die "GET /metrics failed."
+    grep -q '^# HELP' <<<"$body" || die "GET /metrics has no Prometheus text."
     body="$(curl -fsS "$base/v1/ultraservers")" || die "GET /v1/ultraservers failed."
     for us in $(kc get ultraservers -o jsonpath='{.items[*].metadata.name}'); do
         grep -q "\"$us\"" <<<"$body" || die "GET /v1/ultraservers does not list $us: $body"
