@@ -7,6 +7,7 @@ import asyncio
 import copy
 from typing import Any
 
+from ultraplane.operator.admission import Controller
 from ultraplane.operator.budgets import EventDigests, TokenBucket
 from ultraplane.operator.transitions import Transition
 
@@ -132,15 +133,24 @@ def test_a_flood_of_events_becomes_one_digest_per_key_and_window() -> None:
     assert digests.add(_job("quiet"), "Normal", "Admitted", "one by one again") is not None
 
 
+async def waiting_behind_big(kube: FakeKube, waiting: int, *,
+                             position_width: int | None = None) -> Controller:
+    """gen2-0000 [big 144]; w0..w{waiting-1} (144 chips each) wait, positions written."""
+    c = controller(kube)
+    if position_width is not None:
+        c._position_width = position_width
+    kube.add_job("big", 144)
+    for i in range(waiting):
+        kube.add_job(f"w{i}", 144)
+    await c.sync()
+    await settle(c)
+    return c
+
+
 def test_a_restart_does_not_rewrite_the_positions_already_written() -> None:
     async def scenario() -> None:
         kube = FakeKube()
-        c = controller(kube)
-        kube.add_job("big", 144)
-        for i in range(20):
-            kube.add_job(f"w{i}", 144)
-        await c.sync()
-        await settle(c)
+        await waiting_behind_big(kube, 20)
         assert kube.jobs["w19"]["status"]["queuePosition"] == 20
         kube.log.clear()
         again = controller(kube)  # kill -9 and start again on the same objects
@@ -163,13 +173,7 @@ def test_positions_go_head_first_and_a_newer_one_replaces_the_one_still_queued()
     # position replaces its older one instead of being written after it.
     async def scenario() -> None:
         kube = FakeKube()
-        c = controller(kube)
-        c._position_width = 1
-        kube.add_job("big", 144)
-        for i in range(10):
-            kube.add_job(f"w{i}", 144)
-        await c.sync()
-        await settle(c)  # all waiting, positions 1..10 written
+        c = await waiting_behind_big(kube, 10, position_width=1)  # positions 1..10 written
         kube.log.clear()
         for i in range(10):  # what a cycle queues; the writer has not run yet
             c.outbox[f"tj/ns/w{i}"] = Transition("pending", "NoCapacity", "again",
@@ -221,12 +225,7 @@ def test_the_echo_of_a_position_write_leaves_the_next_cycle_carrying_the_queue()
     # edits, so the next cycle carries the queue over instead of ordering all of it anew.
     async def scenario() -> None:
         kube = FakeKube()
-        c = controller(kube)
-        kube.add_job("big", 144)
-        for i in range(20):
-            kube.add_job(f"w{i}", 144)
-        await c.sync()
-        await settle(c)
+        c = await waiting_behind_big(kube, 20)
         carried: list[int | None] = []
         cycle = c.scheduler.cycle
 
