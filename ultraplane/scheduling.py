@@ -160,6 +160,10 @@ class Scheduler:
         # without a scan of every running job.
         self._preemptible: Counter[int] = Counter()
         self._failed: dict[PlacementRequest, NoFit] = {}  # requests that did not fit, this cycle
+        # Requests no domain can be reserved for (gangs smaller than one UltraServer): this
+        # depends on the inventory only, so it holds for the cycle and spares a deep queue of
+        # small jobs one reservation attempt (and its scan of every allocation) each.
+        self._unreservable: set[PlacementRequest] = set()
         self._ends: dict[JobKey, float] = {}  # predicted end of running jobs
         self._now: float | None = None  # the clock of the current cycle, when the caller gave one
         self._fenced: list[str] = []  # UltraServers held back by this cycle's reservation
@@ -352,6 +356,7 @@ class Scheduler:
         # thousands of same-shaped jobs cost one search per shape, not one per job. Recorded
         # before a job holds any part, dropped on every eviction.
         self._failed.clear()
+        self._unreservable.clear()
         self._try(queue, result, fences)
         self._last = queue[-1].order() if queue else None
 
@@ -397,7 +402,7 @@ class Scheduler:
                          and self._lowest < job.priority)
                 and not (self._fenced and job.expected_s is not None)
                 and (not self.reservation or result.reserved is not None
-                     or known.kind != "NoCapacity"))
+                     or known.kind != "NoCapacity" or job.request in self._unreservable))
 
     def _stand(self, result: CycleResult) -> _Standing:
         """What a cycle that tries only later arrivals may carry over from `result`."""
@@ -429,6 +434,7 @@ class Scheduler:
                 or (arrivals and st.last is not None and arrivals[0].order() <= st.last)):
             return False
         self._lowest = min(self._preemptible) if self._preemptible else None
+        self._unreservable.clear()
         if (self.preemption and st.top is not None and self._lowest is not None
                 and self._lowest < st.top):
             return False  # a job left waiting could preempt what was admitted since
@@ -456,6 +462,11 @@ class Scheduler:
         """Hold back, for the rest of this cycle, where `job` would start soonest: one domain
         per gang (each replica of a replicated job gets its own), or nothing unless every gang
         gets one. `fences` None: nothing is queued behind it, so nothing is held back."""
+        if job.request in self._unreservable:
+            return nofit
+        if not self.allocator.reservation_domains(job.request):
+            self._unreservable.add(job.request)
+            return nofit
         picked: list[tuple[str, tuple[str, ...]]] = []
         starts: list[float] = []
         hold = ExitStack()

@@ -184,3 +184,83 @@ def test_carrying_the_last_cycle_over_decides_what_a_full_cycle_would(
             assert all(id(p) in fresh or listed.get(p.key) is p for p in got.pending)
             assert fresh <= {id(p) for p in got.pending}
             listed = {p.key: p for p in got.pending}
+
+
+# -- the per-cycle shortcuts (a request that already failed, one no domain can be reserved
+# for) decide what the full path for every job would ----------------------------------------
+
+class EveryJobInFull(Scheduler):
+    """A scheduler that takes no per-cycle shortcut: every waiting job goes the whole way
+    (placement, split, backfill, reservation attempt) on every cycle."""
+
+    def _settled(self, job: QueuedJob, known: Any, result: Any) -> bool:
+        return False
+
+    def _reserve(self, job: QueuedJob, nofit: Any, result: Any, fences: Any) -> Any:
+        self._unreservable.clear()
+        return super()._reserve(job, nofit, result, fences)
+
+
+class CountingReleases(Scheduler):
+    scans = 0
+
+    def _releases(self) -> dict[str, list[tuple[float, int]]]:
+        self.scans += 1
+        return super()._releases()
+
+
+def test_a_deep_queue_of_small_jobs_makes_no_reservation_attempt_each() -> None:
+    # gen2-0000..0003 [each: 143 chips held, 1 free]   queue: 400 jobs of 4 chips, waiting
+    # (gangs smaller than one UltraServer never get a reservation, so no job's attempt can
+    # change anything: the predicted ends of the running jobs are not even looked at)
+    sched = CountingReleases(Allocator(build_fleet("trn3-gen2", 4, per_block=2)))
+    for u in range(4):
+        sched.submit(QueuedJob(JobKey(f"load{u}"), PlacementRequest(chips=143), seq=u,
+                               expected_s=600.0))
+    for i in range(400):
+        sched.submit(QueuedJob(JobKey(f"q{i:03d}"), PlacementRequest(chips=4 + i % 3),
+                               seq=10 + i, expected_s=60.0))
+    result = sched.cycle(now=0.0)
+    assert len(result.admitted) == 4 and len(result.pending) == 400
+    assert result.reserved is None
+    assert sched.scans == 0
+    sched.cancel(JobKey("load0"))  # room: a full cycle, still no scan
+    result = sched.cycle(now=10.0)
+    assert len(result.admitted) == 29  # the 144 chips of gen2-0000: (4 + 5 + 6) x 9 + 4 + 5
+    assert sched.scans == 0
+
+
+@settings(max_examples=200, deadline=None)
+@given(ops=st.lists(OPS, min_size=8, max_size=60), reservation=st.booleans())
+def test_the_cycles_shortcuts_decide_what_the_whole_path_for_every_job_would(
+    ops: list[Any], reservation: bool
+) -> None:
+    fast = Admissions(Allocator(build_fleet("trn3-gen2", 4, per_block=2)),
+                      reservation=reservation)
+    slow = Admissions(Allocator(build_fleet("trn3-gen2", 4, per_block=2)),
+                      reservation=reservation)
+    slow.scheduler = EveryJobInFull(slow.allocator, reservation=reservation)
+    keys: list[JobKey] = []
+    clock = 0.0
+    chips = [ChipId(f"gen2-{u:04d}/s{s:02d}/c{c:02d}") for u in range(4) for s in range(36)
+             for c in range(4)]
+    for op in ops:
+        for sched in (fast.scheduler, slow.scheduler):
+            if isinstance(op, Submit):
+                request = PlacementRequest(chips=op.chips, mode=op.mode)  # type: ignore[arg-type]
+                sched.submit(QueuedJob(JobKey(f"j{len(keys)}"), request, op.priority, len(keys),
+                                       True, op.replicas, op.expected_s))
+            elif isinstance(op, Cancel) and keys:
+                sched.cancel(keys[op.index % len(keys)])
+            elif isinstance(op, Expect) and keys:
+                sched.expect_end(keys[op.index % len(keys)], clock + op.end)
+            elif isinstance(op, Break):
+                sched.allocator.set_chip_failed(chips[op.chip], op.failed)
+        if isinstance(op, Submit):
+            keys.append(JobKey(f"j{len(keys)}"))
+        if isinstance(op, Cycle):
+            clock += 100.0
+            now = clock if op.timed else None
+            slow.scheduler._standing = None  # and no carried-over cycle either
+            assert decided(fast.cycle(now)) == decided(slow.cycle(now))
+            assert dict(fast.allocator.allocations()) == dict(slow.allocator.allocations())
