@@ -150,6 +150,14 @@ class Placement:
     def ultraservers(self) -> tuple[str, ...]:
         return tuple(dict.fromkeys(us for us, _, _ in self.parts))
 
+    @cached_property
+    def chips_by_ultraserver(self) -> tuple[tuple[str, int], ...]:
+        """(UltraServer, chips held there), in fleet order of the parts."""
+        out: dict[str, int] = {}
+        for us, _, mask in self.parts:
+            out[us] = out.get(us, 0) + mask.bit_count()
+        return tuple(out.items())
+
     @property
     def chips(self) -> int:
         return sum(m.bit_count() for _, _, m in self.parts)

@@ -509,8 +509,8 @@ class Scheduler:
         out: dict[str, list[tuple[float, int]]] = {}
         for part, placement in self.allocator.allocations().items():
             end = self._ends.get(self._owners.get(part, part), math.inf)
-            for us, _, mask in placement.parts:
-                out.setdefault(us, []).append((end, mask.bit_count()))
+            for us, chips in placement.chips_by_ultraserver:  # cached per placement
+                out.setdefault(us, []).append((end, chips))
         return out
 
     def _soonest_domain(self, job: QueuedJob) -> tuple[float, str, tuple[str, ...]] | None:
@@ -521,25 +521,26 @@ class Scheduler:
         if self._now is None:
             return None
         now = self._now
+        domains = self.allocator.reservation_domains(job.request)
         releases = self._releases()
+        drains = {us: drain_time(ends, now) for us, ends in releases.items()}  # else: now
         best: tuple[float, int, int, str, tuple[str, ...]] | None = None
-        for order, (name, members) in enumerate(self.allocator.reservation_domains(job.request)):
-            size = {m: self.allocator.free_chips([m]) for m in members}
+        for order, (name, members) in enumerate(domains):
             per = self.allocator.chips_of(members[0])
             k = -(-job.request.chips // per)
             rem = job.request.chips - (k - 1) * per
             if len(members) < k:
                 continue
-            ranked = sorted(members, key=lambda m: (
-                drain_time(releases.get(m, ()), now), -size[m], members.index(m)))
+            size = {m: self.allocator.free_chips([m]) for m in members}
+            index = {m: i for i, m in enumerate(members)}
+            ranked = sorted(members, key=lambda m: (drains.get(m, now), -size[m], index[m]))
             whole, rest = ranked[:k - 1], ranked[k - 1:]
             # The last UltraServer needs only the remainder free (searches: idle + partial).
-            last = min(rest, key=lambda m: (
-                earliest_start({m: (size[m], releases.get(m, []))}, rem, now), -size[m],
-                members.index(m)))
+            starts = {m: earliest_start({m: (size[m], releases.get(m, []))}, rem, now)
+                      for m in rest}
+            last = min(rest, key=lambda m: (starts[m], -size[m], index[m]))
             ranked = [*whole, last]
-            start = max([drain_time(releases.get(m, ()), now) for m in whole]
-                        + [earliest_start({last: (size[last], releases.get(last, []))}, rem, now)])
+            start = max([drains.get(m, now) for m in whole] + [starts[last]])
             key = (start, -sum(size[m] for m in ranked), order, name, tuple(ranked))
             if best is None or key < best:
                 best = key
