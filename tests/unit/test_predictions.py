@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from ultraplane.allocator import Allocator, PlacementRequest
+from ultraplane.allocator import Allocator, Placement, PlacementRequest
 from ultraplane.ids import JobKey, chip_id
 from ultraplane.predictions import earliest_start, split_slowdown
 from ultraplane.scheduling import QueuedJob, Scheduler
@@ -158,3 +158,10 @@ def test_local_never_splits_and_unconstrained_always_does() -> None:
     result = sched.cycle(now=0.0)
     assert set(dict(result.admitted)) == {JobKey("free")}
     assert JobKey("free") not in result.notes  # no prediction decided it
+
+
+def test_a_placement_counts_its_chips_per_ultraserver() -> None:
+    placement = Placement.from_chip_ids(["gen2-0001/s00/c00", "gen2-0001/s00/c01",
+                                         "gen2-0001/s03/c02", "gen2-0007/s35/c03"])
+    assert placement.chips_by_ultraserver == (("gen2-0001", 3), ("gen2-0007", 1))
+    assert sum(n for _, n in placement.chips_by_ultraserver) == placement.chips
