@@ -169,7 +169,7 @@ def finish_the_examples(release: Kind) -> None:
             return body if done else None
         done = wait_until(f"{kind_name}/{name} Succeeded with its chips released", released,
                           timeout=300, last=lambda kind_name=kind_name, name=name: str(
-                              (release.get(kind_name, name, "-n", JOBS_NS).get("status") or {})))
+                              release.get(kind_name, name, "-n", JOBS_NS).get("status") or {}))
         status = done["status"]
         assert status["admittedTime"] <= status["startTime"] <= status["completionTime"]
         assert status["energyKWh"] > 0
