@@ -144,7 +144,7 @@ def view_job(body: Body, kind: str | None = None) -> JobView:
 def expected_end(status: Mapping[str, Any], now: datetime) -> float | None:
     """A running job's predicted end (epoch seconds) from its progress: the time since
     `startTime` scaled by what is left of `progressPercent`. None before any progress (the
-    scheduler then counts the job as never ending)."""
+    scheduler then keeps its admission-time prediction from `work`, if it made one)."""
     start, percent = status.get("startTime"), status.get("progressPercent")
     if not isinstance(start, str) or not isinstance(percent, int | float) or not 0 < percent <= 100:
         return None

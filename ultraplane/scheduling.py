@@ -206,14 +206,13 @@ class Scheduler:
         return job
 
     def expect_end(self, key: JobKey, end: float | None) -> None:
-        """The caller's prediction of when a running job ends (None: unknown). The cycle
-        otherwise predicts `start + expected_s x predicted slowdown` at admission."""
+        """The caller's prediction of when a running job ends. None (the caller knows
+        nothing yet, e.g. no progress reported) keeps the cycle's own prediction,
+        `start + expected_s x predicted slowdown` made at admission, if it made one."""
         # Ends reach a waiting job's outcome only through the reservation (recomputed and
         # compared by a cycle that carries the queue over) and SplitWhenItPays (which makes
         # every timed cycle a full one), so a new prediction leaves the last cycle standing.
-        if end is None:
-            self._ends.pop(key, None)
-        elif key in self._running:
+        if end is not None and key in self._running:
             self._ends[key] = end
 
     def expected_end(self, key: JobKey) -> float | None:

@@ -93,6 +93,24 @@ def test_backfill_onto_the_reserved_domain_only_if_it_ends_before_the_reservatio
     assert "after the reservation starts" in pending[JobKey("long")]
 
 
+def test_a_caller_with_no_estimate_keeps_the_admission_time_prediction() -> None:
+    # gen2-0000 [a: 100 chips, admitted at t=0 for 1000 s | 44 .]   gen2-0001 [c: 144, t=9000]
+    # The operator says "unknown" (None) for a running job until it reports progress: the
+    # scheduler keeps its own prediction (t=1000), so big's reservation still starts at 1000;
+    # a real estimate from progress then moves it.
+    sched = fleet(2)
+    hold(sched, "c", 1, 144, 9000.0)
+    sched.submit(job("a", 100, 1, 1000.0))
+    assert set(dict(sched.cycle(now=0.0).admitted)) == {JobKey("a")}
+    assert sched.expected_end(JobKey("a")) == 1000.0
+    sched.expect_end(JobKey("a"), None)
+    assert sched.expected_end(JobKey("a")) == 1000.0
+    sched.submit(job("big", 144, 2, 3600.0))
+    assert sched.cycle(now=10.0).reservation_start == 1000.0
+    sched.expect_end(JobKey("a"), 700.0)
+    assert sched.cycle(now=20.0).reservation_start == 700.0
+
+
 def test_without_a_clock_nothing_backfills_onto_the_reservation() -> None:
     # the same fleet as above, but the caller gives no clock: the reserved UltraServer is
     # held back from every job behind the large one (the rule before predictions)
