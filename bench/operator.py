@@ -232,7 +232,8 @@ def start_operator(h: Harness) -> float:
 
 
 _CYCLES = re.compile(r"admission cycles: (\d+) in \d+s; decide p50 ([\d.]+)s p99 ([\d.]+)s; "
-                     r"with writes p50 ([\d.]+)s p99 ([\d.]+)s")
+                     r"with writes p50 ([\d.]+)s p99 ([\d.]+)s; "
+                     r"collector \d+ pauses, max ([\d.]+)s, total ([\d.]+)s")
 
 
 def cycle_summaries(h: Harness) -> list[tuple[float, ...]]:
@@ -248,7 +249,8 @@ def cycle_figures(h: Harness, skip: int = 0) -> dict[str, float]:
         return {}
     return {"cycles": sum(r[0] for r in rows), "decide_p50_s": max(r[1] for r in rows),
             "decide_p99_s": max(r[2] for r in rows), "cycle_p50_s": max(r[3] for r in rows),
-            "cycle_p99_s": max(r[4] for r in rows)}
+            "cycle_p99_s": max(r[4] for r in rows), "gc_pause_max_s": max(r[5] for r in rows),
+            "gc_pause_total_s": round(sum(r[6] for r in rows), 3)}
 
 
 def phase1(env: KubeEnv, logdir: Path, n_us: int, n_jobs: int, *,
@@ -310,6 +312,7 @@ def phase1(env: KubeEnv, logdir: Path, n_us: int, n_jobs: int, *,
             "admissions_vs_create_only": round(rate / ceiling, 3),
             "fleet_chips": n_us * 144, "startup_s": round(startup, 2),
             "cycle_p99_s": churn.get("cycle_p99_s"), "decide_p99_s": churn.get("decide_p99_s"),
+            "gc_pause_max_s": churn.get("gc_pause_max_s"),
             "rss_mb": round(rss, 1), "apiserver_rss_mb": round(api_rss, 1),
             "etcd_rss_mb": round(etcd_rss, 1), "baseline_admissions_per_s": round(base, 1)}
 
@@ -437,10 +440,15 @@ def main() -> None:
     parser.add_argument("--fleet-chips", type=int, default=0,
                         help="fleet size in chips (Gen2 UltraServers of 144), e.g. 1000000 with "
                              "20,000 jobs; skips phases 2 and 3")
+    parser.add_argument("--no-gc-freeze", action="store_true",
+                        help="leave the operator's collector on CPython's schedule (to see what "
+                             "freezing the heap after each cycle saves; operator/heap.py)")
     args = parser.parse_args()
     global CONCURRENCY
     CONCURRENCY = args.concurrency
     os.environ["ULTRAPLANE_CYCLE_STATS_SECONDS"] = "5"
+    if args.no_gc_freeze:
+        os.environ["ULTRAPLANE_GC_FULL_SECONDS"] = "0"
     big = args.fleet_chips > 0
     if big:
         n_us, n_jobs = -(-args.fleet_chips // 144), 20_000

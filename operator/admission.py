@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from ultraplane.operator.heap import PAUSES, HeapKeeper
 from ultraplane.operator.inventory import Inventory
 from ultraplane.operator.requests import expected_end, view_job
 from ultraplane.operator.transitions import Transition, moved, reservation_said
@@ -65,10 +66,13 @@ class CycleStats:
         self.decide.append(decide)
         self.total.append(total)
         if now - self.since >= self.every:
+            pauses = PAUSES.take()
             log.info("admission cycles: %d in %.0fs; decide p50 %.4fs p99 %.4fs; with writes "
-                     "p50 %.4fs p99 %.4fs", len(self.total), now - self.since,
+                     "p50 %.4fs p99 %.4fs; collector %d pauses, max %.4fs, total %.4fs",
+                     len(self.total), now - self.since,
                      quantile(self.decide, 0.5), quantile(self.decide, 0.99),
-                     quantile(self.total, 0.5), quantile(self.total, 0.99))
+                     quantile(self.total, 0.5), quantile(self.total, 0.99),
+                     len(pauses), max(pauses, default=0.0), sum(pauses))
             self.decide, self.total, self.since = [], [], now
 
 
@@ -87,7 +91,7 @@ class Controller(Writers):
                  queue_stretch: float = DEFAULT_STRETCH,
                  batch_seconds: float = 0.05, position_seconds: float = 2.0,
                  us_seconds: float = 5.0, resync_seconds: float = 300.0,
-                 stats_seconds: float = 30.0) -> None:
+                 stats_seconds: float = 30.0, gc_full_seconds: float | None = None) -> None:
         self.kube = kube
         self.clock = clock
         self.emit = emit
@@ -117,6 +121,7 @@ class Controller(Writers):
         self.wake = asyncio.Event()
         self.cycles = 0
         self.cycle_stats = CycleStats(every=stats_seconds)
+        self.heap = HeapKeeper(gc_full_seconds)  # see operator/heap.py; None: CPython's own
         self.positions_due: dict[JobKey, Transition] = {}
         self._position_heap: list[tuple[int, int, JobKey, Transition]] = []
         self._position_seq = itertools.count()
@@ -182,6 +187,7 @@ class Controller(Writers):
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
         self._last_resync = loop.time()
+        PAUSES.install()
         while True:
             with contextlib.suppress(TimeoutError):  # no event for a while: resync anyway
                 await asyncio.wait_for(self.wake.wait(), timeout=self.resync_seconds)
@@ -194,6 +200,7 @@ class Controller(Writers):
                     self._last_resync, self._resync_due = loop.time(), False
                     await self.resync()
                 await self.run_cycle(wait=False)
+                self.heap.settle(loop.time())
             except Exception:  # one bad cycle must not stop admission for good
                 log.exception("admission cycle failed; retrying")
                 await asyncio.sleep(1.0)

@@ -28,6 +28,7 @@ import kopf
 from ultraplane.operator.admission import Controller
 from ultraplane.operator.budgets import EventDigests, Notice, TokenBucket
 from ultraplane.operator.discovery import NodeDiscovery
+from ultraplane.operator.heap import DEFAULT_FULL_SECONDS
 from ultraplane.operator.kube import KubeClient
 from ultraplane.operator.leases import LeaseElector
 from ultraplane.operator.nodes import NodeLabels
@@ -57,6 +58,9 @@ class Config:
     event_burst: int = int(os.environ.get("ULTRAPLANE_EVENT_BURST", "50"))
     event_digest_seconds: float = float(os.environ.get("ULTRAPLANE_EVENT_DIGEST_SECONDS", "10"))
     stats_seconds: float = float(os.environ.get("ULTRAPLANE_CYCLE_STATS_SECONDS", "30"))
+    # 0: leave the cyclic collector on CPython's schedule (see operator/heap.py)
+    gc_full_seconds: float = float(os.environ.get("ULTRAPLANE_GC_FULL_SECONDS",
+                                                  str(DEFAULT_FULL_SECONDS)))
     reservation: bool = os.environ.get("ULTRAPLANE_RESERVATION", "1") != "0"
     queue_stretch: float = float(os.environ.get("ULTRAPLANE_QUEUE_STRETCH", str(DEFAULT_STRETCH)))
     ultraservers_from_nodes: bool = os.environ.get("ULTRAPLANE_ULTRASERVERS_FROM_NODES") == "1"
@@ -171,7 +175,8 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
                             namespaces=CONFIG.namespaces or None, fleet=CONFIG.fleet,
                             concurrency=CONFIG.concurrency, reservation=CONFIG.reservation,
                             queue_stretch=CONFIG.queue_stretch,
-                            stats_seconds=CONFIG.stats_seconds)
+                            stats_seconds=CONFIG.stats_seconds,
+                            gc_full_seconds=CONFIG.gc_full_seconds or None)
     memo["controller"] = controller
     tasks = [asyncio.create_task(controller.run(), name="ultraplane-admission")]
     discovery: NodeDiscovery | None = None
@@ -198,7 +203,8 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
                                namespaces=CONFIG.namespaces or None, fleet=CONFIG.fleet,
                                concurrency=CONFIG.concurrency, reservation=CONFIG.reservation,
                                queue_stretch=CONFIG.queue_stretch,
-                               stats_seconds=CONFIG.stats_seconds)
+                               stats_seconds=CONFIG.stats_seconds,
+                               gc_full_seconds=CONFIG.gc_full_seconds or None)
             controller.__dict__.update({k: v for k, v in fresh.__dict__.items()
                                         if k not in ("wake", "_limit", "_pool", "on_written")})
             controller.leader = True
@@ -233,6 +239,9 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
 async def cleanup(memo: kopf.Memo, **_: Any) -> None:
     for task in memo.get("tasks", []):
         task.cancel()
+    controller: Controller | None = memo.get("controller")
+    if controller is not None:
+        controller.heap.release()
     plane: PodPlane | None = memo.get("pods")
     if plane is not None:
         plane.watch.close()
