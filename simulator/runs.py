@@ -58,7 +58,7 @@ def run_policies(topology: Any, jobs: Sequence[TraceJob], configs: Sequence[Repl
         "reservation": cfg.reservation,
         "queue_order": ("arrival order (FIFO) inside a priority" if cfg.queue_stretch == 0 else
                         f"target start inside a priority: submit + {cfg.queue_stretch:g} x "
-                        "run time; gangs of 144+ chips by submit time"),
+                        "run time; gangs of 73+ chips by submit time"),
         "idle_power_kw": shape.idle_watts() / 1e3,
         "peak_power_kw_all_busy": peak / 1e3,
         "held_allocations": len(held or {}),

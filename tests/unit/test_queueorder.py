@@ -38,8 +38,10 @@ def test_rank_is_creation_plus_stretch_times_run() -> None:
     assert FIFO.rank(1000.0, 8, HOUR) == 1000.0
 
 
-def test_gangs_of_whole_ultraservers_rank_by_creation_alone() -> None:
+def test_gangs_of_more_than_half_an_ultraserver_rank_by_creation_alone() -> None:
+    assert LARGE_GANG_CHIPS == 73  # no two of them share a Gen2 UltraServer of 144
     assert TARGET_START.rank(50.0, LARGE_GANG_CHIPS, 100 * HOUR) == 50.0
+    assert TARGET_START.rank(50.0, 128, 12 * 24 * HOUR) == 50.0  # the ITP traces' starved kind
     assert TARGET_START.rank(50.0, 1152, None) == 50.0
     assert TARGET_START.rank(50.0, LARGE_GANG_CHIPS - 1, HOUR) > 50.0
 
@@ -58,7 +60,7 @@ def test_ranked_keeps_the_object_when_nothing_changes() -> None:
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(st.tuples(st.floats(0, 1e6), st.sampled_from([1, 4, 16, 72, 143, 144, 576]),
+@given(st.lists(st.tuples(st.floats(0, 1e6), st.sampled_from([1, 4, 16, 72, 73, 128, 143, 144, 576]),
                           st.one_of(st.none(), st.floats(0, 1e5))), min_size=2, max_size=30),
        st.sampled_from([0.0, 1.0, 10.0, 100.0]))
 def test_no_job_is_passed_by_one_created_more_than_stretch_times_its_run_later(
@@ -73,25 +75,40 @@ def test_no_job_is_passed_by_one_created_more_than_stretch_times_its_run_later(
             if ahead.created_s <= behind.created_s:
                 continue  # an older job ahead: not a pass
             # `ahead` (created later) passed `behind`: by at most stretch x behind's run time,
-            # and never a gang of whole UltraServers
+            # and never a gang of more than half an UltraServer
             assert behind.request.chips < LARGE_GANG_CHIPS
             run = UNKNOWN_RUN_S if behind.expected_s is None else behind.expected_s
             assert ahead.created_s - behind.created_s <= stretch * run + 1e-6 * (1 + run)
 
 
 # -- the scheduler follows it --------------------------------------------------------------
+ROOM = 60  # what one_slot() leaves free: one job of ROOM chips at a time, ranked by its run
+
+
+def one_slot(order: QueueOrder = TARGET_START) -> Admissions:
+    """One UltraServer of which a running job holds all but ROOM chips for good:
+
+        gen2-0000  [held: 84 chips][room: 60]
+
+    The jobs below ask for ROOM chips, small enough to rank by their run time (< 73)."""
+    admissions = Admissions(Allocator(build_fleet("trn3-gen2", 1)), order=order)
+    ids = [chip_id("gen2-0000", c // 4, c % 4) for c in range(144 - ROOM, 144)]
+    admissions.readopt(job("held", 144 - ROOM, 0.0, None), [ids])
+    return admissions
+
+
 def busy(admissions: Admissions, us: int) -> None:
-    """A running job on the whole of UltraServer `us`."""
-    ids = [chip_id(f"gen2-{us:04d}", c // 4, c % 4) for c in range(144)]
-    admissions.readopt(job(f"busy{us}", 144, 0.0, None), [ids])
+    """A running job on the room of UltraServer `us` (withdrawn to open it)."""
+    ids = [chip_id(f"gen2-{us:04d}", c // 4, c % 4) for c in range(ROOM)]
+    admissions.readopt(job(f"busy{us}", ROOM, 0.0, None), [ids])
 
 
 def test_a_short_job_passes_an_older_long_one_but_not_an_old_enough_one() -> None:
-    admissions = Admissions(Allocator(build_fleet("trn3-gen2", 1)))
+    admissions = one_slot()
     busy(admissions, 0)
-    admissions.submit(job("long", 100, 0.0, 10 * HOUR))          # rank 100 h
-    admissions.submit(job("short", 100, 5 * HOUR, HOUR))         # rank 15 h: passes
-    admissions.submit(job("late", 100, 96 * HOUR, 0.5 * HOUR))   # rank 101 h: does not
+    admissions.submit(job("long", ROOM, 0.0, 10 * HOUR))          # rank 100 h
+    admissions.submit(job("short", ROOM, 5 * HOUR, HOUR))         # rank 15 h: passes
+    admissions.submit(job("late", ROOM, 96 * HOUR, 0.5 * HOUR))   # rank 101 h: does not
     admissions.withdraw(JobKey("busy0"))
     got = admissions.cycle()
     assert [a.key for a in got.admitted] == ["short"]
@@ -99,47 +116,47 @@ def test_a_short_job_passes_an_older_long_one_but_not_an_old_enough_one() -> Non
 
 
 def test_fifo_order_keeps_arrival_order() -> None:
-    admissions = Admissions(Allocator(build_fleet("trn3-gen2", 1)), order=FIFO)
+    admissions = one_slot(FIFO)
     busy(admissions, 0)
-    admissions.submit(job("long", 100, 0.0, 10 * HOUR, seq=1))
-    admissions.submit(job("short", 100, 5 * HOUR, HOUR, seq=2))
+    admissions.submit(job("long", ROOM, 0.0, 10 * HOUR, seq=1))
+    admissions.submit(job("short", ROOM, 5 * HOUR, HOUR, seq=2))
     admissions.withdraw(JobKey("busy0"))
     assert [a.key for a in admissions.cycle().admitted] == ["long"]
 
 
 def test_a_job_without_an_estimate_never_passes_one_with_it() -> None:
-    admissions = Admissions(Allocator(build_fleet("trn3-gen2", 1)))
+    admissions = one_slot()
     busy(admissions, 0)
-    admissions.submit(job("guessed", 100, 0.0, 20 * HOUR))
-    admissions.submit(job("unknown", 100, -1.0, None))  # older, but 24 h counted
+    admissions.submit(job("guessed", ROOM, 0.0, 20 * HOUR))
+    admissions.submit(job("unknown", ROOM, -1.0, None))  # older, but 24 h counted
     admissions.withdraw(JobKey("busy0"))
     assert [a.key for a in admissions.cycle().admitted] == ["guessed"]
 
 
 def test_priority_still_comes_first() -> None:
-    admissions = Admissions(Allocator(build_fleet("trn3-gen2", 1)))
+    admissions = one_slot()
     busy(admissions, 0)
-    admissions.submit(job("short", 100, 0.0, 60.0))
-    admissions.submit(job("urgent-long", 100, 10 * HOUR, 100 * HOUR, priority=5))
+    admissions.submit(job("short", ROOM, 0.0, 60.0))
+    admissions.submit(job("urgent-long", ROOM, 10 * HOUR, 100 * HOUR, priority=5))
     admissions.withdraw(JobKey("busy0"))
     assert [a.key for a in admissions.cycle().admitted] == ["urgent-long"]
 
 
 def test_a_requeued_job_keeps_its_rank() -> None:
-    admissions = Admissions(Allocator(build_fleet("trn3-gen2", 1)))
-    admissions.submit(job("first", 100, 0.0, HOUR))
+    admissions = one_slot()
+    admissions.submit(job("first", ROOM, 0.0, HOUR))
     assert [a.key for a in admissions.cycle().admitted] == ["first"]
-    admissions.submit(job("second", 100, 1.0, HOUR))
+    admissions.submit(job("second", ROOM, 1.0, HOUR))
     again = admissions.requeue(JobKey("first"))
     assert again is not None and again.rank == 10 * HOUR
     assert [a.key for a in admissions.cycle().admitted] == ["first"]
 
 
 def test_a_readopted_job_that_is_requeued_keeps_its_rank() -> None:
-    admissions = Admissions(Allocator(build_fleet("trn3-gen2", 1)))
-    ids = [chip_id("gen2-0000", c // 4, c % 4) for c in range(100)]
-    admissions.readopt(job("old", 100, 0.0, HOUR), [ids])
-    admissions.submit(job("new", 100, 2.0, HOUR))
+    admissions = one_slot()
+    ids = [chip_id("gen2-0000", c // 4, c % 4) for c in range(ROOM)]
+    admissions.readopt(job("old", ROOM, 0.0, HOUR), [ids])
+    admissions.submit(job("new", ROOM, 2.0, HOUR))
     again = admissions.requeue(JobKey("old"))
     assert again is not None and again.rank == 10 * HOUR
     assert [a.key for a in admissions.cycle().admitted] == ["old"]

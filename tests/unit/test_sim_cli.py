@@ -105,8 +105,9 @@ def test_bad_options_exit_2_naming_the_field(tmp_path: Path, args: list[str], fi
 
 
 def test_queue_stretch_orders_the_queue_and_the_summary_says_which_order(tmp_path: Path) -> None:
-    # one UltraServer held by 'hog'; 'long' (10 h) arrived before 'short' (10 min)
-    trace = write(tmp_path, "hog,0,1000,144\nlong,10,36000,100\nshort,20,600,100\n")
+    # one UltraServer: 'keep' holds 84 chips, 'hog' the other 60; 'long' (10 h) arrived before
+    # 'short' (10 min), both of 60 chips
+    trace = write(tmp_path, "keep,0,1000000,84\nhog,0,1000,60\nlong,10,36000,60\nshort,20,600,60\n")
     starts = {}
     for stretch in ("10", "0"):
         out = tmp_path / stretch

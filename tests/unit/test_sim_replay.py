@@ -146,12 +146,26 @@ def test_saturated_fleet_admits_in_fifo_order_with_backfill() -> None:
     assert [r[f"s{i}"].start_s for i in range(11)] == [2 + i for i in range(11)]  # 44 chips free: all fit
 
 
+def test_a_gang_of_more_than_half_an_ultraserver_is_not_deferred_by_its_run_time() -> None:
+    # one UltraServer held by 'hog' until 1030; 'wide' (128 chips, 10 h) arrived before a stream
+    # of 1-hour 32-chip jobs. Ranked by run time, every one of them would go first (rank
+    # 20 + 10 x 3,780 < 10 + 10 x 37,800) and take the room 'wide' needs; at 128 of 144 chips
+    # it ranks by arrival instead, and starts as soon as 'hog' is gone.
+    text = "hog,0,1000,144\nwide,10,36000,128\n" + "".join(
+        f"s{i},{20 + i},3600,32\n" for i in range(8))
+    r = by_id(replay(text, us=1))
+    assert r["wide"].start_s == 1030
+    assert all(r[f"s{i}"].start_s is not None and r[f"s{i}"].start_s >= 1030 for i in range(8))
+
+
 @pytest.mark.parametrize(("stretch", "first"), [(10.0, "short"), (0.0, "long")])
 def test_a_short_job_passes_an_older_long_one_unless_the_queue_is_fifo(
         stretch: float, first: str) -> None:
-    # one UltraServer, held by 'hog' until 1030; 'long' (10 h) and 'short' (10 min) wait for it.
+    # one UltraServer: 84 chips held by 'keep' for good, the other 60 by 'hog' until 1030;
+    # 'long' (10 h) and 'short' (10 min) of 60 chips each (small enough to rank by run time)
+    # wait for them, one at a time.
     # Ranks: long 10 + 10 x 37,800 (with its checkpoints); short 20 + 10 x 600: short first.
-    text = "hog,0,1000,144\nlong,10,36000,100\nshort,20,600,100\n"
+    text = "keep,0,1000000,84\nhog,0,1000,60\nlong,10,36000,60\nshort,20,600,60\n"
     r = by_id(replay(text, us=1, queue_stretch=stretch))
     assert r[first].start_s == 1030
     second = "long" if first == "short" else "short"
