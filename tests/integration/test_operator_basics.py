@@ -63,15 +63,18 @@ def test_queue_positions_and_release_on_succeeded(op: Harness) -> None:
 
 
 def test_a_short_job_queues_ahead_of_an_older_long_one(op: Harness) -> None:
-    # gen2-a [144]; 'first' runs; 'long' (10 h) then 'short' (10 min) wait: target start
-    # (creation + 10 x run time) puts 'short' first, and it is admitted first.
+    # gen2-a [keep: 84 | first: 60]; 'long' (10 h) then 'short' (10 min), 60 chips each (small
+    # enough to rank by run time), wait for first's 60: target start (creation + 10 x run
+    # time) puts 'short' first, and it is admitted first.
     op.ultraserver(f"{op.ns}-a")
     op.start()
-    op.job("first", 100)
+    op.job("keep", 84)
+    op.phase("keep", "Admitted")
+    op.job("first", 60)
     op.phase("first", "Admitted")
-    op.job("long", 100, work={"durationSeconds": 36_000})
+    op.job("long", 60, work={"durationSeconds": 36_000})
     op.phase("long", "Pending")
-    op.job("short", 100, work={"durationSeconds": 600})
+    op.job("short", 60, work={"durationSeconds": 600})
     op.wait("short ahead of long", lambda: [
         (op.get(n).get("status") or {}).get("queuePosition") for n in ("short", "long")
     ] == [1, 2])
