@@ -35,7 +35,8 @@ import click
 @click.option("--queue-stretch", type=click.FloatRange(0, 1_000_000), default=None,
               help="Inside a priority, queue by target start = creation + STRETCH x the "
               "job's predicted run time (work.durationSeconds; 24 h when absent); gangs of "
-              "73+ chips (over half an UltraServer) by creation. 0 = arrival order (docs/operator.md). [default: 10]")
+              "73+ chips (over half an UltraServer) by creation. 0 = arrival order "
+              "(docs/operator.md). [default: 10]")
 @click.option("--ultraservers-from-nodes", is_flag=True,
               help="Create, update and delete UltraServers from the labels of Trainium Nodes.")
 @click.option("--ultraserver-label", default=None, metavar="KEY",

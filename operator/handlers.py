@@ -163,6 +163,16 @@ class NoDiffBase(kopf.DiffBaseStorage):
         pass
 
 
+def new_controller(kube: KubeClient) -> Controller:
+    """The admission controller as CONFIG sets it up (at start-up, and afresh on each lease
+    gain)."""
+    return Controller(kube, clock=utcnow, emit=post_event,
+                      namespaces=CONFIG.namespaces or None, fleet=CONFIG.fleet,
+                      concurrency=CONFIG.concurrency, reservation=CONFIG.reservation,
+                      queue_stretch=CONFIG.queue_stretch, stats_seconds=CONFIG.stats_seconds,
+                      gc_full_seconds=CONFIG.gc_full_seconds or None)
+
+
 @kopf.on.startup()
 async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     settings.posting.level = logging.WARNING  # our own Events are posted explicitly
@@ -171,12 +181,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     settings.persistence.diffbase_storage = NoDiffBase()
     # one pooled connection per worker: the writers', the pod plane's (PodPlane `slots`)
     kube = KubeClient(pool_size=CONFIG.concurrency + (48 if CONFIG.launch_pods else 0))
-    controller = Controller(kube, clock=utcnow, emit=post_event,
-                            namespaces=CONFIG.namespaces or None, fleet=CONFIG.fleet,
-                            concurrency=CONFIG.concurrency, reservation=CONFIG.reservation,
-                            queue_stretch=CONFIG.queue_stretch,
-                            stats_seconds=CONFIG.stats_seconds,
-                            gc_full_seconds=CONFIG.gc_full_seconds or None)
+    controller = new_controller(kube)
     memo["controller"] = controller
     tasks = [asyncio.create_task(controller.run(), name="ultraplane-admission")]
     discovery: NodeDiscovery | None = None
@@ -199,12 +204,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
             discovery.leader = False
 
         async def gain() -> None:
-            fresh = Controller(kube, clock=utcnow, emit=post_event,
-                               namespaces=CONFIG.namespaces or None, fleet=CONFIG.fleet,
-                               concurrency=CONFIG.concurrency, reservation=CONFIG.reservation,
-                               queue_stretch=CONFIG.queue_stretch,
-                               stats_seconds=CONFIG.stats_seconds,
-                               gc_full_seconds=CONFIG.gc_full_seconds or None)
+            fresh = new_controller(kube)
             controller.__dict__.update({k: v for k, v in fresh.__dict__.items()
                                         if k not in ("wake", "_limit", "_pool", "on_written")})
             controller.leader = True

@@ -75,4 +75,3 @@ class QueueOrder:
 
 TARGET_START = QueueOrder()
 FIFO = QueueOrder(stretch=0.0)
-
