@@ -131,9 +131,8 @@ class Allocator:
 
     def reservation(self, request: PlacementRequest) -> tuple[str, tuple[str, ...]] | None:
         """Where a gang of whole UltraServers that does not fit now would start soonest, as
-        (domain name, UltraServer names): inside the domains of `preemption_domains`, the k
-        sound UltraServers (no failed chip, no cordon: the only ones such a gang can take) the
-        gang needs with the most free chips between them (the freest first,
+        (domain name, UltraServer names): inside the domains of `reservation_domains`, the k
+        sound UltraServers the gang needs with the most free chips between them (the freest first,
         then id order; the first domain on a tie). None for gangs smaller than one UltraServer
         (they need no UltraServer to drain) and when no domain can ever hold the request.
 
@@ -141,15 +140,9 @@ class Allocator:
         elsewhere instead of nibbling at the chips the large gang waits for.
         """
         best: tuple[int, str, tuple[str, ...]] | None = None
-        for name, members in self._domains(request, whole_only=True):
-            # Ranked by usable capacity: a gang of whole UltraServers only ever starts on sound
-            # ones (no failed chip, no cordon), so one with a failed chip is never worth holding.
-            slots = [self._slots[n] for n in members if self._slots[n].sound]
-            if not slots:
-                continue
+        for name, members in self.reservation_domains(request):
+            slots = [self._slots[n] for n in members]
             k = -(-request.chips // slots[0].cpu)
-            if len(slots) < k:
-                continue
             top = sorted(slots, key=lambda s: (-s.total, s.order))[:k]
             free = sum(s.total for s in top)
             if best is None or free > best[0]:
@@ -157,8 +150,18 @@ class Allocator:
         return None if best is None else best[1:]
 
     def reservation_domains(self, request: PlacementRequest) -> list[tuple[str, tuple[str, ...]]]:
-        """The domains `reservation` chooses among (gangs of at least one UltraServer)."""
-        return self._domains(request, whole_only=True)
+        """The domains `reservation` chooses among (gangs of at least one UltraServer), each
+        with its sound UltraServers only (no failed chip, no cordon: a gang of whole
+        UltraServers only ever starts on those, so one with a failed chip is never worth
+        holding), and only those with enough of them. The scheduler's EASY pass ranks the same
+        candidates by predicted drain time, so whether a gang gets a reservation never depends
+        on the predictions, only where."""
+        out: list[tuple[str, tuple[str, ...]]] = []
+        for name, members in self._domains(request, whole_only=True):
+            sound = tuple(n for n in members if self._slots[n].sound)
+            if sound and len(sound) >= -(-request.chips // self._slots[sound[0]].cpu):
+                out.append((name, sound))
+        return out
 
     def profile_of(self, ultraserver: str) -> str:
         return self._get(ultraserver).us.profile
