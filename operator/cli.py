@@ -35,7 +35,8 @@ import click
 @click.option("--queue-stretch", type=click.FloatRange(0, 1_000_000), default=None,
               help="Inside a priority, queue by target start = creation + STRETCH x the "
               "job's predicted run time (work.durationSeconds; 24 h when absent); gangs of "
-              "73+ chips (over half an UltraServer) by creation. 0 = arrival order "
+              "over half the largest UltraServer (73+ chips on Gen2) by creation. 0 = "
+              "arrival order "
               "(docs/operator.md). [default: 10]")
 @click.option("--ultraservers-from-nodes", is_flag=True,
               help="Create, update and delete UltraServers from the labels of Trainium Nodes.")
@@ -101,6 +102,7 @@ def operator(namespaces: tuple[str, ...], all_namespaces: bool, lease: str | Non
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     logging.getLogger("kopf").setLevel(logging.DEBUG if verbose else logging.WARNING)
-    kopf.configure(verbose=verbose)
+    # Not `kopf.configure`: it adds a second root handler, and every line was printed twice.
+    logging.getLogger("asyncio").setLevel(logging.DEBUG if verbose else logging.WARNING)
     kopf.run(standalone=True, clusterwide=not namespaces, namespaces=list(namespaces),
              liveness_endpoint=liveness)

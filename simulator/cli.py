@@ -111,7 +111,8 @@ def _check_out(out_dir: Path) -> None:
                    "UltraServers (see docs/operator.md).")
 @click.option("--queue-stretch", type=click.FloatRange(min=0, max=1_000_000), default=None,
               help="Inside a priority, queue by target start = submit + STRETCH x run time; "
-                   "gangs of 73+ chips by submit time. 0 = arrival order (FIFO). [default: 10]")
+                   "gangs of over half the largest UltraServer (73+ chips on Gen2) by submit "
+                   "time. 0 = arrival order (FIFO). [default: 10]")
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
 def simulate(fleet: str | None, cluster_file: Path | None, traces: tuple[Path, ...], out_dir: Path,
              policies: tuple[str, ...], chips_per_gpu: int, seed: int, failure_policy: str,

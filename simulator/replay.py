@@ -221,7 +221,7 @@ class Replay:
         expected = job.duration_s
         if job.kind == "training":
             expected += (job.duration_s // self.cfg.checkpoint_interval_s) * self.a.checkpoint_cost_s
-        queued = self.admissions.order.ranked(QueuedJob(
+        queued = self.admissions.ranked(QueuedJob(
             JobKey(job.job_id), request, job.priority, seq, expected_s=expected,
             created_s=job.submit_s))
         if self._one_priority:

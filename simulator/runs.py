@@ -18,6 +18,8 @@ from ultraplane.simulator.replay import Replay, ReplayConfig
 from ultraplane.simulator.reports import write_report
 from ultraplane.simulator.traces import TraceJob
 
+from ultraplane.queueorder import QueueOrder
+
 
 def replay_all(topology: Any, jobs: Sequence[TraceJob], configs: Sequence[ReplayConfig],
                *, progress: bool = False,
@@ -47,6 +49,7 @@ def run_policies(topology: Any, jobs: Sequence[TraceJob], configs: Sequence[Repl
     shape = FleetShape.of(topology)
     peak = sum(shape.hardware_of[n].peak_watts * shape.chips_of[n] for n in shape.names)
     cfg = configs[0]
+    largest = max((shape.chips_of[n] for n in shape.names), default=0)
     meta = {
         "fleet": fleet_name,
         "trace": ", ".join(traces),
@@ -58,7 +61,8 @@ def run_policies(topology: Any, jobs: Sequence[TraceJob], configs: Sequence[Repl
         "reservation": cfg.reservation,
         "queue_order": ("arrival order (FIFO) inside a priority" if cfg.queue_stretch == 0 else
                         f"target start inside a priority: submit + {cfg.queue_stretch:g} x "
-                        "run time; gangs of 73+ chips by submit time"),
+                        f"run time; gangs of {QueueOrder().large_from(largest)}+ chips (over "
+                        "half the largest UltraServer) by submit time"),
         "idle_power_kw": shape.idle_watts() / 1e3,
         "peak_power_kw_all_busy": peak / 1e3,
         "held_allocations": len(held or {}),

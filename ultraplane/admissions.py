@@ -163,8 +163,13 @@ class Admissions:
         spec: priority, size). A job holding chips keeps them: returns False then."""
         if self.scheduler.is_running(job.key):
             return False
-        self.scheduler.submit(self.order.ranked(job))
+        self.scheduler.submit(self.ranked(job))
         return True
+
+    def ranked(self, job: QueuedJob) -> QueuedJob:
+        """`job` ranked by this queue's order on this fleet (its largest UltraServer decides
+        which gangs rank by creation alone, `ultraplane.queueorder`)."""
+        return self.order.ranked(job, self.allocator.largest_ultraserver())
 
     def withdraw(self, key: JobKey) -> frozenset[ChipId]:
         """The job finished, failed or was deleted: forget it; returns the chips released."""
@@ -178,7 +183,7 @@ class Admissions:
         """Put a job back on the chips its persisted state names (`chips[i]`: the chips of
         replica `i`; one entry for a single gang), all of them or none. When a chip is unknown,
         taken, or the replica count does not match, the job is queued instead."""
-        job = self.order.ranked(job)
+        job = self.ranked(job)
         try:
             if job.replicas is None:
                 if len(chips) != 1:

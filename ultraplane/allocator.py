@@ -54,6 +54,7 @@ class Allocator:
         # Moves whenever free room may have grown (chips given back, inventory or health
         # changed): while it stands still, a request that did not fit still does not.
         self.room_epoch = 0
+        self._largest: int | None = None  # chips of the largest UltraServer, once asked
         for us in topology.ultraservers:
             self.upsert_ultraserver(us)
 
@@ -162,6 +163,12 @@ class Allocator:
             if sound and len(sound) >= -(-request.chips // self._slots[sound[0]].cpu):
                 out.append((name, sound))
         return out
+
+    def largest_ultraserver(self) -> int:
+        """Chips of the fleet's largest UltraServer (0 for an empty fleet)."""
+        if self._largest is None:
+            self._largest = max((s.cpu for s in self._slots.values()), default=0)
+        return self._largest
 
     def profile_of(self, ultraserver: str) -> str:
         return self._get(ultraserver).us.profile
@@ -501,6 +508,7 @@ class Allocator:
 
     def _inventory_changed(self) -> None:
         self.room_epoch += 1
+        self._largest = None
         self._domain_counts.clear()
         self._plans.clear()
 

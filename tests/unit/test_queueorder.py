@@ -46,6 +46,30 @@ def test_gangs_of_more_than_half_an_ultraserver_rank_by_creation_alone() -> None
     assert TARGET_START.rank(50.0, LARGE_GANG_CHIPS - 1, HOUR) > 50.0
 
 
+def test_the_large_gang_threshold_follows_the_fleets_largest_ultraserver() -> None:
+    # Trn2 and Trn3 Gen1 UltraServers have 64 chips: a 40-chip gang is more than half of one
+    assert TARGET_START.large_from(64) == 33
+    assert TARGET_START.rank(50.0, 40, HOUR, ultraserver_chips=64) == 50.0
+    assert TARGET_START.rank(50.0, 32, HOUR, ultraserver_chips=64) > 50.0
+    assert TARGET_START.rank(50.0, 40, HOUR, ultraserver_chips=144) > 50.0
+    assert TARGET_START.large_from(0) == LARGE_GANG_CHIPS  # no fleet known yet: Gen2 assumed
+    fixed = QueueOrder(large_chips=100)
+    assert fixed.large_from(64) == fixed.large_from(144) == 100
+    with pytest.raises(ValueError, match="large gang threshold must be >= 1 chip"):
+        QueueOrder(large_chips=0)
+
+
+@pytest.mark.parametrize(("profile", "by_creation"), [("trn2", True), ("trn3-gen1", True),
+                                                      ("trn3-gen2", False)])
+def test_admissions_rank_by_the_fleet_they_schedule(profile: str, by_creation: bool) -> None:
+    admissions = Admissions(Allocator(build_fleet(profile, 2)))
+    ranked = admissions.ranked(job("a", 40, 50.0, HOUR))
+    assert (ranked.rank == 50.0) is by_creation
+    mixed = Allocator(build_fleet("trn2", 1))
+    mixed.upsert_ultraserver(build_fleet("trn3-gen2", 1).ultraservers[0])  # the largest decides
+    assert Admissions(mixed).ranked(job("a", 40, 50.0, HOUR)).rank > 50.0
+
+
 @pytest.mark.parametrize("stretch", [-1.0, float("nan"), float("inf")])
 def test_a_bad_stretch_is_a_clear_error(stretch: float) -> None:
     with pytest.raises(ValueError, match="stretch must be a finite number >= 0"):

@@ -176,3 +176,21 @@ def test_every_run_reports_against_the_fluid_bound_and_the_in_domain_greedy(tmp_
     assert s["split_jobs_that_fit_one_ultraserver"] == 0
     html = (out / "report.html").read_text()
     assert "greedy-in-domain" in html and "144 chips or more" in html
+
+
+@pytest.mark.parametrize(("size", "short_first"), [(28, True), (40, False)])
+def test_on_trn2_a_gang_of_more_than_half_an_ultraserver_ranks_by_submit_time(
+        tmp_path: Path, size: int, short_first: bool) -> None:
+    # one Trn2 UltraServer of 64 chips: 'keep' holds 24, 'hog' 40; 'long' (10 h) arrived before
+    # 'short' (10 min), both of `size` chips. 40 is over half of 64 (33+), 28 is not.
+    trace = write(tmp_path, f"keep,0,1000000,24\nhog,0,1000,40\nlong,10,36000,{size}\n"
+                            f"short,20,600,{size}\n")
+    out = tmp_path / "o"
+    res = run("--fleet", "trn2:1", "--trace", str(trace), "--out", str(out),
+              "--policy", "ultraplane", "--no-progress")
+    assert res.exit_code == 0, res.output
+    summary = json.loads((out / "summary.json").read_text())["ultraplane"]
+    assert "gangs of 33+ chips" in summary["queue_order"]
+    with (out / "jobs.csv").open() as f:
+        starts = {r["job_id"]: float(r["start_s"]) for r in csv.DictReader(f)}
+    assert (starts["short"] < starts["long"]) is short_first
