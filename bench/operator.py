@@ -177,13 +177,18 @@ class Watcher(threading.Thread):
                 time.sleep(0.2)
 
 
-def create_all(h: Harness, jobs: list[tuple[str, int, int]]) -> dict[str, float]:
+def create_all(h: Harness, jobs: list[tuple[str, int, int]],
+               answered: dict[str, float] | None = None) -> dict[str, float]:
+    """Creates the jobs from 16 threads; returns when each create call started (and fills
+    `answered` with when each call returned)."""
     created: dict[str, float] = {}
 
     def one(job: tuple[str, int, int]) -> None:
         name, size, prio = job
         created[name] = time.monotonic()
         h.job(name, size, prio, **spec(size))
+        if answered is not None:
+            answered[name] = time.monotonic()
 
     with ThreadPoolExecutor(16) as pool:
         list(pool.map(one, jobs))
@@ -267,7 +272,8 @@ def phase1(env: KubeEnv, logdir: Path, n_us: int, n_jobs: int, *,
     watcher.start()
     before = write_counts(env)
     t0 = time.monotonic()
-    created = create_all(h, [(f"j{i:05d}", s, 0) for i, s in enumerate(sizes)])
+    answered: dict[str, float] = {}
+    created = create_all(h, [(f"j{i:05d}", s, 0) for i, s in enumerate(sizes)], answered)
     t_created = time.monotonic() - t0
     deadline = time.monotonic() + 900
     while len(watcher.admitted) < n_jobs and time.monotonic() < deadline:
@@ -294,6 +300,7 @@ def phase1(env: KubeEnv, logdir: Path, n_us: int, n_jobs: int, *,
           f" created in {t_created:.1f}s; {len(lat)} admitted in {last - t0:.1f}s")
     print(f"  operator: {rate:.0f} admissions/s, p50 {statistics.median(lat):.2f}s, "
           f"p99 {p99:.2f}s")
+    print("  " + where_the_time_goes(created, answered, watcher.admitted, t0))
     print(f"  API server writes during the phase: {total_writes} = "
           f"{total_writes / len(lat):.3f} per admission; by resource: {writes}")
     print(f"  baseline (pure Scheduler, same jobs, no API server): {base:.0f} admissions/s; "
@@ -315,6 +322,25 @@ def phase1(env: KubeEnv, logdir: Path, n_us: int, n_jobs: int, *,
             "gc_pause_max_s": churn.get("gc_pause_max_s"),
             "rss_mb": round(rss, 1), "apiserver_rss_mb": round(api_rss, 1),
             "etcd_rss_mb": round(etcd_rss, 1), "baseline_admissions_per_s": round(base, 1)}
+
+
+def where_the_time_goes(created: dict[str, float], answered: dict[str, float],
+                        admitted: dict[str, float], t0: float) -> str:
+    """The latency split at the create call's answer (the API server's own create latency,
+    then the operator's part: watch, cycle, status write, and the client's watch), and its
+    p99 per 5 s of creation time: which part and which moment make the tail."""
+    names = [n for n in admitted if n in created and n in answered]
+    create = sorted(answered[n] - created[n] for n in names)
+    after = sorted(admitted[n] - answered[n] for n in names)
+    buckets: dict[int, list[float]] = {}
+    for n in names:
+        buckets.setdefault(int((created[n] - t0) // 5), []).append(admitted[n] - created[n])
+    per = " ".join(f"{5 * b}s:{sorted(v)[int(0.99 * (len(v) - 1))]:.1f}"
+                   for b, v in sorted(buckets.items()))
+    q = lambda v, f: v[int(f * (len(v) - 1))] if v else 0.0  # noqa: E731
+    return (f"create call p50 {q(create, .5):.2f}s p99 {q(create, .99):.2f}s; answered -> seen "
+            f"Admitted p50 {q(after, .5):.2f}s p99 {q(after, .99):.2f}s; p99 by creation time: "
+            f"{per}")
 
 
 def churn_cycles(h: Harness, watcher: Watcher, seconds: float) -> dict[str, float]:

@@ -39,6 +39,9 @@ spec:
     op.env.kubectl("delete", "trainingjob", "big", "-n", op.ns, "--wait=false")
     op.gone("big")
     op.wait("chips released", lambda: op.get_ultraserver(us)["status"]["allocated"]["chips"] == 0)
+    # each log line is written once (kopf's own root handler once doubled every line)
+    log = op.log_tail(10_000)
+    assert log.count("first admission cycle") == 1, log
 
 
 def test_queue_positions_and_release_on_succeeded(op: Harness) -> None:
