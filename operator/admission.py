@@ -44,6 +44,7 @@ __all__ = ["Controller", "CycleStats", "Kube", "Transition", "moved"]
 
 log = logging.getLogger("ultraplane.operator")
 STARTUP_RESYNCS = (3.0, 15.0)  # seconds after a (re)start: see Controller.sync
+RESYNC_RETRY_SECONDS = 10.0  # after a resync's list failed
 # Transitions that free chips another admission may take (written before any admission).
 EVICTIONS = frozenset({"preempt", "restart", "fail"})
 Emit = Callable[[Mapping[str, Any], str, str, str], None]
@@ -143,6 +144,7 @@ class Controller(Writers):
         self.resync_seconds = resync_seconds
         self._last_resync = 0.0
         self._resync_due = False
+        self._resyncing: asyncio.Task[None] | None = None  # the resync in flight, if any
         self._pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="kube")
         self._limit = asyncio.Semaphore(concurrency)
 
@@ -188,23 +190,40 @@ class Controller(Writers):
         loop = asyncio.get_running_loop()
         self._last_resync = loop.time()
         PAUSES.install()
-        while True:
-            with contextlib.suppress(TimeoutError):  # no event for a while: resync anyway
-                await asyncio.wait_for(self.wake.wait(), timeout=self.resync_seconds)
-            self.wake.clear()
-            await asyncio.sleep(self.batch_seconds)
-            if not (self.ready and self.leader):
-                continue
-            try:
-                if self._resync_due or loop.time() - self._last_resync >= self.resync_seconds:
-                    self._last_resync, self._resync_due = loop.time(), False
-                    await self.resync()
-                await self.run_cycle(wait=False)
-                self.heap.settle(loop.time())
-            except Exception:  # one bad cycle must not stop admission for good
-                log.exception("admission cycle failed; retrying")
-                await asyncio.sleep(1.0)
-                self.wake.set()
+        try:
+            while True:
+                with contextlib.suppress(TimeoutError):  # no event for a while: resync anyway
+                    await asyncio.wait_for(self.wake.wait(), timeout=self.resync_seconds)
+                self.wake.clear()
+                await asyncio.sleep(self.batch_seconds)
+                if not (self.ready and self.leader):
+                    continue
+                try:
+                    if (self._resync_due
+                            or loop.time() - self._last_resync >= self.resync_seconds) \
+                            and (self._resyncing is None or self._resyncing.done()):
+                        self._last_resync, self._resync_due = loop.time(), False
+                        self._resyncing = asyncio.create_task(self._resync_aside())
+                    await self.run_cycle(wait=False)
+                    self.heap.settle(loop.time())
+                except Exception:  # one bad cycle must not stop admission for good
+                    log.exception("admission cycle failed; retrying")
+                    await asyncio.sleep(1.0)
+                    self.wake.set()
+        finally:
+            if self._resyncing is not None:
+                self._resyncing.cancel()
+
+    async def _resync_aside(self) -> None:
+        """A resync beside the cycles, not in front of them: listing thousands of jobs takes
+        the API server seconds (1.4 s for 2,500 in a burst of creates), and the cycles it held
+        back made the p99 of create -> Admitted. What it finds is forgotten like a DELETED
+        event, which may arrive between any two steps of a cycle too."""
+        try:
+            await self.resync()
+        except Exception as exc:  # the next one comes at the interval, or sooner on request
+            log.warning("resync failed: %s; retrying in %.0f s", exc, RESYNC_RETRY_SECONDS)
+            asyncio.get_running_loop().call_later(RESYNC_RETRY_SECONDS, self._ask_resync)
 
     async def resync(self) -> None:
         """Forget jobs deleted while their DELETED event was missed (a watch gap).
@@ -222,6 +241,7 @@ class Controller(Writers):
             self.forget(key)
         if gone:
             log.info("resync: %d deleted job(s) released their chips", len(gone))
+            self.wake.set()  # their chips are free for the next cycle
 
     async def run_cycle(self, *, wait: bool = True) -> None:
         """One cycle: decide, write evictions, then start the admission writes.

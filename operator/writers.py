@@ -197,6 +197,8 @@ class Writers(Observations):
                 return False
             self.remember(key, new)
             self._written(key, change)
+            log.debug("status of %s written: %s %s (position %s)", key, change.kind,
+                      change.reason, change.position)
             if self.on_written is not None:  # the pod data plane acts on it at once
                 self.on_written(key)
             kind = event_type(change, str(current.get("phase") or ""))

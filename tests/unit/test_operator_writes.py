@@ -4,7 +4,10 @@ on the watch or at the next resync (issue 16)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
+import threading
+from collections.abc import Callable
 from typing import Any
 
 from ultraplane.operator.admission import Controller
@@ -246,5 +249,54 @@ def test_the_echo_of_a_position_write_leaves_the_next_cycle_carrying_the_queue()
         assert carried[-3] is None
         assert kube.jobs["w0"]["status"]["queuePosition"] == 20
         assert kube.jobs["w1"]["status"]["queuePosition"] == 1
+
+    asyncio.run(scenario())
+
+
+class SlowList(FakeKube):
+    """A job list that waits for `go` (the API server listing thousands of jobs)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.go = threading.Event()
+        self.go.set()
+        self.listing = threading.Event()
+
+    def list_jobs(self, namespaces: list[str] | None) -> list[dict[str, Any]]:
+        self.listing.set()
+        assert self.go.wait(30)
+        return super().list_jobs(namespaces)
+
+
+async def until(what: str, check: Callable[[], bool], timeout: float = 10.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not check():
+        assert asyncio.get_running_loop().time() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.01)
+
+
+def test_a_slow_resync_list_does_not_hold_back_admissions() -> None:
+    async def scenario() -> None:
+        kube = SlowList()
+        c = controller(kube, servers=2)
+        kube.add_job("gone", 144)
+        await c.sync()
+        await settle(c)
+        del kube.jobs["gone"]  # deleted while the watch was down: only a resync can tell
+        kube.go.clear()
+        kube.listing.clear()
+        loop = asyncio.create_task(c.run())
+        c._ask_resync()
+        await until("the resync's list", kube.listing.is_set)
+        c.observe_job(kube.add_job("fresh", 8))
+        await until("fresh admitted while the list is held", lambda: (
+            kube.jobs["fresh"].get("status") or {}).get("phase") == "Admitted")
+        assert c.scheduler.is_running("tj/ns/gone")  # the resync has not answered yet
+        kube.go.set()
+        await until("the resync to free the deleted job's chips",
+                    lambda: not c.scheduler.is_running("tj/ns/gone"))
+        loop.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await loop
 
     asyncio.run(scenario())
