@@ -45,6 +45,7 @@ __all__ = ["Controller", "CycleStats", "Kube", "Transition", "moved"]
 log = logging.getLogger("ultraplane.operator")
 STARTUP_RESYNCS = (3.0, 15.0)  # seconds after a (re)start: see Controller.sync
 RESYNC_RETRY_SECONDS = 10.0  # after a resync's list failed
+HOLD_POLL_SECONDS = 0.2  # how often held admissions look at the launch backlog again
 # Transitions that free chips another admission may take (written before any admission).
 EVICTIONS = frozenset({"preempt", "restart", "fail"})
 Emit = Callable[[Mapping[str, Any], str, str, str], None]
@@ -132,6 +133,10 @@ class Controller(Writers):
         # position writes may take an eighth of the writers: admissions keep the rest
         self._position_width = max(1, concurrency // 8)
         self.on_written: Callable[[JobKey], None] | None = None  # after each status write
+        # The pod data plane's launch backlog (`PodPlane.held`): why admissions wait, or None.
+        self.launch_held: Callable[[], str | None] | None = None
+        self.held_seconds = 0.0  # time cycles were held for it, in total
+        self._held_since: float | None = None  # the hold under way began (loop time)
         self._last_positions = 0.0
         self._last_us = float("-inf")
         self.us_seconds = us_seconds
@@ -204,6 +209,8 @@ class Controller(Writers):
                             and (self._resyncing is None or self._resyncing.done()):
                         self._last_resync, self._resync_due = loop.time(), False
                         self._resyncing = asyncio.create_task(self._resync_aside())
+                    if await self._hold_for_launches():
+                        continue
                     await self.run_cycle(wait=False)
                     self.heap.settle(loop.time())
                 except Exception:  # one bad cycle must not stop admission for good
@@ -213,6 +220,26 @@ class Controller(Writers):
         finally:
             if self._resyncing is not None:
                 self._resyncing.cancel()
+
+    async def _hold_for_launches(self) -> bool:
+        """Whether this cycle waits for the pod data plane's launch backlog (`PodPlane.held`):
+        it then looks again shortly. An eviction never waits (a failed pod's policy, a
+        preemption), and neither does a cycle when nothing would be admitted."""
+        why = self.launch_held() if self.launch_held is not None else None
+        if why is None or any(t.kind in EVICTIONS for t in self.outbox.values()) \
+                or not self.scheduler.queued_count():
+            if self._held_since is not None:
+                log.info("admissions resumed after %.1f s held for pod launches",
+                         asyncio.get_running_loop().time() - self._held_since)
+                self._held_since = None
+            return False
+        if self._held_since is None:
+            self._held_since = asyncio.get_running_loop().time()
+            log.info("admissions held: %s", why)
+        await asyncio.sleep(HOLD_POLL_SECONDS)
+        self.held_seconds += HOLD_POLL_SECONDS
+        self.wake.set()
+        return True
 
     async def _resync_aside(self) -> None:
         """A resync beside the cycles, not in front of them: listing thousands of jobs takes

@@ -52,6 +52,10 @@ import click
               show_default=True,
               help="Grace period of a deleted pod (preemption, restart, deletion) when its "
               "template sets no terminationGracePeriodSeconds: the time a checkpoint gets.")
+@click.option("--launch-backlog-seconds", type=click.FloatRange(0, 3600), default=None,
+              help="Hold admissions while the pod creates already queued would take longer "
+              "than this at the rate the API server answers them (0 = never hold; "
+              "docs/operator.md, Pods). [default: 5]")
 @click.option("--cluster-domain", default="svc", show_default=True,
               help="DNS suffix after <namespace> in the coordinator address, e.g. "
               "svc.cluster.local.")
@@ -61,7 +65,7 @@ def operator(namespaces: tuple[str, ...], all_namespaces: bool, lease: str | Non
              no_events: bool, event_qps: float | None, event_burst: int | None,
              no_reservation: bool, queue_stretch: float | None, ultraservers_from_nodes: bool, ultraserver_label: str | None,
              server_index_label: str | None, launch_pods: bool, pod_grace_seconds: int,
-             cluster_domain: str, verbose: bool) -> None:
+             launch_backlog_seconds: float | None, cluster_domain: str, verbose: bool) -> None:
     """Run the Kubernetes operator (kopf): admission queue, gang placement, preemption."""
     if namespaces and all_namespaces:
         raise click.UsageError("--namespace and --all-namespaces cannot be used together.")
@@ -94,6 +98,8 @@ def operator(namespaces: tuple[str, ...], all_namespaces: bool, lease: str | Non
         handlers.watch_nodes()
     handlers.CONFIG.launch_pods = launch_pods
     handlers.CONFIG.pod_grace_seconds = pod_grace_seconds
+    if launch_backlog_seconds is not None:  # or ULTRAPLANE_LAUNCH_BACKLOG_SECONDS
+        handlers.CONFIG.launch_backlog_seconds = launch_backlog_seconds
     handlers.CONFIG.cluster_domain = cluster_domain
     if handlers.CONFIG.launch_pods:
         handlers.watch_pods()

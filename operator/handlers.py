@@ -70,6 +70,8 @@ class Config:
                                or NodeLabels.server_index)
     launch_pods: bool = os.environ.get("ULTRAPLANE_LAUNCH_PODS", "1") != "0"
     pod_grace_seconds: int = int(os.environ.get("ULTRAPLANE_POD_GRACE_SECONDS", "120"))
+    launch_backlog_seconds: float = float(os.environ.get("ULTRAPLANE_LAUNCH_BACKLOG_SECONDS",
+                                                         "5"))
     cluster_domain: str = os.environ.get("ULTRAPLANE_CLUSTER_DOMAIN", "svc")
 
 
@@ -191,6 +193,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     if CONFIG.launch_pods:
         plane = PodPlane(kube, controller, labels=labels, grace_seconds=CONFIG.pod_grace_seconds,
                          cluster_domain=CONFIG.cluster_domain,
+                         backlog_seconds=CONFIG.launch_backlog_seconds,
                          namespaces=CONFIG.namespaces or None)
         memo["pods"] = plane
         tasks.append(asyncio.create_task(plane.run(), name="ultraplane-pods"))
@@ -206,7 +209,8 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
         async def gain() -> None:
             fresh = new_controller(kube)
             controller.__dict__.update({k: v for k, v in fresh.__dict__.items()
-                                        if k not in ("wake", "_limit", "_pool", "on_written")})
+                                        if k not in ("wake", "_limit", "_pool", "on_written",
+                                                     "launch_held")})
             controller.leader = True
             if discovery is not None:
                 await discovery.sync()

@@ -20,6 +20,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
+from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -54,6 +56,7 @@ if TYPE_CHECKING:
     from ultraplane.operator.admission import Controller
 
 log = logging.getLogger("ultraplane.operator.pods")
+RATE_WINDOW = 5.0  # seconds over which the pod create rate is measured (`PodPlane.held`)
 REPLACE_REASONS = frozenset({"ChipReplaced", "PodReplaced"})
 DONE_PHASES = frozenset({"Succeeded", "Failed"})
 
@@ -138,7 +141,9 @@ class PodPlane:
                  labels: NodeLabels = DEFAULT_LABELS, grace_seconds: int = 120,
                  cluster_domain: str = "svc", port: int = launches.COORDINATOR_PORT,
                  batch: float = 0.05, retry: float = 2.0, creates: int = 32, slots: int = 48,
-                 namespaces: list[str] | None = None) -> None:
+                 backlog_seconds: float = 5.0, backlog_floor: int = 64,
+                 namespaces: list[str] | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.kube = kube
         self.watch = PodWatch(kube, launches.LABEL_JOB_UID, namespaces,
                               on_list=self.relisted, on_events=self.observe_pods)
@@ -172,6 +177,38 @@ class PodPlane:
         self.again: set[JobKey] = set()  # marked while in flight
         self.launches: dict[JobKey, tuple[Any, launches.Launch]] = {}
         self.wake = asyncio.Event()
+        # The launch backlog (see `held`): pod creates asked for and not yet answered, and
+        # when each of the last `RATE_WINDOW` seconds' creates was answered.
+        self.backlog_seconds = backlog_seconds
+        self.backlog_floor = backlog_floor
+        self.clock = clock
+        self.queued_creates = 0
+        self.answered: deque[float] = deque()
+        controller.launch_held = self.held
+
+    # -- the launch backlog ------------------------------------------------------------
+    def create_rate(self) -> float:
+        """Pod creates answered per second over the last `RATE_WINDOW` seconds."""
+        now = self.clock()
+        while self.answered and self.answered[0] < now - RATE_WINDOW:
+            self.answered.popleft()
+        return len(self.answered) / RATE_WINDOW
+
+    def held(self) -> str | None:
+        """Why admissions wait, or None: the pod creates already asked for would take more
+        than `backlog_seconds` at the rate the API server answers them (and are more than
+        `backlog_floor`). Admitting more would only queue their pods behind these: their chips
+        would be committed and idle while they wait, and a job admitted meanwhile could not
+        be placed better. So the admission loop holds its cycles (`Controller.run`) until the
+        backlog drains, like Kueue's `waitForPodsReady.blockAdmission` but bounded by time,
+        not one job at a time."""
+        if self.backlog_seconds <= 0 or self.queued_creates <= self.backlog_floor:
+            return None
+        rate = self.create_rate()
+        if self.queued_creates <= rate * self.backlog_seconds:
+            return None
+        return (f"{self.queued_creates} pod creates queued, {rate:.0f}/s answered: more than "
+                f"{self.backlog_seconds:g} s of launches")
 
     async def sync(self) -> None:
         """List the labelled Nodes before the first admission: kopf's own Node watch replays
@@ -452,6 +489,7 @@ class PodPlane:
             state.service = launches.service_name(job)
 
         async def one(plan: launches.PodPlan) -> str | None:
+            self.queued_creates += 1
             try:
                 async with self.creating:
                     await self._call(self.kube.create_pod, job.namespace, plan.body)
@@ -459,6 +497,10 @@ class PodPlane:
                 return None  # ours from before a restart; its watch event follows
             except Rejected as exc:
                 return str(exc)
+            finally:
+                self.queued_creates -= 1
+                self.answered.append(self.clock())
+                self.create_rate()  # drops the answers older than the window
             found = pod_info(plan.body)
             if found is not None and plan.name not in state.pods:
                 found[1].seen = False  # a listing that predates it must not count it gone

@@ -295,6 +295,10 @@ class Scheduler:
         """Waiting jobs in admission order."""
         return sorted(self._queued.values(), key=QueuedJob.order)
 
+    def queued_count(self) -> int:
+        """How many jobs wait (without sorting them)."""
+        return len(self._queued)
+
     def running(self) -> Mapping[JobKey, QueuedJob]:
         return dict(self._running)
 

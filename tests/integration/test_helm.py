@@ -357,6 +357,7 @@ def test_launch_pods_is_on_by_default_with_its_rbac_and_can_be_turned_off() -> N
     args = component(docs, "Deployment", "operator")["spec"]["template"]["spec"]["containers"][0]["args"]
     assert "--launch-pods" in args
     assert args[args.index("--pod-grace-seconds") + 1] == "120"
+    assert args[args.index("--launch-backlog-seconds") + 1] == "5"
     assert args[args.index("--cluster-domain") + 1] == "svc.cluster.local"
     for verb in ("create", "delete", "patch", "list", "watch"):
         assert allowed(docs, "operator", "", "pods", verb)
@@ -364,6 +365,11 @@ def test_launch_pods_is_on_by_default_with_its_rbac_and_can_be_turned_off() -> N
     off_args = component(off, "Deployment", "operator")["spec"]["template"]["spec"][
         "containers"][0]["args"]
     assert "--no-launch-pods" in off_args and "--pod-grace-seconds" not in off_args
+    assert "--launch-backlog-seconds" not in off_args
+    never = render({"operator": {"launchBacklogSeconds": 0}})
+    never_args = component(never, "Deployment", "operator")["spec"]["template"]["spec"][
+        "containers"][0]["args"]
+    assert never_args[never_args.index("--launch-backlog-seconds") + 1] == "0"
     for verb in ("create", "delete", "watch"):
         assert not allowed(off, "operator", "", "pods", verb)
     assert not allowed(off, "operator", "", "services", "create")

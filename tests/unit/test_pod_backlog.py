@@ -1,0 +1,100 @@
+"""The launch backlog: admissions wait while the pod creates already queued would take longer
+than `--launch-backlog-seconds` at the rate the API server answers them (operator/pods.py
+`PodPlane.held`, operator/admission.py `Controller._hold_for_launches`)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+
+from ultraplane.operator.admission import Controller
+from ultraplane.operator.pods import RATE_WINDOW, PodPlane
+from ultraplane.operator.transitions import Transition
+
+from tests.unit.operator_fakes import FakeKube, controller
+from ultraplane.ids import JobKey
+
+
+def test_held_while_the_queued_creates_outlast_the_horizon_at_the_answer_rate() -> None:
+    now = [100.0]
+
+    async def scenario() -> None:
+        c = controller(FakeKube())
+        plane = PodPlane(FakeKube(), c, backlog_seconds=5.0, backlog_floor=10,  # type: ignore[arg-type]
+                         clock=lambda: now[0])
+        assert c.launch_held == plane.held  # the admission loop asks the pod plane
+        plane.queued_creates = 10
+        assert plane.held() is None  # a small backlog never holds
+        plane.queued_creates = 100
+        assert "100 pod creates queued, 0/s answered" in (plane.held() or "")  # nothing answered
+        plane.answered.extend([now[0] - 1.0] * 50)  # 10/s: 100 queued is 10 s of launches
+        assert plane.create_rate() == 50 / RATE_WINDOW
+        assert plane.held() is not None
+        plane.answered.extend([now[0] - 0.5] * 200)  # 50/s: 100 queued is 2 s
+        assert plane.held() is None
+        now[0] += RATE_WINDOW + 1  # those answers are old now: the rate is unknown again
+        assert plane.create_rate() == 0 and plane.held() is not None
+        assert not plane.answered  # old answers are dropped, not kept forever
+        off = PodPlane(FakeKube(), controller(FakeKube()), backlog_seconds=0)  # type: ignore[arg-type]
+        off.queued_creates = 10_000
+        assert off.held() is None
+
+    asyncio.run(scenario())
+
+
+async def until(what: str, check: Callable[[], bool], timeout: float = 10.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not check():
+        assert asyncio.get_running_loop().time() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.01)
+
+
+def phase(kube: FakeKube, name: str) -> str | None:
+    return (kube.jobs[name].get("status") or {}).get("phase")
+
+
+async def running(c: Controller) -> asyncio.Task[None]:
+    await c.sync()
+    return asyncio.create_task(c.run())
+
+
+async def stopped(task: asyncio.Task[None]) -> None:
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+
+
+def test_admissions_wait_for_the_backlog_then_go() -> None:
+    async def scenario() -> None:
+        kube = FakeKube()
+        c = controller(kube)
+        why: list[str | None] = ["300 pod creates queued"]
+        c.launch_held = lambda: why[0]
+        kube.add_job("a", 8)
+        loop = await running(c)
+        await until("a held cycle", lambda: c.held_seconds >= 0.4)
+        assert phase(kube, "a") != "Admitted" and c.scheduler.is_queued("tj/ns/a")
+        why[0] = None  # the backlog drained
+        await until("a admitted", lambda: phase(kube, "a") == "Admitted")
+        await stopped(loop)
+
+    asyncio.run(scenario())
+
+
+def test_an_eviction_is_never_held() -> None:
+    async def scenario() -> None:
+        kube = FakeKube()
+        c = controller(kube)
+        kube.add_job("a", 8)
+        loop = await running(c)
+        await until("a admitted", lambda: phase(kube, "a") == "Admitted")
+        kube.add_job("b", 8)
+        c.observe_job(kube.jobs["b"])
+        c.launch_held = lambda: "300 pod creates queued"
+        c.outbox[JobKey("tj/ns/a")] = Transition("fail", "PodFailed", "pod llama-0 failed (Fail).")
+        c.wake.set()
+        await until("a failed", lambda: phase(kube, "a") == "Failed")
+        await stopped(loop)
+
+    asyncio.run(scenario())
