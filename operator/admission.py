@@ -133,8 +133,11 @@ class Controller(Writers):
         # position writes may take an eighth of the writers: admissions keep the rest
         self._position_width = max(1, concurrency // 8)
         self.on_written: Callable[[JobKey], None] | None = None  # after each status write
-        # The pod data plane's launch backlog (`PodPlane.held`): why admissions wait, or None.
+        # The pod data plane's launch backlog (`PodPlane.held`): why admissions wait, or None;
+        # and how many pods a cycle may still launch (`PodPlane.budget`, None: no limit).
         self.launch_held: Callable[[], str | None] | None = None
+        self.launch_budget: Callable[[], int | None] | None = None
+        self.on_launch: Callable[[JobKey, int], None] | None = None  # pods an admission owes
         self.held_seconds = 0.0  # time cycles were held for it, in total
         self._held_since: float | None = None  # the hold under way began (loop time)
         self._last_positions = 0.0
@@ -287,7 +290,8 @@ class Controller(Writers):
             body = self.bodies.get(key)
             if body is not None:
                 self.admissions.expect_end(key, expected_end(body.get("status") or {}, clock))
-        decisions = self.admissions.cycle(now=clock.timestamp())
+        budget = self.launch_budget() if self.launch_budget is not None else None
+        decisions = self.admissions.cycle(now=clock.timestamp(), launch_budget=budget)
         decided = loop.time()
         self.reserved = decisions.held_for()
         for victim in decisions.preempted:
@@ -307,6 +311,13 @@ class Controller(Writers):
             loop.call_later(self.position_seconds, self.wake.set)
         admissions = {a.key: Transition("admit", "Admitted", a.message, a.placements)
                       for a in decisions.admitted}
+        if decisions.deferred:  # the launch budget was spent: look again once pods are created
+            loop.call_later(HOLD_POLL_SECONDS, self.wake.set)
+        if self.on_launch is not None:  # the pod plane counts their pods from now on
+            for a in decisions.admitted:
+                queued = self.submitted.get(a.key)
+                if queued is not None and queued.launches:
+                    self.on_launch(a.key, sum(len(p.servers) for p in a.placements))
         for key in admissions.keys() | self.outbox.keys():  # a queued position is stale now
             if key in admissions or self.outbox[key].kind != "pending":
                 self.positions_due.pop(key, None)

@@ -55,7 +55,7 @@ import click
 @click.option("--launch-backlog-seconds", type=click.FloatRange(0, 3600), default=None,
               help="Hold admissions while the pod creates already queued would take longer "
               "than this at the rate the API server answers them (0 = never hold; "
-              "docs/operator.md, Pods). [default: 5]")
+              "docs/operator.md, Pods). [default: 2]")
 @click.option("--cluster-domain", default="svc", show_default=True,
               help="DNS suffix after <namespace> in the coordinator address, e.g. "
               "svc.cluster.local.")

@@ -71,7 +71,7 @@ class Config:
     launch_pods: bool = os.environ.get("ULTRAPLANE_LAUNCH_PODS", "1") != "0"
     pod_grace_seconds: int = int(os.environ.get("ULTRAPLANE_POD_GRACE_SECONDS", "120"))
     launch_backlog_seconds: float = float(os.environ.get("ULTRAPLANE_LAUNCH_BACKLOG_SECONDS",
-                                                         "5"))
+                                                         "2"))
     cluster_domain: str = os.environ.get("ULTRAPLANE_CLUSTER_DOMAIN", "svc")
 
 
@@ -210,7 +210,8 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
             fresh = new_controller(kube)
             controller.__dict__.update({k: v for k, v in fresh.__dict__.items()
                                         if k not in ("wake", "_limit", "_pool", "on_written",
-                                                     "launch_held")})
+                                                     "launch_held", "launch_budget",
+                                                     "on_launch")})
             controller.leader = True
             if discovery is not None:
                 await discovery.sync()

@@ -57,6 +57,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("ultraplane.operator.pods")
 RATE_WINDOW = 5.0  # seconds over which the pod create rate is measured (`PodPlane.held`)
+OWED_SECONDS = 30.0  # how long an admitted job's pods count as owed before it launches them
 REPLACE_REASONS = frozenset({"ChipReplaced", "PodReplaced"})
 DONE_PHASES = frozenset({"Succeeded", "Failed"})
 
@@ -141,7 +142,7 @@ class PodPlane:
                  labels: NodeLabels = DEFAULT_LABELS, grace_seconds: int = 120,
                  cluster_domain: str = "svc", port: int = launches.COORDINATOR_PORT,
                  batch: float = 0.05, retry: float = 2.0, creates: int = 32, slots: int = 48,
-                 backlog_seconds: float = 5.0, backlog_floor: int = 64,
+                 backlog_seconds: float = 2.0, backlog_floor: int = 64,
                  namespaces: list[str] | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.kube = kube
@@ -183,8 +184,15 @@ class PodPlane:
         self.backlog_floor = backlog_floor
         self.clock = clock
         self.queued_creates = 0
+        # Pods of jobs admitted whose creates are not queued yet (their status write, then
+        # their reconcile, come first): job -> (pods, when). Counted against the budget until
+        # `_create` queues them; an entry older than OWED_SECONDS is let go (a job that ended
+        # or failed before it launched).
+        self.owed: dict[JobKey, tuple[int, float]] = {}
         self.answered: deque[float] = deque()
         controller.launch_held = self.held
+        controller.launch_budget = self.budget
+        controller.on_launch = self.owe
 
     # -- the launch backlog ------------------------------------------------------------
     def create_rate(self) -> float:
@@ -194,21 +202,40 @@ class PodPlane:
             self.answered.popleft()
         return len(self.answered) / RATE_WINDOW
 
+    def owe(self, key: JobKey, pods: int) -> None:
+        """The admission loop admitted `key`, whose admission will launch `pods` pods."""
+        self.owed[key] = (pods, self.clock())
+
+    def backlog(self) -> int:
+        """Pod creates queued, and those owed to jobs just admitted."""
+        now = self.clock()
+        for key in [k for k, (_, t) in self.owed.items() if now - t > OWED_SECONDS]:
+            del self.owed[key]
+        return self.queued_creates + sum(n for n, _ in self.owed.values())
+
+    def budget(self) -> int | None:
+        """Pods an admission cycle may still launch: what the API server answers in
+        `backlog_seconds` at its recent rate (at least `backlog_floor`), less the creates
+        already queued. None when the backlog is not limited. It bounds the first wave after
+        a burst, which `held` (between cycles) cannot: that cycle sees no backlog yet."""
+        if self.backlog_seconds <= 0:
+            return None
+        allowed = max(float(self.backlog_floor), self.create_rate() * self.backlog_seconds)
+        return int(allowed) - self.backlog()
+
     def held(self) -> str | None:
-        """Why admissions wait, or None: the pod creates already asked for would take more
-        than `backlog_seconds` at the rate the API server answers them (and are more than
-        `backlog_floor`). Admitting more would only queue their pods behind these: their chips
+        """Why admissions wait, or None: the pod creates already asked for would take
+        `backlog_seconds` or more at the rate the API server answers them (and are at least
+        `backlog_floor`): no launch budget is left (`budget`). Admitting more would only queue their pods behind these: their chips
         would be committed and idle while they wait, and a job admitted meanwhile could not
         be placed better. So the admission loop holds its cycles (`Controller.run`) until the
         backlog drains, like Kueue's `waitForPodsReady.blockAdmission` but bounded by time,
         not one job at a time."""
-        if self.backlog_seconds <= 0 or self.queued_creates <= self.backlog_floor:
+        left = self.budget()
+        if left is None or left > 0:
             return None
-        rate = self.create_rate()
-        if self.queued_creates <= rate * self.backlog_seconds:
-            return None
-        return (f"{self.queued_creates} pod creates queued, {rate:.0f}/s answered: more than "
-                f"{self.backlog_seconds:g} s of launches")
+        return (f"{self.backlog()} pod creates queued or owed, {self.create_rate():.0f}/s "
+                f"answered: {self.backlog_seconds:g} s of launches or more")
 
     async def sync(self) -> None:
         """List the labelled Nodes before the first admission: kopf's own Node watch replays
@@ -489,7 +516,6 @@ class PodPlane:
             state.service = launches.service_name(job)
 
         async def one(plan: launches.PodPlan) -> str | None:
-            self.queued_creates += 1
             try:
                 async with self.creating:
                     await self._call(self.kube.create_pod, job.namespace, plan.body)
@@ -508,6 +534,8 @@ class PodPlane:
                 self._hold(key, found[1])
             return None
 
+        self.queued_creates += len(missing)  # owed until now; queued from here on
+        self.owed.pop(key, None)
         refused = [m for m in await asyncio.gather(*(one(p) for p in missing)) if m]
         if refused:
             self._fail(key, state, attempt, "PodRejected",

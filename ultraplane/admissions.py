@@ -115,6 +115,7 @@ class Decisions:
     # writes only what changed iterates these; the rest are the very same objects as before).
     fresh: list[Pending] = field(default_factory=list)
     reservation: Reserved | None = None
+    deferred: list[JobKey] = field(default_factory=list)  # fit, but the launch budget was spent
 
     def __iter__(self) -> Iterator[Transition]:
         yield from self.preempted
@@ -231,10 +232,12 @@ class Admissions:
         estimates it from progress and work), for EASY backfilling and SplitWhenItPays."""
         self.scheduler.expect_end(key, end)
 
-    def cycle(self, now: float | None = None) -> Decisions:
+    def cycle(self, now: float | None = None, launch_budget: int | None = None) -> Decisions:
         """Run one scheduling cycle and say what follows from it (`now`: the caller's clock,
-        which turns on the predictions; see `Scheduler.cycle`)."""
-        result = self.scheduler.cycle(now)
+        which turns on the predictions; `launch_budget`: pods its admissions may start; see
+        `Scheduler.cycle`). A job deferred by the budget is in `deferred`, not in `pending`:
+        its written status stays as it is, and it keeps its place in the positions."""
+        result = self.scheduler.cycle(now, launch_budget)
         decisions = Decisions()
         decisions.preempted = [Preempted(v, by) for v, by in result.preempted]
         decisions.admitted = [Admitted(k, (p,), message=result.notes.get(k, ""))
@@ -253,6 +256,10 @@ class Admissions:
         known_fleet: bool | None = None  # built only when needed (it copies the topology)
         for index in changed:
             key, nofit, _ = result.pending[index]
+            if nofit.kind == "Deferred":  # never carried: a cycle that defers is followed
+                position += 1             # by a full one
+                decisions.deferred.append(key)
+                continue
             if nofit.kind == "Unsatisfiable" and known_fleet is None:
                 known_fleet = len(self.allocator.topology) > 0
             if nofit.kind == "Unsatisfiable" and known_fleet:

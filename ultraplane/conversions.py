@@ -141,14 +141,16 @@ def placement_request(spec: Mapping[str, Any], kind: str = "TrainingJob") -> Pla
 def queued_job(kind: str, namespace: str, name: str, spec: Mapping[str, Any],
                seq: int, created_s: float | None = None) -> QueuedJob:
     """The queue entry of a job (wire-form spec): one gang, or one per InferenceJob replica,
-    with what its rank counts from (`created_s`, `run_estimate`)."""
+    with what its rank counts from (`created_s`, `run_estimate`); one with a pod template
+    `launches` (its admission starts pods, which a cycle's launch budget counts)."""
     priority = spec.get("priority", 0)
     if not isinstance(priority, int) or isinstance(priority, bool):
         raise InvalidJobError(f"spec.priority must be an integer, got {priority!r}.")
     replicas = _positive({"replicas": 1, **spec}, "replicas") if kind == "InferenceJob" else None
     return QueuedJob(job_key(kind, namespace, name), placement_request(spec, kind), priority,
                      seq, bool(spec.get("preemptible", True)), replicas,
-                     expected_s=run_estimate(spec, kind), created_s=created_s)
+                     expected_s=run_estimate(spec, kind), created_s=created_s,
+                     launches=bool(spec.get("template")))
 
 
 def replica_chips(allocation: Mapping[str, Any]) -> tuple[tuple[ChipId, ...], ...]:

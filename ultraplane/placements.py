@@ -21,7 +21,8 @@ __all__ = [
     "SpanMode", "request_from_topology",
 ]
 
-NoFitKind = Literal["NoCapacity", "Unsatisfiable"]
+# `Deferred`: it would be placed, but the cycle's launch budget is spent (Scheduler.cycle).
+NoFitKind = Literal["NoCapacity", "Unsatisfiable", "Deferred"]
 # How a gang that fits in one UltraServer may be spread (see PlacementRequest).
 SpanMode = Literal["Local", "SplitWhenItPays", "Unconstrained"]
 MODES: tuple[SpanMode, ...] = ("Local", "SplitWhenItPays", "Unconstrained")

@@ -51,7 +51,11 @@ from ultraplane.ids import ChipId, JobKey
 from ultraplane.predictions import drain_time, earliest_start, split_slowdown
 from ultraplane.preemption import plan_preemption
 
-__all__ = ["CycleResult", "QueuedJob", "Scheduler", "replica_key"]
+__all__ = ["DEFERRED", "CycleResult", "QueuedJob", "Scheduler", "replica_key"]
+
+# A job the cycle did not try because its launch budget was spent (`Scheduler.cycle`).
+DEFERRED = NoFit("Deferred", "Waiting for the pods of the jobs admitted before it to be "
+                 "created (the launch backlog).")
 
 
 def replica_key(job: JobKey, index: int) -> JobKey:
@@ -79,6 +83,7 @@ class QueuedJob:
     expected_s: float | None = None  # predicted run time at the tightest placement, if known
     created_s: float | None = None  # creation time (seconds), which the rank counts from
     rank: float = 0.0
+    launches: bool = False  # admitted, it starts pods: one per server (a cycle's launch budget)
 
     def __post_init__(self) -> None:
         if self.replicas is not None and self.replicas < 1:
@@ -121,6 +126,7 @@ class CycleResult:
     # said anew (the reserved job's). None: a full cycle, where anything may have changed.
     carried: int | None = None
     changed: list[int] = field(default_factory=list)
+    deferred: int = 0  # pending entries of kind `Deferred` (the launch budget was spent)
 
     def held_for(self) -> dict[str, JobKey]:
         """UltraServer -> the job its chips are reserved for (empty without a reservation)."""
@@ -166,6 +172,7 @@ class Scheduler:
         self._unreservable: set[PlacementRequest] = set()
         self._ends: dict[JobKey, float] = {}  # predicted end of running jobs
         self._now: float | None = None  # the clock of the current cycle, when the caller gave one
+        self._budget: int | None = None  # pods this cycle may still launch (None: no limit)
         self._fenced: list[str] = []  # UltraServers held back by this cycle's reservation
         self._shadow: float | None = None  # predicted start of this cycle's reservation
         self._standing: _Standing | None = None  # what the last cycle left waiting, if valid
@@ -325,14 +332,23 @@ class Scheduler:
         return {job.key: i for i, job in enumerate(self.queued(), start=1)}
 
     # -- the cycle ---------------------------------------------------------------------
-    def cycle(self, now: float | None = None) -> CycleResult:
+    def cycle(self, now: float | None = None, launch_budget: int | None = None) -> CycleResult:
         """Admit what fits, in order; preempt for jobs that do not; report the rest.
 
         `now` (the caller's clock) turns on the predictions: running jobs' expected ends
         choose the reservation that starts soonest and allow backfill onto it (EASY), and
         `SplitWhenItPays` jobs are split only when it pays. Without it the cycle decides as
-        if nothing could be predicted (see the module docstring)."""
+        if nothing could be predicted (see the module docstring).
+
+        `launch_budget`: how many pods this cycle's admissions may start (a job that
+        `launches` starts one per server of its placements; other jobs cost nothing). Once
+        it is spent, no later job is tried (none may take the chips of one ahead of it):
+        they wait as `Deferred`, holding their queue positions, and the next cycle is a
+        full one. The job that spends it is admitted whole, so a budget above 0 always admits
+        the first job that fits. None: no limit (the simulator's and the REST API's drivers,
+        and the operator without pods)."""
         self._now = now
+        self._budget = launch_budget
         result = CycleResult()
         carried = False
         if self._standing is not None:
@@ -346,7 +362,8 @@ class Scheduler:
                 self._cycle(result, fences)
         self._fenced = []
         self._arrivals.clear()
-        self._standing = None if result.preempted else self._stand(result)
+        # a deferred job was never tried: the next cycle must try it (a carried one would not)
+        self._standing = None if result.preempted or result.deferred else self._stand(result)
         return result
 
     def _cycle(self, result: CycleResult, fences: ExitStack) -> None:
@@ -367,6 +384,11 @@ class Scheduler:
         """Try `queue` in order, appending to `result` (positions continue after its pending)."""
         position = len(result.pending)
         for index, job in enumerate(queue):
+            if self._budget is not None and self._budget <= 0:  # every job after it waits too
+                position += 1
+                result.pending.append((job.key, DEFERRED, position))
+                result.deferred += 1
+                continue
             known = self._failed.get(job.request)
             if known is not None and self._settled(job, known, result):
                 position += 1  # what the full path below would decide, without its cost
@@ -391,6 +413,8 @@ class Scheduler:
                 continue
             self._hold(job)
             self._predict_end(job, outcome)
+            if job.launches and self._budget is not None:
+                self._budget -= sum(len(p.servers) for p in outcome)
             if job.replicas is None:
                 result.admitted.append((job.key, outcome[0]))
             else:

@@ -357,7 +357,7 @@ def test_launch_pods_is_on_by_default_with_its_rbac_and_can_be_turned_off() -> N
     args = component(docs, "Deployment", "operator")["spec"]["template"]["spec"]["containers"][0]["args"]
     assert "--launch-pods" in args
     assert args[args.index("--pod-grace-seconds") + 1] == "120"
-    assert args[args.index("--launch-backlog-seconds") + 1] == "5"
+    assert args[args.index("--launch-backlog-seconds") + 1] == "2"
     assert args[args.index("--cluster-domain") + 1] == "svc.cluster.local"
     for verb in ("create", "delete", "patch", "list", "watch"):
         assert allowed(docs, "operator", "", "pods", verb)

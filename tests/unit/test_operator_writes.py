@@ -232,8 +232,8 @@ def test_the_echo_of_a_position_write_leaves_the_next_cycle_carrying_the_queue()
         carried: list[int | None] = []
         cycle = c.scheduler.cycle
 
-        def spy(now: float | None = None) -> Any:
-            result = cycle(now)
+        def spy(now: float | None = None, launch_budget: int | None = None) -> Any:
+            result = cycle(now, launch_budget)
             carried.append(result.carried)
             return result
 

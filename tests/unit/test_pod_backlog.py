@@ -24,10 +24,10 @@ def test_held_while_the_queued_creates_outlast_the_horizon_at_the_answer_rate() 
         plane = PodPlane(FakeKube(), c, backlog_seconds=5.0, backlog_floor=10,  # type: ignore[arg-type]
                          clock=lambda: now[0])
         assert c.launch_held == plane.held  # the admission loop asks the pod plane
-        plane.queued_creates = 10
-        assert plane.held() is None  # a small backlog never holds
+        plane.queued_creates = 9
+        assert plane.held() is None  # a backlog below the floor never holds
         plane.queued_creates = 100
-        assert "100 pod creates queued, 0/s answered" in (plane.held() or "")  # nothing answered
+        assert "100 pod creates queued or owed, 0/s answered" in (plane.held() or "")
         plane.answered.extend([now[0] - 1.0] * 50)  # 10/s: 100 queued is 10 s of launches
         assert plane.create_rate() == 50 / RATE_WINDOW
         assert plane.held() is not None
@@ -36,7 +36,14 @@ def test_held_while_the_queued_creates_outlast_the_horizon_at_the_answer_rate() 
         now[0] += RATE_WINDOW + 1  # those answers are old now: the rate is unknown again
         assert plane.create_rate() == 0 and plane.held() is not None
         assert not plane.answered  # old answers are dropped, not kept forever
+        plane.queued_creates = 0
+        assert plane.budget() == 10  # the floor, while the rate is unknown
+        plane.owe(JobKey("tj/ns/a"), 4)  # admitted, its 4 pods not yet queued
+        assert plane.budget() == 6 and plane.backlog() == 4
+        now[0] += 31  # a job that never launched (it ended first) is let go
+        assert plane.budget() == 10 and not plane.owed
         off = PodPlane(FakeKube(), controller(FakeKube()), backlog_seconds=0)  # type: ignore[arg-type]
+        assert off.budget() is None
         off.queued_creates = 10_000
         assert off.held() is None
 
