@@ -402,6 +402,8 @@ class PodPlane:
         meta = (body or {}).get("metadata") or {}
         phase = str(status.get("phase") or "")
         log.debug("pods of %s: job %s, %d pod(s) seen", key, phase or "gone", len(state.pods))
+        if not self.controller.scheduler.is_running(key):  # (its admission may still be
+            self.owed.pop(key, None)  # on its way: then it is running, and its pods owed)
         if body is None or meta.get("deletionTimestamp") or not spec.get("template"):
             await self._delete(key, list(state.pods.values()), keep_done=False)
             if body is None:
@@ -486,6 +488,9 @@ class PodPlane:
             return
         if self._blocked(key, state, missing, attempt):
             self.waiting.add(key)  # woken when a pod holding one of its chips goes
+            # it waits for deletions (a victim's grace period), not for creates: its pods are
+            # counted again when they are queued, not held against the launch budget meanwhile
+            self.owed.pop(key, None)
             return
         await self._create(key, state, launch, missing, attempt)
 
@@ -635,6 +640,7 @@ class PodPlane:
         if state.acted == (attempt, "failed"):
             return
         state.acted = (attempt, "failed")
+        self.owed.pop(key, None)
         log.warning("%s fails: %s", key, message)
         self.controller._evict(key, "fail", reason, message)
         self.controller.wake.set()

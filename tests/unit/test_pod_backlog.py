@@ -9,7 +9,7 @@ import contextlib
 from collections.abc import Callable
 
 from ultraplane.operator.admission import Controller
-from ultraplane.operator.pods import RATE_WINDOW, PodPlane
+from ultraplane.operator.pods import RATE_WINDOW, JobPods, PodPlane
 from ultraplane.operator.transitions import Transition
 
 from tests.unit.operator_fakes import FakeKube, controller
@@ -103,5 +103,27 @@ def test_an_eviction_is_never_held() -> None:
         c.wake.set()
         await until("a failed", lambda: phase(kube, "a") == "Failed")
         await stopped(loop)
+
+    asyncio.run(scenario())
+
+
+def test_pods_owed_are_let_go_when_the_job_will_not_launch_them_now() -> None:
+    async def scenario() -> None:
+        kube = FakeKube()
+        c = controller(kube)
+        plane = PodPlane(kube, c)  # type: ignore[arg-type]
+        await c.sync()
+        plane.owe(JobKey("tj/ns/gone"), 36)  # admitted, then finished or evicted before launch
+        plane.jobs[JobKey("tj/ns/gone")] = JobPods()
+        await plane.reconcile(JobKey("tj/ns/gone"))
+        assert not plane.owed  # not running in the scheduler: it owes nothing
+        kube.add_job("a", 8)
+        c.observe_job(kube.jobs["a"])
+        await c.run_cycle()  # decided: the scheduler runs it while its write is on its way
+        plane.owe(JobKey("tj/ns/a"), 2)
+        plane.jobs[JobKey("tj/ns/a")] = JobPods()
+        assert c.scheduler.is_running(JobKey("tj/ns/a"))
+        await plane.reconcile(JobKey("tj/ns/a"))  # no template: nothing to launch, but running
+        assert JobKey("tj/ns/a") in plane.owed  # kept until its creates are queued (or 30 s)
 
     asyncio.run(scenario())
