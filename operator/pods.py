@@ -57,7 +57,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("ultraplane.operator.pods")
 RATE_WINDOW = 5.0  # seconds over which the pod create rate is measured (`PodPlane.held`)
-OWED_SECONDS = 30.0  # how long an admitted job's pods count as owed before it launches them
+# How long an admitted job's pods count as owed before it launches them: most launch within a
+# second; one waiting for a preempted victim's grace period (120 s by default) stops holding
+# the budget of the jobs after it after this long.
+OWED_SECONDS = 10.0
 REPLACE_REASONS = frozenset({"ChipReplaced", "PodReplaced"})
 DONE_PHASES = frozenset({"Succeeded", "Failed"})
 
@@ -185,9 +188,9 @@ class PodPlane:
         self.clock = clock
         self.queued_creates = 0
         # Pods of jobs admitted whose creates are not queued yet (their status write, then
-        # their reconcile, come first): job -> (pods, when). Counted against the budget until
-        # `_create` queues them; an entry older than OWED_SECONDS is let go (a job that ended
-        # or failed before it launched).
+        # their reconcile, come first; or another job's pods still hold their chips): job ->
+        # (pods, when). Counted against the budget until `_create` queues them; an entry older
+        # than OWED_SECONDS is let go.
         self.owed: dict[JobKey, tuple[int, float]] = {}
         self.answered: deque[float] = deque()
         controller.launch_held = self.held
@@ -488,9 +491,6 @@ class PodPlane:
             return
         if self._blocked(key, state, missing, attempt):
             self.waiting.add(key)  # woken when a pod holding one of its chips goes
-            # it waits for deletions (a victim's grace period), not for creates: its pods are
-            # counted again when they are queued, not held against the launch budget meanwhile
-            self.owed.pop(key, None)
             return
         await self._create(key, state, launch, missing, attempt)
 
