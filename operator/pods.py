@@ -219,7 +219,7 @@ class PodPlane:
     def budget(self) -> int | None:
         """Pods an admission cycle may still launch: what the API server answers in
         `backlog_seconds` at its recent rate (at least `backlog_floor`), less the creates
-        already queued. None when the backlog is not limited. It bounds the first wave after
+        already queued and the pods owed (`backlog`). None when the backlog is not limited. It bounds the first wave after
         a burst, which `held` (between cycles) cannot: that cycle sees no backlog yet."""
         if self.backlog_seconds <= 0:
             return None
@@ -229,11 +229,11 @@ class PodPlane:
     def held(self) -> str | None:
         """Why admissions wait, or None: the pod creates already asked for would take
         `backlog_seconds` or more at the rate the API server answers them (and are at least
-        `backlog_floor`): no launch budget is left (`budget`). Admitting more would only queue their pods behind these: their chips
-        would be committed and idle while they wait, and a job admitted meanwhile could not
-        be placed better. So the admission loop holds its cycles (`Controller.run`) until the
-        backlog drains, like Kueue's `waitForPodsReady.blockAdmission` but bounded by time,
-        not one job at a time."""
+        `backlog_floor`), so no launch budget is left (`budget`). Admitting more would only
+        queue their pods behind these: their chips would be committed and idle while they
+        wait, and a job admitted meanwhile could not be placed better. So the admission loop
+        holds its cycles (`Controller.run`) until the backlog drains, like Kueue's
+        `waitForPodsReady.blockAdmission` but bounded by time, not one job at a time."""
         left = self.budget()
         if left is None or left > 0:
             return None

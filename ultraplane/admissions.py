@@ -115,7 +115,7 @@ class Decisions:
     # writes only what changed iterates these; the rest are the very same objects as before).
     fresh: list[Pending] = field(default_factory=list)
     reservation: Reserved | None = None
-    deferred: list[JobKey] = field(default_factory=list)  # fit, but the launch budget was spent
+    deferred: list[JobKey] = field(default_factory=list)  # not tried: the launch budget was spent
 
     def __iter__(self) -> Iterator[Transition]:
         yield from self.preempted
