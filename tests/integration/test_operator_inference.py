@@ -150,9 +150,14 @@ def test_whole_ultraserver_replicas_reserve_one_ultraserver_each(op: Harness) ->
     assert sorted(on) == names
     apply_serve(op, chips_per_replica=144)
     key = f"ij/{op.ns}/serve"
-    held = op.wait("serve's reservation", lambda: sorted(
-        n for n in names if (op.get_ultraserver(n).get("status") or {}).get("reservedFor") == key))
-    assert len(held) == 2
+
+    def reserved() -> list[str] | None:
+        # each UltraServer's view is its own write: wait for both, not the first that lands
+        held = sorted(n for n in names
+                      if (op.get_ultraserver(n).get("status") or {}).get("reservedFor") == key)
+        return held if len(held) == 2 else None
+
+    held = op.wait("serve's reservation on two UltraServers", reserved)
     assert "reserved for it" in inference_phase(op, "serve", "Pending")["status"]["message"]
     op.job("mid", 40, topology={"requiredLevel": "ultraserver"})
     assert op.phase("mid", "Pending")["status"]["reason"] == "NoCapacity"
