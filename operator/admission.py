@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 from ultraplane.operator.heap import PAUSES, HeapKeeper
 from ultraplane.operator.inventory import Inventory
@@ -40,7 +40,7 @@ from ultraplane.queueorder import DEFAULT_STRETCH, QueueOrder
 from ultraplane.scheduling import QueuedJob
 from ultraplane.topology import Topology
 
-__all__ = ["Controller", "CycleStats", "Kube", "Transition", "moved"]
+__all__ = ["Controller", "CycleStats", "Kube", "LaunchGate", "Transition", "moved"]
 
 log = logging.getLogger("ultraplane.operator")
 STARTUP_RESYNCS = (3.0, 15.0)  # seconds after a (re)start: see Controller.sync
@@ -49,6 +49,19 @@ HOLD_POLL_SECONDS = 0.2  # how often held admissions look at the launch backlog 
 # Transitions that free chips another admission may take (written before any admission).
 EVICTIONS = frozenset({"preempt", "restart", "fail"})
 Emit = Callable[[Mapping[str, Any], str, str, str], None]
+
+
+class LaunchGate(Protocol):
+    """The pod data plane's launch backlog, as the admission loop asks it (`PodPlane`)."""
+
+    def held(self) -> str | None:
+        """Why admission cycles wait now, or None."""
+
+    def budget(self) -> int | None:
+        """Pods the next cycle's admissions may launch (None: no limit)."""
+
+    def owe(self, key: JobKey, pods: int) -> None:
+        """`key` was admitted; its admission will launch `pods` pods."""
 
 
 @dataclass
@@ -133,11 +146,7 @@ class Controller(Writers):
         # position writes may take an eighth of the writers: admissions keep the rest
         self._position_width = max(1, concurrency // 8)
         self.on_written: Callable[[JobKey], None] | None = None  # after each status write
-        # The pod data plane's launch backlog (`PodPlane.held`): why admissions wait, or None;
-        # and how many pods a cycle may still launch (`PodPlane.budget`, None: no limit).
-        self.launch_held: Callable[[], str | None] | None = None
-        self.launch_budget: Callable[[], int | None] | None = None
-        self.on_launch: Callable[[JobKey, int], None] | None = None  # pods an admission owes
+        self.launches: LaunchGate | None = None  # the pod data plane's launch backlog
         self.held_seconds = 0.0  # time cycles were held for it, in total
         self._held_since: float | None = None  # the hold under way began (loop time)
         self._last_positions = 0.0
@@ -228,7 +237,7 @@ class Controller(Writers):
         """Whether this cycle waits for the pod data plane's launch backlog (`PodPlane.held`):
         it then looks again shortly. An eviction never waits (a failed pod's policy, a
         preemption), and neither does a cycle when nothing would be admitted."""
-        why = self.launch_held() if self.launch_held is not None else None
+        why = self.launches.held() if self.launches is not None else None
         if why is None or any(t.kind in EVICTIONS for t in self.outbox.values()) \
                 or not self.scheduler.queued_count():
             if self._held_since is not None:
@@ -290,7 +299,7 @@ class Controller(Writers):
             body = self.bodies.get(key)
             if body is not None:
                 self.admissions.expect_end(key, expected_end(body.get("status") or {}, clock))
-        budget = self.launch_budget() if self.launch_budget is not None else None
+        budget = self.launches.budget() if self.launches is not None else None
         decisions = self.admissions.cycle(now=clock.timestamp(), launch_budget=budget)
         decided = loop.time()
         self.reserved = decisions.held_for()
@@ -313,11 +322,11 @@ class Controller(Writers):
                       for a in decisions.admitted}
         if decisions.deferred:  # the launch budget was spent: look again once pods are created
             loop.call_later(HOLD_POLL_SECONDS, self.wake.set)
-        if self.on_launch is not None:  # the pod plane counts their pods from now on
+        if self.launches is not None:  # the pod plane counts their pods from now on
             for a in decisions.admitted:
                 queued = self.submitted.get(a.key)
                 if queued is not None and queued.launches:
-                    self.on_launch(a.key, sum(len(p.servers) for p in a.placements))
+                    self.launches.owe(a.key, sum(len(p.servers) for p in a.placements))
         for key in admissions.keys() | self.outbox.keys():  # a queued position is stale now
             if key in admissions or self.outbox[key].kind != "pending":
                 self.positions_due.pop(key, None)

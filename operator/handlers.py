@@ -210,8 +210,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
             fresh = new_controller(kube)
             controller.__dict__.update({k: v for k, v in fresh.__dict__.items()
                                         if k not in ("wake", "_limit", "_pool", "on_written",
-                                                     "launch_held", "launch_budget",
-                                                     "on_launch")})
+                                                     "launches")})
             controller.leader = True
             if discovery is not None:
                 await discovery.sync()

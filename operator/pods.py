@@ -193,9 +193,7 @@ class PodPlane:
         # than OWED_SECONDS is let go.
         self.owed: dict[JobKey, tuple[int, float]] = {}
         self.answered: deque[float] = deque()
-        controller.launch_held = self.held
-        controller.launch_budget = self.budget
-        controller.on_launch = self.owe
+        controller.launches = self
 
     # -- the launch backlog ------------------------------------------------------------
     def create_rate(self) -> float:

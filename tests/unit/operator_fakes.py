@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import copy
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 from ultraplane.operator.admission import Controller
 from ultraplane.operator.kube import Conflict, Gone
+
+from ultraplane.ids import JobKey
 
 KINDS = {"trainingjobs": "TrainingJob", "inferencejobs": "InferenceJob"}
 
@@ -110,3 +115,37 @@ async def settle(c: Controller, cycles: int = 3) -> None:
     for _ in range(cycles):
         await c.run_cycle()
         await c.positions_written()
+
+
+async def until(what: str, check: Callable[[], bool], timeout: float = 10.0) -> None:
+    """Wait (on the running loop) until `check()` holds; fail naming `what` after `timeout`."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not check():
+        assert asyncio.get_running_loop().time() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.01)
+
+
+async def stopped(task: asyncio.Task[None]) -> None:
+    """Cancel a Controller's `run()` task and wait for it to end."""
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+
+
+@dataclass
+class Gate:
+    """A launch backlog (`admission.LaunchGate`) set by hand: `why` holds the cycles, `pods`
+    is each cycle's budget, `owed` records what admissions owe."""
+
+    why: str | None = None
+    pods: int | None = None
+    owed: list[tuple[JobKey, int]] = field(default_factory=list)
+
+    def held(self) -> str | None:
+        return self.why
+
+    def budget(self) -> int | None:
+        return self.pods
+
+    def owe(self, key: JobKey, pods: int) -> None:
+        self.owed.append((key, pods))

@@ -90,15 +90,12 @@ def test_no_cycle_launches_more_than_its_budget_beyond_the_job_that_spends_it(
 
 
 def test_the_operator_defers_templated_jobs_while_its_pod_plane_has_no_budget() -> None:
-    from tests.unit.operator_fakes import FakeKube, controller, settle
+    from tests.unit.operator_fakes import FakeKube, Gate, controller, settle
 
     async def scenario() -> None:
         kube = FakeKube()
         c = controller(kube)
-        budget = [0]
-        c.launch_budget = lambda: budget[0]
-        owed: list[tuple[str, int]] = []
-        c.on_launch = lambda key, n: owed.append((key, n))
+        gate = c.launches = Gate(pods=0)
         body = kube.add_job("pods", 8)
         kube.jobs["pods"]["spec"]["template"] = {"spec": {"containers": [
             {"name": "main", "image": "trainer:1"}]}}
@@ -108,10 +105,10 @@ def test_the_operator_defers_templated_jobs_while_its_pod_plane_has_no_budget() 
         assert body["metadata"]["name"] == "pods"
         for name in ("pods", "plain"):  # deferred: nothing written for them
             assert not (kube.jobs[name].get("status") or {}).get("phase"), name
-        budget[0] = 10
+        gate.pods = 10
         await settle(c)
         assert kube.jobs["pods"]["status"]["phase"] == "Admitted"
         assert kube.jobs["plain"]["status"]["phase"] == "Admitted"
-        assert owed == [("tj/ns/pods", 2)]  # the pod plane is told what the admission owes
+        assert gate.owed == [("tj/ns/pods", 2)]  # the pod plane is told what the admission owes
 
     asyncio.run(scenario())

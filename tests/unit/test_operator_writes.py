@@ -4,17 +4,15 @@ on the watch or at the next resync (issue 16)."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import copy
 import threading
-from collections.abc import Callable
 from typing import Any
 
 from ultraplane.operator.admission import Controller
 from ultraplane.operator.budgets import EventDigests, TokenBucket
 from ultraplane.operator.transitions import Transition
 
-from tests.unit.operator_fakes import FakeKube, controller, settle
+from tests.unit.operator_fakes import FakeKube, controller, settle, stopped, until
 
 
 def test_an_admission_is_one_status_write_and_no_finalizer() -> None:
@@ -268,13 +266,6 @@ class SlowList(FakeKube):
         return super().list_jobs(namespaces)
 
 
-async def until(what: str, check: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not check():
-        assert asyncio.get_running_loop().time() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.01)
-
-
 def test_a_slow_resync_list_does_not_hold_back_admissions() -> None:
     async def scenario() -> None:
         kube = SlowList()
@@ -295,8 +286,6 @@ def test_a_slow_resync_list_does_not_hold_back_admissions() -> None:
         kube.go.set()
         await until("the resync to free the deleted job's chips",
                     lambda: not c.scheduler.is_running("tj/ns/gone"))
-        loop.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await loop
+        await stopped(loop)
 
     asyncio.run(scenario())

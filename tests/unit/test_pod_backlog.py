@@ -5,14 +5,12 @@ than `--launch-backlog-seconds` at the rate the API server answers them (operato
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import Callable
 
 from ultraplane.operator.admission import Controller
 from ultraplane.operator.pods import RATE_WINDOW, JobPods, PodPlane
 from ultraplane.operator.transitions import Transition
 
-from tests.unit.operator_fakes import FakeKube, controller
+from tests.unit.operator_fakes import FakeKube, Gate, controller, stopped, until
 from ultraplane.ids import JobKey
 
 
@@ -23,7 +21,7 @@ def test_held_while_the_queued_creates_outlast_the_horizon_at_the_answer_rate() 
         c = controller(FakeKube())
         plane = PodPlane(FakeKube(), c, backlog_seconds=5.0, backlog_floor=10,  # type: ignore[arg-type]
                          clock=lambda: now[0])
-        assert c.launch_held == plane.held  # the admission loop asks the pod plane
+        assert c.launches is plane  # the admission loop asks the pod plane
         plane.queued_creates = 9
         assert plane.held() is None  # a backlog below the floor never holds
         plane.queued_creates = 100
@@ -50,13 +48,6 @@ def test_held_while_the_queued_creates_outlast_the_horizon_at_the_answer_rate() 
     asyncio.run(scenario())
 
 
-async def until(what: str, check: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not check():
-        assert asyncio.get_running_loop().time() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.01)
-
-
 def phase(kube: FakeKube, name: str) -> str | None:
     return (kube.jobs[name].get("status") or {}).get("phase")
 
@@ -66,23 +57,16 @@ async def running(c: Controller) -> asyncio.Task[None]:
     return asyncio.create_task(c.run())
 
 
-async def stopped(task: asyncio.Task[None]) -> None:
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
-
-
 def test_admissions_wait_for_the_backlog_then_go() -> None:
     async def scenario() -> None:
         kube = FakeKube()
         c = controller(kube)
-        why: list[str | None] = ["300 pod creates queued"]
-        c.launch_held = lambda: why[0]
+        gate = c.launches = Gate(why="300 pod creates queued")
         kube.add_job("a", 8)
         loop = await running(c)
         await until("a held cycle", lambda: c.held_seconds >= 0.4)
         assert phase(kube, "a") != "Admitted" and c.scheduler.is_queued("tj/ns/a")
-        why[0] = None  # the backlog drained
+        gate.why = None  # the backlog drained
         await until("a admitted", lambda: phase(kube, "a") == "Admitted")
         await stopped(loop)
 
@@ -98,7 +82,7 @@ def test_an_eviction_is_never_held() -> None:
         await until("a admitted", lambda: phase(kube, "a") == "Admitted")
         kube.add_job("b", 8)
         c.observe_job(kube.jobs["b"])
-        c.launch_held = lambda: "300 pod creates queued"
+        c.launches = Gate(why="300 pod creates queued")
         c.outbox[JobKey("tj/ns/a")] = Transition("fail", "PodFailed", "pod llama-0 failed (Fail).")
         c.wake.set()
         await until("a failed", lambda: phase(kube, "a") == "Failed")
@@ -124,6 +108,6 @@ def test_pods_owed_are_let_go_when_the_job_will_not_launch_them_now() -> None:
         plane.jobs[JobKey("tj/ns/a")] = JobPods()
         assert c.scheduler.is_running(JobKey("tj/ns/a"))
         await plane.reconcile(JobKey("tj/ns/a"))  # no template: nothing to launch, but running
-        assert JobKey("tj/ns/a") in plane.owed  # kept until its creates are queued (or 30 s)
+        assert JobKey("tj/ns/a") in plane.owed  # kept until its creates are queued (or 10 s)
 
     asyncio.run(scenario())
