@@ -19,8 +19,9 @@ Figures: pods created per second over the run (first job create to last job Succ
 admit-to-all-running latency per job (the bench's job watch sees `Admitted`, then `Running`,
 which the operator writes once every pod runs); `admissions_held_s`, the time the operator held
 its admission cycles because the pod creates already queued would take longer than
-`--launch-backlog-seconds` (the wait a job then spends before its admission, not after it). Baseline in the same run: the same client
-creating pods directly, with no operator (the API server's create ceiling on this machine).
+`--launch-backlog-seconds` (the wait a job then spends before its admission, not after it).
+Baseline in the same run: the same client creating pods directly, with no operator (the API
+server's create ceiling on this machine).
 
 It also prints the API server's request counts during the run (`apiserver_request_total` per
 resource and verb: what each pod and job costs in writes), and `--apiserver-profile SECONDS`

@@ -36,8 +36,7 @@ import click
               help="Inside a priority, queue by target start = creation + STRETCH x the "
               "job's predicted run time (work.durationSeconds; 24 h when absent); gangs of "
               "over half the largest UltraServer (73+ chips on Gen2) by creation. 0 = "
-              "arrival order "
-              "(docs/operator.md). [default: 10]")
+              "arrival order (docs/operator.md). [default: 10]")
 @click.option("--ultraservers-from-nodes", is_flag=True,
               help="Create, update and delete UltraServers from the labels of Trainium Nodes.")
 @click.option("--ultraserver-label", default=None, metavar="KEY",

@@ -36,8 +36,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from ultraplane.scheduling import QueuedJob
 
-__all__ = ["DEFAULT_STRETCH", "FIFO", "GEN2_ULTRASERVER_CHIPS", "LARGE_GANG_CHIPS", "TARGET_START", "UNKNOWN_RUN_S",
-           "QueueOrder"]
+__all__ = ["DEFAULT_STRETCH", "FIFO", "GEN2_ULTRASERVER_CHIPS", "LARGE_GANG_CHIPS", "TARGET_START",
+           "UNKNOWN_RUN_S", "QueueOrder"]
 
 GEN2_ULTRASERVER_CHIPS = 144  # the threshold's fleet when a queue knows none (an empty fleet)
 LARGE_GANG_CHIPS = GEN2_ULTRASERVER_CHIPS // 2 + 1  # 73: at most one per Gen2 UltraServer
