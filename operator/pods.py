@@ -57,6 +57,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("ultraplane.operator.pods")
 RATE_WINDOW = 5.0  # seconds over which the pod create rate is measured (`PodPlane.held`)
+RATE_SPAN_MIN = 1.0  # a burst's first second counts as one: a few quick answers are no rate
 # How long an admitted job's pods count as owed before it launches them: most launch within a
 # second; one waiting for a preempted victim's grace period (120 s by default) stops holding
 # the budget of the jobs after it after this long.
@@ -193,15 +194,24 @@ class PodPlane:
         # than OWED_SECONDS is let go.
         self.owed: dict[JobKey, tuple[int, float]] = {}
         self.answered: deque[float] = deque()
+        # When the creates of the current busy spell began (None: before the first). A burst
+        # after an idle spell is measured over its own age, not the whole window: divided by
+        # the window, its first seconds' answers read as a fraction of their rate, so the
+        # budget stayed at the floor and the launches crawled up for `RATE_WINDOW` seconds.
+        self.busy_since: float | None = None
         controller.launches = self
 
     # -- the launch backlog ------------------------------------------------------------
     def create_rate(self) -> float:
-        """Pod creates answered per second over the last `RATE_WINDOW` seconds."""
+        """Pod creates answered per second over the last `RATE_WINDOW` seconds, or over the
+        current busy spell when it is younger (at least `RATE_SPAN_MIN`)."""
         now = self.clock()
         while self.answered and self.answered[0] < now - RATE_WINDOW:
             self.answered.popleft()
-        return len(self.answered) / RATE_WINDOW
+        span = RATE_WINDOW
+        if self.busy_since is not None:
+            span = min(RATE_WINDOW, max(now - self.busy_since, RATE_SPAN_MIN))
+        return len(self.answered) / span
 
     def owe(self, key: JobKey, pods: int) -> None:
         """The admission loop admitted `key`, whose admission will launch `pods` pods."""
@@ -235,8 +245,11 @@ class PodPlane:
         left = self.budget()
         if left is None or left > 0:
             return None
-        return (f"{self.backlog()} pod creates queued or owed, {self.create_rate():.0f}/s "
-                f"answered: {self.backlog_seconds:g} s of launches or more")
+        waiting = sum(n for k, (n, _) in self.owed.items() if k in self.waiting)
+        return (f"{self.backlog()} pod creates queued or owed ({self.queued_creates} queued, "
+                f"{waiting} owed to jobs waiting for chips other pods still hold), "
+                f"{self.create_rate():.0f}/s answered: {self.backlog_seconds:g} s of launches "
+                "or more")
 
     async def sync(self) -> None:
         """List the labelled Nodes before the first admission: kopf's own Node watch replays
@@ -537,6 +550,8 @@ class PodPlane:
                 self._hold(key, found[1])
             return None
 
+        if not self.queued_creates and self.create_rate() == 0:  # a busy spell begins
+            self.busy_since = self.clock()
         self.queued_creates += len(missing)  # owed until now; queued from here on
         self.owed.pop(key, None)
         refused = [m for m in await asyncio.gather(*(one(p) for p in missing)) if m]
@@ -625,9 +640,22 @@ class PodPlane:
         queued = self.controller.outbox.get(key)
         if queued is not None and queued.kind != "pending":
             return  # an eviction decided meanwhile wins; it deletes the pods
+        write = self.controller._write(key, Transition(kind, reason, message))
         if release:
             self.controller.scheduler.cancel(key)
-        done = await self.controller._write(key, Transition(kind, reason, message))
+            # The pods still running stop now, beside the status write rather than after its
+            # echo: the next job on these chips waits for exactly these pods to go. Safe
+            # before the write lands: the verdict comes from the pods that succeeded (kept),
+            # so a restart or a retried write decides the same.
+            live = [p for p in state.pods.values() if p.live]
+            done, stopped = await asyncio.gather(
+                write, self._delete(key, live, keep_done=True), return_exceptions=True)
+            if isinstance(stopped, Exception):  # the reconcile after the write deletes them
+                log.debug("%s: stopping its pods: %s", key, stopped)
+            if isinstance(done, BaseException):
+                raise done
+        else:
+            done = await write
         if release:
             self.controller.wake.set()  # the chips are free for the next cycle
         if not done and key in self.controller.bodies:
