@@ -494,6 +494,7 @@ def main() -> None:
             figures.update(phase3(env, workdir, 500 if args.quick else 5000))
     finally:
         env.stop()
+        env.drop_data()
         print(f"logs in {workdir}")
 
     def verdict(ok: bool) -> str:

@@ -484,6 +484,8 @@ def main() -> None:
                    "cpu_seconds": cpu}
     finally:
         env.stop()
+        env.drop_data()
+    print(f"logs in {env.workdir / 'logs'}")
     print(json.dumps(figures))
 
 

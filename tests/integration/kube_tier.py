@@ -274,6 +274,12 @@ class KubeEnv:
                     proc.wait(timeout=5)
         self._procs.clear()
 
+    def drop_data(self) -> None:
+        """Deletes etcd's data (a benchmark's run leaves hundreds of MB); logs and certificates
+        stay for reading. Only after `stop`."""
+        assert not self._procs, "stop the servers first"
+        shutil.rmtree(self.workdir / "etcd", ignore_errors=True)
+
     # -- CRDs --------------------------------------------------------------------------
 
     def apply_crds(self, crds_dir: Path = CRDS_DIR, timeout: float = 60) -> list[str]:
