@@ -7,11 +7,11 @@ from __future__ import annotations
 import asyncio
 
 from ultraplane.operator.admission import Controller
-from ultraplane.operator.pods import RATE_SPAN_MIN, RATE_WINDOW, JobPods, PodPlane
+from ultraplane.operator.pods import RATE_SPAN_MIN, RATE_WINDOW, JobPods, PodInfo, PodPlane
 from ultraplane.operator.transitions import Transition
 
 from tests.unit.operator_fakes import FakeKube, Gate, controller, stopped, until
-from ultraplane.ids import JobKey
+from ultraplane.ids import JobKey, ServerId
 
 
 def test_held_while_the_queued_creates_outlast_the_horizon_at_the_answer_rate() -> None:
@@ -132,5 +132,49 @@ def test_pods_owed_are_let_go_when_the_job_will_not_launch_them_now() -> None:
         assert c.scheduler.is_running(JobKey("tj/ns/a"))
         await plane.reconcile(JobKey("tj/ns/a"))  # no template: nothing to launch, but running
         assert JobKey("tj/ns/a") in plane.owed  # kept until its creates are queued (or 10 s)
+
+    asyncio.run(scenario())
+
+
+class DeleteLog:
+    """The pod calls `_hand_on` makes: deletes recorded, nothing else expected."""
+
+    def __init__(self) -> None:
+        self.deleted: list[tuple[str, int | None]] = []
+
+    def delete_pod(self, namespace: str, name: str, grace_seconds: int | None) -> None:
+        self.deleted.append((name, grace_seconds))
+
+
+def test_a_succeeded_jobs_running_pods_stop_while_its_status_write_is_on_its_way() -> None:
+    async def scenario() -> None:
+        kube = FakeKube()
+        c = controller(kube)
+        pods = DeleteLog()
+        plane = PodPlane(pods, c)  # type: ignore[arg-type]
+        key = JobKey("tj/ns/a")
+        landed = asyncio.Event()
+        written: list[str] = []
+
+        async def slow_write(k: JobKey, change: Transition) -> bool:
+            await landed.wait()  # the API server is slow to answer the Succeeded write
+            written.append(change.kind)
+            return True
+
+        c._write = slow_write  # type: ignore[method-assign]
+        state = plane.jobs[key] = JobPods()
+        for rank, phase in enumerate(("Succeeded", "Running", "Running")):
+            state.pods[f"a-{rank}"] = PodInfo(
+                name=f"a-{rank}", namespace="ns", uid="u", attempt=0, group=0, rank=rank,
+                server=ServerId(f"us/s{rank:02d}"), chips=(), phase=phase)
+        hand_on = asyncio.create_task(plane._hand_on(key, state, "succeed", "PodsSucceeded",
+                                                     "Pods: rank 0 succeeded.", release=True))
+        await until("the running pods deleted", lambda: len(pods.deleted) == 2)
+        assert not written and not hand_on.done()  # before the write landed
+        # the pods' own grace period (a checkpoint may be on its way); rank 0 (done) is kept
+        assert sorted(pods.deleted) == [("a-1", None), ("a-2", None)]
+        landed.set()
+        await hand_on
+        assert written == ["succeed"]
 
     asyncio.run(scenario())
