@@ -22,14 +22,25 @@ ERROR = {"content": {"application/json": {"schema": {"$ref": "#/components/schem
 FLEET_READS = ("/v1/ultraservers", "/v1/capacity", "/v1/placements")
 METHODS = ("get", "put", "post", "delete", "patch", "head", "options", "trace")
 
-# Rules the spec models enforce in validators (and the CRDs in CEL), as JSON Schema.
+# Rules the spec models enforce in validators (and the CRDs in CEL), as JSON Schema. The models
+# read an explicit null as "not given", so each branch says which fields must hold a value and
+# which must be absent or null (`required` alone counts a null as given: a body with
+# `"tokensPerSecond": null` beside a rate matched both load branches, so the document called
+# invalid what the server rightly accepts).
+_SET: dict[str, Any] = {"not": {"type": "null"}}
+_UNSET: dict[str, Any] = {"type": "null"}
+
+
+def _branch(given: tuple[str, ...], absent: tuple[str, ...]) -> dict[str, Any]:
+    return {"required": list(given),
+            "properties": {**{n: _SET for n in given}, **{n: _UNSET for n in absent}}}
+
+
 ONE_OF: dict[str, list[dict[str, Any]]] = {
-    "Work": [
-        {"required": ["durationSeconds"],
-         "not": {"anyOf": [{"required": ["steps"]}, {"required": ["tokensPerStep"]}]}},
-        {"required": ["steps", "tokensPerStep"], "not": {"required": ["durationSeconds"]}},
-    ],
-    "LoadTarget": [{"required": ["requestsPerSecond"]}, {"required": ["tokensPerSecond"]}],
+    "Work": [_branch(("durationSeconds",), ("steps", "tokensPerStep")),
+             _branch(("steps", "tokensPerStep"), ("durationSeconds",))],
+    "LoadTarget": [_branch(("requestsPerSecond",), ("tokensPerSecond",)),
+                   _branch(("tokensPerSecond",), ("requestsPerSecond",))],
 }
 
 

@@ -68,7 +68,7 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     """Runs in the child before exec: a killed pytest must not leave servers behind.
 
     SIGKILL, not SIGTERM: a kube-apiserver still starting up ignores SIGTERM while it
@@ -212,7 +212,7 @@ class KubeEnv:
             list(argv), stdout=log, stderr=subprocess.STDOUT, cwd=self.workdir,
             # Own session: a Ctrl-C reaches pytest, whose teardown stops the servers in order.
             start_new_session=True,
-            preexec_fn=_die_with_parent,
+            preexec_fn=die_with_parent,
         )
         self._procs.append((name, proc))
 

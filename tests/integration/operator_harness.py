@@ -11,10 +11,13 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from tests.integration.kube_tier import die_with_parent
 
 GROUP, VERSION = "ultraplane.dev", "v1alpha1"
 
@@ -36,7 +39,12 @@ class Harness:
         log = open(self.logdir / f"operator-{self.ns}-{self.starts}.log", "wb")  # noqa: SIM115
         argv = [sys.executable, "-m", "ultraplane.cli", "operator", "--standalone",
                 "-n", self.ns, "--fleet", self.ns, *extra]
-        self.proc = subprocess.Popen(argv, env=self.env.env(), stdout=log, stderr=log)
+        # Killed with its parent (a killed pytest or benchmark left operators running into the
+        # next run). Only when started from the main thread: the kernel sends the signal when
+        # the *thread* that started the child ends, and the chaos test restarts from a thread.
+        main = threading.current_thread() is threading.main_thread()
+        self.proc = subprocess.Popen(argv, env=self.env.env(), stdout=log, stderr=log,
+                                     preexec_fn=die_with_parent if main else None)
 
     def kill9(self) -> None:
         if self.proc is not None:

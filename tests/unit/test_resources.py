@@ -475,3 +475,28 @@ def test_crdgen_command_writes_the_files(tmp_path: Path) -> None:
     clash = tmp_path / "a-file"
     clash.write_text("")
     assert CliRunner().invoke(crdgen.main, ["--out", str(clash)]).exit_code == 2
+
+
+def test_a_boolean_is_no_number_in_any_spec() -> None:
+    """Pydantic's lax mode reads true/false as 1/0; the CRD schema refuses them, so the models
+    do too (schemathesis found `"checkpointIntervalSeconds": false` created with 0)."""
+    from ultraplane.resources.inferencejobs import InferenceJobSpec
+    from ultraplane.resources.trainingjobs import TrainingJobSpec
+
+    base = {"chips": 4, "work": {"durationSeconds": 60}}
+    for field, value in (("checkpointIntervalSeconds", False), ("chips", True),
+                         ("priority", True)):
+        try:
+            TrainingJobSpec.model_validate({**base, field: value})
+        except ValidationError as exc:
+            assert field in str(exc) and "boolean" in str(exc)
+        else:
+            raise AssertionError(f"{field}: {value} accepted")
+    try:  # nested models too
+        InferenceJobSpec.model_validate({"chipsPerReplica": 4, "load": {"requestsPerSecond": True}})
+    except ValidationError as exc:
+        assert "requestsPerSecond" in str(exc) and "boolean" in str(exc)
+    else:
+        raise AssertionError("requestsPerSecond: true accepted")
+    # a boolean field still takes booleans
+    assert TrainingJobSpec.model_validate({**base, "preemptible": False}).preemptible is False

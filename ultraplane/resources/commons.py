@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
+from typing import Any, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
 from ultraplane.profiles import (
@@ -40,12 +40,28 @@ def cel_map(values: dict[str, int], *, as_text: bool = False) -> str:
     return "{" + body + "}"
 
 
+def _takes_bool(annotation: Any) -> bool:
+    return annotation is bool or annotation is Any or any(_takes_bool(a) for a in get_args(annotation))
+
+
 class SpecModel(BaseModel):
-    """Base of spec models: unknown fields are an error, so a typo never goes unnoticed."""
+    """Base of spec models: unknown fields are an error, so a typo never goes unnoticed; and
+    `true`/`false` is no number (pydantic's lax mode reads them as 1 and 0: schemathesis sent
+    `"checkpointIntervalSeconds": false` and the job was created with 0, where the CRD's
+    schema refuses a boolean)."""
 
     model_config = ConfigDict(
         alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=False
     )
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_boolean_numbers(cls, value: Any, info: ValidationInfo) -> Any:
+        if isinstance(value, bool) and info.field_name is not None:
+            field = cls.model_fields.get(info.field_name)
+            if field is not None and not _takes_bool(field.annotation):
+                raise ValueError(f"must not be a boolean ({str(value).lower()})")
+        return value
 
 
 class StatusModel(BaseModel):
