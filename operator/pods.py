@@ -57,7 +57,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("ultraplane.operator.pods")
 RATE_WINDOW = 5.0  # seconds over which the pod create rate is measured (`PodPlane.held`)
-RATE_SPAN_MIN = 1.0  # a burst's first second counts as one: a few quick answers are no rate
 # How long an admitted job's pods count as owed before it launches them: most launch within a
 # second; one waiting for a preempted victim's grace period (120 s by default) stops holding
 # the budget of the jobs after it after this long.
@@ -194,24 +193,19 @@ class PodPlane:
         # than OWED_SECONDS is let go.
         self.owed: dict[JobKey, tuple[int, float]] = {}
         self.answered: deque[float] = deque()
-        # When the creates of the current busy spell began (None: before the first). A burst
-        # after an idle spell is measured over its own age, not the whole window: divided by
-        # the window, its first seconds' answers read as a fraction of their rate, so the
-        # budget stayed at the floor and the launches crawled up for `RATE_WINDOW` seconds.
-        self.busy_since: float | None = None
         controller.launches = self
 
     # -- the launch backlog ------------------------------------------------------------
     def create_rate(self) -> float:
-        """Pod creates answered per second over the last `RATE_WINDOW` seconds, or over the
-        current busy spell when it is younger (at least `RATE_SPAN_MIN`)."""
+        """Pod creates answered per second over the last `RATE_WINDOW` seconds. A burst after
+        an idle spell reads low for its first seconds (its answers over the whole window), on
+        purpose: the API server answers the first creates of a burst faster than it will once
+        the burst's status writes and kubelet reports load it, and a budget sized by those
+        first answers queued more than the horizon (measured: see docs/operator.md)."""
         now = self.clock()
         while self.answered and self.answered[0] < now - RATE_WINDOW:
             self.answered.popleft()
-        span = RATE_WINDOW
-        if self.busy_since is not None:
-            span = min(RATE_WINDOW, max(now - self.busy_since, RATE_SPAN_MIN))
-        return len(self.answered) / span
+        return len(self.answered) / RATE_WINDOW
 
     def owe(self, key: JobKey, pods: int) -> None:
         """The admission loop admitted `key`, whose admission will launch `pods` pods."""
@@ -550,8 +544,6 @@ class PodPlane:
                 self._hold(key, found[1])
             return None
 
-        if not self.queued_creates and self.create_rate() == 0:  # a busy spell begins
-            self.busy_since = self.clock()
         self.queued_creates += len(missing)  # owed until now; queued from here on
         self.owed.pop(key, None)
         refused = [m for m in await asyncio.gather(*(one(p) for p in missing)) if m]

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 
 from ultraplane.operator.admission import Controller
-from ultraplane.operator.pods import RATE_SPAN_MIN, RATE_WINDOW, JobPods, PodInfo, PodPlane
+from ultraplane.operator.pods import RATE_WINDOW, JobPods, PodInfo, PodPlane
 from ultraplane.operator.transitions import Transition
 
 from tests.unit.operator_fakes import FakeKube, Gate, controller, stopped, until
@@ -45,28 +45,6 @@ def test_held_while_the_queued_creates_outlast_the_horizon_at_the_answer_rate() 
         assert off.budget() is None
         off.queued_creates = 10_000
         assert off.held() is None
-
-    asyncio.run(scenario())
-
-
-def test_a_burst_after_an_idle_spell_is_measured_over_its_own_age() -> None:
-    now = [100.0]
-
-    async def scenario() -> None:
-        kube = FakeKube()
-        plane = PodPlane(kube, controller(kube), backlog_seconds=2.0, backlog_floor=10,  # type: ignore[arg-type]
-                         clock=lambda: now[0])
-        plane.jobs[JobKey("tj/ns/a")] = JobPods()
-        plane.busy_since = now[0]  # what `_create` sets when the first create of a spell goes
-        now[0] += 2.0
-        plane.answered.extend([now[0] - 0.5] * 100)  # 100 answered in the spell's 2 s: 50/s
-        assert plane.create_rate() == 50  # not 100 / RATE_WINDOW = 20/s
-        assert plane.budget() == 100  # 2 s of launches at 50/s
-        now[0] += RATE_WINDOW  # the spell is older than the window, its answers out of it
-        plane.answered.extend([now[0]] * 50)
-        assert plane.create_rate() == 50 / RATE_WINDOW  # the old answers left the window
-        plane.busy_since = now[0] - 0.2  # a spell younger than RATE_SPAN_MIN counts as that
-        assert plane.create_rate() == 50 / RATE_SPAN_MIN
 
     asyncio.run(scenario())
 
