@@ -646,10 +646,9 @@ class PodPlane:
                 log.debug("%s: stopping its pods: %s", key, stopped)
             if isinstance(done, BaseException):
                 raise done
+            self.controller.wake.set()  # the chips are free for the next cycle
         else:
             done = await write
-        if release:
-            self.controller.wake.set()  # the chips are free for the next cycle
         if not done and key in self.controller.bodies:
             state.acted = None  # retried on the job's next event, or after a pause
             asyncio.get_running_loop().call_later(self.retry, self._mark, key)
