@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 from fastapi import Depends, FastAPI
-from ultraplane.api import errors, openapi
+from ultraplane.api import errors, openapi, routers_dashboard, routers_docs
 from ultraplane.api.auth import Guard, load_tokens
 from ultraplane.api.backends import make_backend
 from ultraplane.api.limits import BodySizeLimit, SingleQueryValues
@@ -80,6 +80,8 @@ def create_app(
         description=DESCRIPTION,
         lifespan=lifespan,
         dependencies=[Depends(openapi.reject_unknown_query)],
+        docs_url=None,  # served from the package by routers_docs: no CDN
+        redoc_url=None,
     )
     app.state.settings = settings
     app.state.engine = engine
@@ -91,6 +93,8 @@ def create_app(
                    placements_router, accounting_router):
         app.include_router(router)
     openapi.install(app, guard, kubernetes=settings.backend == "kubernetes")
+    routers_docs.install(app)
+    routers_dashboard.install(app)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(SingleQueryValues)
     app.add_middleware(MetricsMiddleware, metrics=metrics)
