@@ -53,6 +53,9 @@ class Settings(BaseSettings):
     kubeconfig: str | None = None
     kube_context: str | None = None
     accounting_interval_seconds: float = Field(default=5.0, ge=0.01, le=86400)
+    dry_run_plan_seconds: float = Field(
+        default=2.0, ge=0.01, le=600,
+        description="Wall seconds a dry run's preemption plan may take before a 503.")
     max_body_bytes: int = Field(default=1 << 20, ge=1024, le=1 << 30,
                                 description="Larger request bodies get 413.")
 
