@@ -12,9 +12,12 @@ from typing import Any
 
 import click
 
+from ultraplane.kubeclients import cluster_options
+
 FLAG_OF_FIELD = {
     "backend": "--backend", "db": "--db", "fleet": "--fleet", "cluster": "--cluster",
     "time_scale": "--time-scale", "token_file": "--token-file", "tick_seconds": "--tick-seconds",
+    "kubeconfig": "--kubeconfig", "kube_context": "--context",
 }
 
 
@@ -40,6 +43,7 @@ def _fail(message: str) -> None:
               help="File of bearer tokens, one per line; mutating calls then need one.")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="warning",
               show_default=True)
+@cluster_options
 def serve(**opts: Any) -> None:
     """Serve the REST API (embedded fleet by default); prints the URL and the docs URL."""
     from pydantic import ValidationError
@@ -49,7 +53,8 @@ def serve(**opts: Any) -> None:
         _fail("--fleet and --cluster cannot be used together; pick one.")
     overrides = {
         key: opts[key]
-        for key in ("backend", "db", "fleet", "cluster", "time_scale", "token_file", "tick_seconds")
+        for key in ("backend", "db", "fleet", "cluster", "time_scale", "token_file", "tick_seconds",
+                    "kubeconfig", "kube_context")
         if opts[key] is not None
     }
     overrides["demo"] = opts["demo"] and (opts["backend"] or "embedded") == "embedded"
@@ -61,6 +66,7 @@ def serve(**opts: Any) -> None:
         message = str(err["msg"]).removeprefix("Value error, ").rstrip(".")
         _fail(f"{FLAG_OF_FIELD.get(field, field)}: {message}.")
     _check_port(opts["host"], opts["port"])
+    _check_cluster(settings)
     app = _build(settings)
     import uvicorn
 
@@ -84,18 +90,32 @@ def _check_port(host: str, port: int) -> None:
             _fail(f"--port: cannot listen on {host}:{port} ({exc.strerror}).")
 
 
+def _check_cluster(settings: Any) -> None:
+    """Kubernetes mode with no cluster: one sentence and exit 2 (`ultraplane/kubeclients.py`)."""
+    if settings.backend != "kubernetes":
+        return
+    from ultraplane.kubeclients import ClusterAccess, ClusterUnavailable, connect, exit_unavailable
+
+    try:
+        connect(ClusterAccess(settings.kubeconfig, settings.kube_context))
+    except ClusterUnavailable as exc:
+        exit_unavailable(exc)
+
+
 def _build(settings: Any) -> Any:
     """create_app with startup problems (bad DB URL, unreadable files) as one-sentence errors."""
-    from sqlalchemy.exc import ArgumentError, OperationalError
+    from sqlalchemy.exc import ArgumentError, SQLAlchemyError
     from ultraplane.api.app import create_app
+    from ultraplane.api.storeclaims import StoreError, masked, reason
 
     try:
         return create_app(settings)
+    except StoreError as exc:  # corrupt, read-only, full, in use: already one sentence
+        _fail(f"--db: {exc}")
     except ArgumentError as exc:
-        _fail(f"--db: {settings.db!r} is not a database URL ({exc}).")
-    except OperationalError as exc:
-        first_line = str(exc.orig).strip().splitlines()[0]
-        _fail(f"--db: cannot open the store at {settings.db}: {first_line}.")
+        _fail(f"--db: {masked(settings.db)} is not a database URL ({exc}).")
+    except SQLAlchemyError as exc:
+        _fail(f"--db: cannot open the store at {masked(settings.db)}: {reason(exc)}.")
     except (ValueError, OSError) as exc:
         from ultraplane.profiles import UnknownProfileError
 
@@ -117,5 +137,7 @@ def _print_banner(settings: Any, host: str, port: int) -> None:
     where = f"fleet {fleet}, {settings.time_scale:g}x" if settings.backend == "embedded" else "cluster"
     click.echo(f"Ultraplane API ({settings.backend} backend, {where}) on {url}")
     click.echo(f"  docs:  {url}/docs")
-    click.echo(f"  store: {settings.db}")
+    from ultraplane.api.storeclaims import masked
+
+    click.echo(f"  store: {masked(settings.db)}")
     sys.stdout.flush()

@@ -36,6 +36,7 @@ from ultraplane.api.schemas import (
 )
 from ultraplane.api.settings import Settings
 
+from ultraplane import kubeclients
 from ultraplane.allocator import AllocationConflict, Allocator
 from ultraplane.conversions import (
     GROUP,
@@ -79,17 +80,12 @@ class KubernetesBackend:
         self, settings: Settings, engine: Engine, *, clock: Callable[[], float] = time.time,
         api_client: Any = None,
     ) -> None:
-        from kubernetes import client, config
+        from kubernetes import client
 
         self.settings, self.engine, self.clock = settings, engine, clock
-        if api_client is None:
-            try:
-                config.load_incluster_config()  # type: ignore[no-untyped-call]
-                api_client = client.ApiClient()
-            except config.ConfigException:
-                api_client = config.new_client_from_config(  # type: ignore[no-untyped-call]
-                    config_file=settings.kubeconfig, context=settings.kube_context
-                )
+        if api_client is None:  # the one client set-up: in-cluster, else --kubeconfig/--context
+            api_client = kubeclients.api_client(
+                kubeclients.ClusterAccess(settings.kubeconfig, settings.kube_context))
         self.api_client = api_client
         self.custom = client.CustomObjectsApi(api_client)
         self.lock = threading.RLock()

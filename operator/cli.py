@@ -7,6 +7,14 @@ import sys
 
 import click
 
+from ultraplane.kubeclients import (
+    ClusterAccess,
+    ClusterUnavailable,
+    cluster_options,
+    connect,
+    exit_unavailable,
+)
+
 
 @click.command("operator")
 @click.option("--namespace", "-n", "namespaces", multiple=True,
@@ -59,17 +67,24 @@ import click
               help="DNS suffix after <namespace> in the coordinator address, e.g. "
               "svc.cluster.local.")
 @click.option("--verbose", "-v", is_flag=True, help="Debug logging.")
+@cluster_options
 def operator(namespaces: tuple[str, ...], all_namespaces: bool, lease: str | None,
              standalone: bool, lease_namespace: str, fleet: str | None, liveness: str | None, concurrency: int,
              no_events: bool, event_qps: float | None, event_burst: int | None,
              no_reservation: bool, queue_stretch: float | None, ultraservers_from_nodes: bool, ultraserver_label: str | None,
              server_index_label: str | None, launch_pods: bool, pod_grace_seconds: int,
-             launch_backlog_seconds: float | None, cluster_domain: str, verbose: bool) -> None:
+             launch_backlog_seconds: float | None, cluster_domain: str, verbose: bool,
+             kubeconfig: str | None, kube_context: str | None) -> None:
     """Run the Kubernetes operator (kopf): admission queue, gang placement, preemption."""
     if namespaces and all_namespaces:
         raise click.UsageError("--namespace and --all-namespaces cannot be used together.")
     if lease and standalone:
         raise click.UsageError("--peering and --standalone cannot be used together.")
+    access = ClusterAccess(kubeconfig, kube_context)
+    try:  # no cluster: one sentence and exit 2, not kopf's retries every minute
+        connect(access)
+    except ClusterUnavailable as exc:
+        exit_unavailable(exc)
     import os
 
     import kopf
@@ -78,6 +93,7 @@ def operator(namespaces: tuple[str, ...], all_namespaces: bool, lease: str | Non
     os.environ["ULTRAPLANE_LAUNCH_PODS"] = "1" if launch_pods else "0"
     from ultraplane.operator import handlers
 
+    handlers.CONFIG.access = access
     handlers.CONFIG.namespaces = list(namespaces)
     handlers.CONFIG.lease = lease
     handlers.CONFIG.lease_namespace = lease_namespace

@@ -29,12 +29,13 @@ from ultraplane.operator.admission import Controller
 from ultraplane.operator.budgets import EventDigests, Notice, TokenBucket
 from ultraplane.operator.discovery import NodeDiscovery
 from ultraplane.operator.heap import DEFAULT_FULL_SECONDS
-from ultraplane.operator.kube import KubeClient
+from ultraplane.operator.kube import KubeClient, connection_info
 from ultraplane.operator.leases import LeaseElector
 from ultraplane.operator.nodes import NodeLabels
 from ultraplane.operator.pods import PodPlane
 from ultraplane.operator.requests import GROUP, INFERENCE, TRAINING, ULTRASERVERS, VERSION
 
+from ultraplane.kubeclients import ClusterAccess
 from ultraplane.queueorder import DEFAULT_STRETCH
 
 log = logging.getLogger("ultraplane.operator")
@@ -73,6 +74,8 @@ class Config:
     launch_backlog_seconds: float = float(os.environ.get("ULTRAPLANE_LAUNCH_BACKLOG_SECONDS",
                                                          "2"))
     cluster_domain: str = os.environ.get("ULTRAPLANE_CLUSTER_DOMAIN", "svc")
+    # --kubeconfig / --context (ultraplane/kubeclients.py); None: in-cluster, else the defaults
+    access: ClusterAccess = field(default_factory=ClusterAccess)
 
 
 CONFIG = Config()
@@ -175,6 +178,12 @@ def new_controller(kube: KubeClient) -> Controller:
                       gc_full_seconds=CONFIG.gc_full_seconds or None)
 
 
+@kopf.on.login()
+def login(**_: Any) -> Any:
+    """kopf connects as the operator's own client does (`--kubeconfig`, `--context`)."""
+    return connection_info(CONFIG.access)
+
+
 @kopf.on.startup()
 async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     settings.posting.level = logging.WARNING  # our own Events are posted explicitly
@@ -182,7 +191,8 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     settings.persistence.finalizer = "ultraplane.dev/kopf"
     settings.persistence.diffbase_storage = NoDiffBase()
     # one pooled connection per worker: the writers', the pod plane's (PodPlane `slots`)
-    kube = KubeClient(pool_size=CONFIG.concurrency + (48 if CONFIG.launch_pods else 0))
+    kube = KubeClient(pool_size=CONFIG.concurrency + (48 if CONFIG.launch_pods else 0),
+                      access=CONFIG.access)
     controller = new_controller(kube)
     memo["controller"] = controller
     tasks = [asyncio.create_task(controller.run(), name="ultraplane-admission")]

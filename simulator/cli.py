@@ -15,6 +15,12 @@ import click
 from ultraplane.simulator.faults import MAX_CHIP_RATE_PER_HOUR, MAX_SERVER_RATE_PER_HOUR
 from ultraplane.simulator.traces import MAX_TIME_S, TraceError, TraceJob, load_trace
 
+from ultraplane.kubeclients import (
+    ClusterAccess,
+    ClusterUnavailable,
+    cluster_options,
+    exit_unavailable,
+)
 from ultraplane.neurondevices import MAX_CHIPS, PLUGIN_DIR, PLUGIN_SOCKET
 
 
@@ -164,6 +170,12 @@ def simulate(fleet: str | None, cluster_file: Path | None, traces: tuple[Path, .
     def ratio(v: float | None) -> str:
         return "n/a" if v is None else f"{v:.2f}"
 
+    from ultraplane.simulator.verdicts import compare
+
+    verdict = compare(summary)
+    click.echo(verdict.headline)
+    for point in verdict.points:
+        click.echo(f"  {point}")
     for policy, s in summary.items():
         click.echo(f"{policy:>10}: {s['jobs_completed']}/{s['jobs_submitted']} completed, "
                    f"useful utilization {s['useful_utilization']:.1%} (allocated "
@@ -177,7 +189,9 @@ def simulate(fleet: str | None, cluster_file: Path | None, traces: tuple[Path, .
                        f"large-job wait x{ratio(s.get(f'large_wait_vs_{ref}'))}, "
                        f"useful utilization x{ratio(s.get(f'useful_util_vs_{ref}'))}")
     first: dict[str, Any] = next(iter(summary.values()), {})
-    click.echo(f"{first.get('large_job_threshold', '')}")
+    click.echo(f"{first.get('large_job_threshold', '')}; xN = the policy's figure over the "
+               "reference's (JCT and waits: lower is better; utilization: higher is better); "
+               "times are simulated")
     if bad:
         click.echo(f"{len(bad)} bad row(s) skipped (listed in summary.json)", err=True)
     click.echo(f"wrote {out_dir}/report.html ({wall:.1f} s)")
@@ -191,9 +205,10 @@ def simulate(fleet: str | None, cluster_file: Path | None, traces: tuple[Path, .
 @click.option("--heartbeat-s", type=click.FloatRange(min=0.1), default=2.0, show_default=True,
               help="Seconds between status writes.")
 @click.option("--namespace", default=None, help="Watch one namespace only (default: all).")
+@cluster_options
 @click.pass_context
 def simulator(ctx: click.Context, time_scale: float, metrics_port: int, heartbeat_s: float,
-              namespace: str | None) -> None:
+              namespace: str | None, kubeconfig: str | None, kube_context: str | None) -> None:
     """Run virtual chips for admitted jobs in a Kubernetes cluster (like a kubelet).
 
     With a subcommand, run that instead: `device-plugin` is the fake Neuron device plugin.
@@ -202,8 +217,11 @@ def simulator(ctx: click.Context, time_scale: float, metrics_port: int, heartbea
         return
     from ultraplane.simulator.cluster import run_cluster
 
-    run_cluster(time_scale=time_scale, metrics_port=metrics_port, heartbeat_s=heartbeat_s,
-                namespace=namespace)
+    try:
+        run_cluster(time_scale=time_scale, metrics_port=metrics_port, heartbeat_s=heartbeat_s,
+                    namespace=namespace, access=ClusterAccess(kubeconfig, kube_context))
+    except ClusterUnavailable as exc:
+        exit_unavailable(exc)
 
 
 @simulator.command("device-plugin")
@@ -226,9 +244,10 @@ def simulator(ctx: click.Context, time_scale: float, metrics_port: int, heartbea
 @click.option("--resync-seconds", type=click.FloatRange(0, 86_400), default=60.0,
               show_default=True, help="Seconds between re-reads of the Node's labels (0: never).")
 @click.option("--verbose", "-v", is_flag=True, help="Debug logging.")
+@cluster_options
 def device_plugin(node_name: str | None, chips: int | None, ultraserver_label: str | None,
                   plugin_dir: Path, socket_name: str, poll_seconds: float, resync_seconds: float,
-                  verbose: bool) -> None:
+                  verbose: bool, kubeconfig: str | None, kube_context: str | None) -> None:
     """Fake AWS Neuron device plugin: advertise a Trainium server's chips to this kubelet."""
     import logging
     import signal
@@ -265,7 +284,10 @@ def device_plugin(node_name: str | None, chips: int | None, ultraserver_label: s
         else:
             assert node_name
             keys = NodeLabels(ultraserver=ultraserver_label or DEFAULT_LABELS.ultraserver)
-            run_plugin(config, node_source(node_name, keys), stop)
+            source = node_source(node_name, keys, ClusterAccess(kubeconfig, kube_context))
+            run_plugin(config, source, stop)
+    except ClusterUnavailable as exc:
+        exit_unavailable(exc)
     except PluginError as exc:
         click.echo(f"Error: {exc}", err=True)
         sys.exit(1)
