@@ -17,6 +17,7 @@ from ultraplane.api.backends import make_backend
 from ultraplane.api.limits import BodySizeLimit, SingleQueryValues
 from ultraplane.api.metrics import Metrics, MetricsMiddleware
 from ultraplane.api.routers_accounting import router as accounting_router
+from ultraplane.api.routers_explanations import router as explanations_router
 from ultraplane.api.routers_health import router as health_router
 from ultraplane.api.routers_jobs import inference_router, training_router
 from ultraplane.api.routers_placements import router as placements_router
@@ -90,7 +91,7 @@ def create_app(
     app.state.metrics = metrics
     errors.install(app)
     for router in (health_router, ultraservers_router, training_router, inference_router,
-                   placements_router, accounting_router):
+                   placements_router, accounting_router, explanations_router):
         app.include_router(router)
     openapi.install(app, guard, kubernetes=settings.backend == "kubernetes")
     routers_docs.install(app)

@@ -485,13 +485,6 @@ class EmbeddedBackend:
         finally:
             self.planners.release()
 
-    def day(self, t_s: float) -> str:
-        return day_of(t_s)
-
-
-def already_exists(kind: str, namespace: str, name: str) -> ApiError:
-    return ApiError(409, "AlreadyExists", "metadata.name", f"{kind} {namespace}/{name} already exists")
-
     def explain_job(self, kind: JobKind, namespace: str, name: str,
                     visible: Callable[[str], bool]) -> dict[str, Any]:
         """`why`: the core's explanation (ultraplane.explanations) over this fleet's scheduler
@@ -504,3 +497,10 @@ def already_exists(kind: str, namespace: str, name: str) -> ApiError:
             views = [v.model_dump(by_alias=True) for v in self.fleet.ultraservers]
             now = self.sim_now()
         return explain_documents(job, views, holders, now_s=now, visible=visible).wire()
+
+    def day(self, t_s: float) -> str:
+        return day_of(t_s)
+
+
+def already_exists(kind: str, namespace: str, name: str) -> ApiError:
+    return ApiError(409, "AlreadyExists", "metadata.name", f"{kind} {namespace}/{name} already exists")
