@@ -49,11 +49,14 @@ def test_outputs_for_both_policies(tmp_path: Path) -> None:
     lines = [json.loads(x) for x in (out / "placements.jsonl").read_text().splitlines()]
     assert {tuple(sorted(x)) for x in lines} == {("chips", "event", "job_id", "policy", "t_s")}
     assert sum(x["event"] == "start" for x in lines) == sum(x["event"] == "end" for x in lines) == 6
-    for name in ("utilization.png", "power.png", "queue.png", "heatmap_ultraplane.png",
+    for name in ("utilization.png", "power.png", "heatmap_ultraplane.png",
                  "heatmap_first-fit.png"):
         assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # no job ever waited: the queue plot would be a flat zero, so a sentence stands instead
+    assert not (out / "queue.png").exists()
     html = (out / "report.html").read_text()
-    assert html.count("data:image/png;base64,") == 5
+    assert html.count("data:image/png;base64,") == 4
+    assert "No job ever waited in the queue" in html
 
 
 def test_one_policy_and_chips_per_gpu(tmp_path: Path) -> None:
