@@ -12,6 +12,7 @@ from typing import Any
 
 import click
 
+from ultraplane.clitypes import FINITE_FLOAT
 from ultraplane.kubeclients import cluster_options
 
 FLAG_OF_FIELD = {
@@ -37,8 +38,8 @@ def _fail(message: str) -> None:
 @click.option("--db", default=None, help="Store URL: sqlite:///FILE or postgresql://... "
               "[default: ~/.local/share/ultraplane/ultraplane.db].")
 @click.option("--demo/--no-demo", default=True, show_default=True, help="Submit a stream of demo jobs.")
-@click.option("--time-scale", type=float, default=None, help="Simulated seconds per wall second [default: 60].")
-@click.option("--tick-seconds", type=float, default=None, help="Wall seconds between scheduling ticks [default: 1].")
+@click.option("--time-scale", type=FINITE_FLOAT, default=None, help="Simulated seconds per wall second [default: 60].")
+@click.option("--tick-seconds", type=FINITE_FLOAT, default=None, help="Wall seconds between scheduling ticks [default: 1].")
 @click.option("--token-file", type=click.Path(dir_okay=False), default=None,
               help="File of bearer tokens, one per line; mutating calls then need one.")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="warning",
