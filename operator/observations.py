@@ -28,7 +28,7 @@ from ultraplane.operator.requests import (
 )
 from ultraplane.operator.transitions import Transition, reservation_said
 
-from ultraplane.admissions import Admissions, Admitted, Requeued
+from ultraplane.admissions import Admissions, Failed, Replaced, Requeued
 from ultraplane.allocator import AllocationConflict, Allocator
 from ultraplane.ids import ChipId, JobKey, kind_of_job_key
 from ultraplane.scheduling import QueuedJob, Scheduler
@@ -238,21 +238,18 @@ class Observations:
             self._evict(job, "preempt", "Drained", f"UltraServer {change.name} was cordoned.")
 
     def _chip_failed(self, job: JobKey, parts: Mapping[JobKey, list[ChipId]]) -> None:
-        # with no cached body, the kind's default policy (what an empty spec reads as)
+        """The core applies the job's failure policy (`Admissions.chip_failed`); this only
+        queues the write of what it decided. With no cached body, the kind's default policy
+        (what an empty spec reads as)."""
         policy = view_job(self.bodies.get(job) or {}, kind_of_job_key(job)).failure_policy
-        chips = [c for lost in parts.values() for c in lost]
-        message = f"Chip(s) {', '.join(chips)} failed under the job ({policy})."
-        if policy == "Fail":
-            self._evict(job, "fail", "ChipFailed", message)
-            return
-        if policy == "ReplaceAffected":
-            replaced = self.admissions.replace(job, parts)
-            if isinstance(replaced, Admitted):
-                self.outbox[job] = Transition("replace", "ChipReplaced", message,
-                                              replaced.placements)
-                return
-            message += f" No replacement: {replaced}"
-        self._evict(job, "restart", "ChipFailed", message)
+        decided = self.admissions.chip_failed(job, parts, policy)
+        if isinstance(decided, Replaced):
+            self.outbox[job] = Transition("replace", decided.reason, decided.message,
+                                          decided.placements)
+        elif isinstance(decided, Failed):
+            self.outbox[job] = Transition("fail", decided.reason, decided.message)
+        else:
+            self.outbox[job] = Transition("restart", decided.reason, decided.message)
 
     def _evict(self, job: JobKey, kind: str, reason: str, message: str) -> None:
         if kind == "fail":
