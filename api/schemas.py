@@ -11,11 +11,20 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_validator,
+)
 from pydantic.alias_generators import to_camel
 
 from ultraplane.resources import InferenceJobSpec, Level, ProfileName, TopologyMode, TrainingJobSpec
 from ultraplane.resources.labels import check_labels, labels_json_schema
+from ultraplane.topology import canonical_level
 
 JobKind = Literal["TrainingJob", "InferenceJob"]
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
@@ -192,14 +201,18 @@ class CapacityView(Wire):
     utilization: float = Field(description="Allocated / usable chips of the fleet.")
 
 
+# Any spelling the CLI's --require takes (`Rack`, `BLOCK`): one level parser for both.
+LevelIn = Annotated[Level, BeforeValidator(canonical_level)]
+
+
 class DryRunRequest(Wire):
     """A gang request. Numbers are JSON integers and flags JSON booleans (no strings)."""
 
     chips: int = Field(ge=1, le=1_048_576, strict=True, description="Chips in the gang.")
-    required_level: Level | None = Field(
+    required_level: LevelIn | None = Field(
         default=None, description="Never cross this level; a network level the fleet does "
                                   "not have is a 422.")
-    preferred_level: Level | None = None
+    preferred_level: LevelIn | None = None
     whole_servers: bool = Field(default=False, strict=True)
     mode: TopologyMode | None = Field(
         default=None, description="Local, SplitWhenItPays or Unconstrained, as a job's "
