@@ -14,6 +14,7 @@ import click
 
 from ultraplane.clitypes import FINITE_FLOAT
 from ultraplane.kubeclients import cluster_options
+from ultraplane.logs import level_name, log_level_option
 
 FLAG_OF_FIELD = {
     "backend": "--backend", "db": "--db", "fleet": "--fleet", "cluster": "--cluster",
@@ -42,9 +43,8 @@ def _fail(message: str) -> None:
 @click.option("--tick-seconds", type=FINITE_FLOAT, default=None, help="Wall seconds between scheduling ticks [default: 1].")
 @click.option("--token-file", type=click.Path(dir_okay=False), default=None,
               help="File of bearer tokens, one per line; mutating calls then need one.")
-@click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="warning",
-              show_default=True)
 @cluster_options
+@log_level_option(default="warning")
 def serve(**opts: Any) -> None:
     """Serve the REST API (embedded fleet by default); prints the URL and the docs URL."""
     from pydantic import ValidationError
@@ -72,7 +72,7 @@ def serve(**opts: Any) -> None:
     import uvicorn
 
     shown_host = "127.0.0.1" if opts["host"] in ("0.0.0.0", "::") else opts["host"]
-    config = uvicorn.Config(app, host=opts["host"], port=opts["port"], log_level=opts["log_level"],
+    config = uvicorn.Config(app, host=opts["host"], port=opts["port"], log_level=level_name(),
                             access_log=False, lifespan="on")
     _print_banner(settings, shown_host, opts["port"])
     uvicorn.Server(config).run()

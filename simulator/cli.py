@@ -13,14 +13,16 @@ from typing import Any
 
 import click
 from ultraplane.simulator.faults import MAX_CHIP_RATE_PER_HOUR, MAX_SERVER_RATE_PER_HOUR
-from ultraplane.simulator.traces import MAX_TIME_S, TraceError, TraceJob, load_trace
+from ultraplane.simulator.traces import MAX_BAD_ROWS_KEPT, MAX_TIME_S, TraceJob, load_trace
 
+from ultraplane.clitypes import FiniteFloat
 from ultraplane.kubeclients import (
     ClusterAccess,
     ClusterUnavailable,
     cluster_options,
     exit_unavailable,
 )
+from ultraplane.logs import log_level_option
 from ultraplane.neurondevices import MAX_CHIPS, PLUGIN_DIR, PLUGIN_SOCKET
 
 
@@ -53,19 +55,23 @@ def parse_fault(value: str) -> tuple[float, str]:
 
 def _load_traces(paths: tuple[Path, ...], skip_bad: bool) -> tuple[list[TraceJob], list[str]]:
     jobs: list[TraceJob] = []
-    bad: list[str] = []
+    bad: list[str] = []  # the first MAX_BAD_ROWS_KEPT of all files, then a count
+    total = 0
     for path in paths:
         prefix = f"{path.stem}/" if len(paths) > 1 else ""
         try:
             got, rows = load_trace(path, prefix=prefix)
-        except TraceError as exc:
-            raise click.BadParameter(str(exc), param_hint="'--trace'") from None
         except (OSError, UnicodeDecodeError) as exc:
             raise click.BadParameter(f"cannot read {path}: {exc}", param_hint="'--trace'") from None
+        except ValueError as exc:  # TraceError, or not a regular file of bounded size
+            raise click.BadParameter(str(exc), param_hint="'--trace'") from None
         jobs.extend(got)
-        bad.extend(f"{path}:{r.line}: {r.message}" for r in rows)
+        total += rows.total
+        bad.extend([f"{path}:{r.line}: {r.message}" for r in rows][:MAX_BAD_ROWS_KEPT - len(bad)])
+    if total > len(bad):
+        bad.append(f"... and {total - len(bad)} more bad row(s)")
     if bad and not skip_bad:
-        click.echo(f"Error: {len(bad)} bad row(s) in --trace (fix them or pass --skip-bad-rows):",
+        click.echo(f"Error: {total} bad row(s) in --trace (fix them or pass --skip-bad-rows):",
                    err=True)
         for line in bad:
             click.echo(f"  {line}", err=True)
@@ -88,6 +94,7 @@ def _check_out(out_dir: Path) -> None:
 
 
 @click.command("simulate")
+@log_level_option(default="warning")
 @click.option("--fleet", help="PROFILE:COUNT, e.g. trn3-gen2:64.")
 @click.option("--cluster", "cluster_file", type=click.Path(path_type=Path, dir_okay=False),
               help="A cluster YAML file (as in `ultraplane place`) instead of --fleet.")
@@ -102,20 +109,20 @@ def _check_out(out_dir: Path) -> None:
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--failure-policy", type=click.Choice(["RestartAll", "ReplaceAffected", "Fail"]),
               default="RestartAll", show_default=True)
-@click.option("--chip-failure-rate", type=click.FloatRange(min=0, max=MAX_CHIP_RATE_PER_HOUR),
+@click.option("--chip-failure-rate", type=FiniteFloat(min=0, max=MAX_CHIP_RATE_PER_HOUR),
               default=0.0,
               help="Random chip failures per chip-hour (seeded).")
-@click.option("--server-failure-rate", type=click.FloatRange(min=0, max=MAX_SERVER_RATE_PER_HOUR),
+@click.option("--server-failure-rate", type=FiniteFloat(min=0, max=MAX_SERVER_RATE_PER_HOUR),
               default=0.0,
               help="Random server failures per server-hour (seeded).")
 @click.option("--fail", "scripted", multiple=True, help="Scripted failure SECONDS:CHIP-or-SERVER id.")
-@click.option("--checkpoint-interval", type=click.FloatRange(min=60, max=MAX_TIME_S), default=600.0,
+@click.option("--checkpoint-interval", type=FiniteFloat(min=60, max=MAX_TIME_S), default=600.0,
               show_default=True, help="Seconds between checkpoints (60 s to the longest trace).")
 @click.option("--skip-bad-rows", is_flag=True, help="Replay the good rows; still report the bad ones.")
 @click.option("--no-reservation", is_flag=True,
               help="Plain best-effort FIFO: no backfill reservation for waiting gangs of whole "
                    "UltraServers (see docs/operator.md).")
-@click.option("--queue-stretch", type=click.FloatRange(min=0, max=1_000_000), default=None,
+@click.option("--queue-stretch", type=FiniteFloat(min=0, max=1_000_000), default=None,
               help="Inside a priority, queue by target start = submit + STRETCH x run time; "
                    "gangs of over half the largest UltraServer (73+ chips on Gen2) by submit "
                    "time. 0 = arrival order (FIFO). [default: 10]")
@@ -198,14 +205,15 @@ def simulate(fleet: str | None, cluster_file: Path | None, traces: tuple[Path, .
 
 
 @click.group("simulator", invoke_without_command=True)
-@click.option("--time-scale", type=click.FloatRange(min=0, min_open=True), default=1.0,
+@click.option("--time-scale", type=FiniteFloat(min=0, min_open=True), default=1.0,
               show_default=True, help="Simulated seconds per wall second.")
 @click.option("--metrics-port", type=click.IntRange(0, 65535), default=9102, show_default=True,
               help="Prometheus metrics port (0: do not serve).")
-@click.option("--heartbeat-s", type=click.FloatRange(min=0.1), default=2.0, show_default=True,
+@click.option("--heartbeat-s", type=FiniteFloat(min=0.1), default=2.0, show_default=True,
               help="Seconds between status writes.")
 @click.option("--namespace", default=None, help="Watch one namespace only (default: all).")
 @cluster_options
+@log_level_option(default="info")
 @click.pass_context
 def simulator(ctx: click.Context, time_scale: float, metrics_port: int, heartbeat_s: float,
               namespace: str | None, kubeconfig: str | None, kube_context: str | None) -> None:
@@ -239,17 +247,16 @@ def simulator(ctx: click.Context, time_scale: float, metrics_port: int, heartbea
               help="The kubelet's device plugin directory (holds kubelet.sock).")
 @click.option("--socket-name", default=PLUGIN_SOCKET, show_default=True,
               help="File name of this plugin's socket in --plugin-dir.")
-@click.option("--poll-seconds", type=click.FloatRange(0.01, 60), default=1.0, show_default=True,
+@click.option("--poll-seconds", type=FiniteFloat(0.01, 60), default=1.0, show_default=True,
               help="Seconds between checks that both sockets are still the ones registered.")
-@click.option("--resync-seconds", type=click.FloatRange(0, 86_400), default=60.0,
+@click.option("--resync-seconds", type=FiniteFloat(0, 86_400), default=60.0,
               show_default=True, help="Seconds between re-reads of the Node's labels (0: never).")
-@click.option("--verbose", "-v", is_flag=True, help="Debug logging.")
 @cluster_options
+@log_level_option(default="info")
 def device_plugin(node_name: str | None, chips: int | None, ultraserver_label: str | None,
                   plugin_dir: Path, socket_name: str, poll_seconds: float, resync_seconds: float,
-                  verbose: bool, kubeconfig: str | None, kube_context: str | None) -> None:
+                  kubeconfig: str | None, kube_context: str | None) -> None:
     """Fake AWS Neuron device plugin: advertise a Trainium server's chips to this kubelet."""
-    import logging
     import signal
     import threading
 
@@ -266,8 +273,6 @@ def device_plugin(node_name: str | None, chips: int | None, ultraserver_label: s
     if chips is None and not node_name:
         raise click.UsageError("give --node-name (or set NODE_NAME from the downward API) to "
                                "read the Node's labels, or --chips N")
-    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
-                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
     config = PluginConfig(plugin_dir=plugin_dir, socket_name=socket_name, poll_s=poll_seconds,
                           resync_s=0.0 if chips is not None else resync_seconds)
     try:
