@@ -44,6 +44,55 @@ ONE_OF: dict[str, list[dict[str, Any]]] = {
 }
 
 
+# Request examples, shown by Swagger UI and ReDoc and tried by schemathesis' explicit phase:
+# the repository's examples/ manifests as JSON bodies (tests post each one to a real app).
+_TRAINING_SMALL = {
+    "metadata": {"name": "finetune-8b", "labels": {"team": "research"}},
+    "spec": {"chips": 4, "profile": "trn3-gen2", "topology": {"requiredLevel": "server"},
+             "priority": 10, "precision": "BF16",
+             "model": {"name": "llama-3.1-8b", "parametersBillions": 8},
+             "work": {"steps": 2000, "tokensPerStep": 1048576},
+             "checkpointIntervalSeconds": 300, "failurePolicy": "RestartAll"}}
+_TRAINING_BIG = {
+    "metadata": {"name": "pretrain-405b"},
+    "spec": {"chips": 288, "profile": "trn3-gen2",
+             "topology": {"requiredLevel": "network-1", "preferredLevel": "ultraserver",
+                          "wholeServers": True},
+             "priority": 100, "precision": "MXFP8",
+             "model": {"name": "llama-3.1-405b", "parametersBillions": 405},
+             "work": {"steps": 50000, "tokensPerStep": 16777216},
+             "checkpointIntervalSeconds": 1800, "failurePolicy": "ReplaceAffected"}}
+_INFERENCE = {
+    "metadata": {"name": "chat-70b"},
+    "spec": {"replicas": 4, "chipsPerReplica": 16, "profile": "trn3-gen2",
+             "topology": {"requiredLevel": "rack", "wholeServers": True}, "priority": 50,
+             "precision": "FP8", "model": {"name": "llama-3.3-70b", "parametersBillions": 70},
+             "load": {"tokensPerSecond": 20000},
+             "latencySLO": {"timeToFirstTokenMs": 500, "timePerOutputTokenMs": 40}}}
+REQUEST_EXAMPLES: dict[tuple[str, str], dict[str, dict[str, Any]]] = {
+    ("post", "/v1/namespaces/{namespace}/trainingjobs"): {
+        "small": {"summary": "4 chips inside one server, 2,000 steps", "value": _TRAINING_SMALL},
+        "multi-ultraserver": {"summary": "288 chips over two UltraServers of one EFA block",
+                              "value": _TRAINING_BIG}},
+    ("post", "/v1/namespaces/{namespace}/inferencejobs"): {
+        "chat": {"summary": "4 replicas of 16 chips, each inside one rack", "value": _INFERENCE}},
+    ("post", "/v1/placements:dryRun"): {
+        "whole-ultraserver": {"summary": "144 chips that must stay inside one UltraServer",
+                              "value": {"chips": 144, "requiredLevel": "ultraserver",
+                                        "priority": 50, "alternatives": 2}},
+        "small": {"summary": "16 chips on whole servers of one rack",
+                  "value": {"chips": 16, "requiredLevel": "rack", "wholeServers": True}}},
+}
+
+
+def _add_examples(schema: dict[str, Any]) -> None:
+    for (method, path), examples in REQUEST_EXAMPLES.items():
+        op = schema.get("paths", {}).get(path, {}).get(method)
+        media = (op or {}).get("requestBody", {}).get("content", {}).get("application/json")
+        if media is not None:
+            media["examples"] = examples
+
+
 def _error(description: str, **headers: str) -> dict[str, Any]:
     answer: dict[str, Any] = {"description": description, **ERROR}
     if headers:
@@ -101,6 +150,7 @@ def complete(schema: dict[str, Any], guard: Guard, *, kubernetes: bool) -> dict[
                 responses.pop("403", None)
     if not guard.enabled:
         components.get("securitySchemes", {}).pop("HTTPBearer", None)
+    _add_examples(schema)
     return schema
 
 

@@ -24,6 +24,9 @@ from ultraplane.api.auth import Credentials, Guard
 from ultraplane.profiles import load_profile, profile_names
 
 ASSETS = Path(__file__).resolve().parent / "dashboard"
+# The page loads only its own files and talks only to this server; no inline script.
+CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+       "connect-src 'self'; frame-ancestors 'self'; form-action 'self'")
 ASSETS_URL = "/dashboard/static"
 POLL_SECONDS = 2.0
 
@@ -43,7 +46,7 @@ def _profiles() -> dict[str, dict[str, int]]:
 async def dashboard() -> FileResponse:
     """The dashboard page (static; its script fetches everything it shows)."""
     return FileResponse(ASSETS / "index.html", media_type="text/html",
-                        headers={"Cache-Control": "no-cache"})
+                        headers={"Cache-Control": "no-cache", "Content-Security-Policy": CSP})
 
 
 @router.get("/dashboard/config")

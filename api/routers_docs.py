@@ -6,7 +6,9 @@ same pages are rendered here by FastAPI's page builders, pointed at the copies o
 Swagger UI 5 and ReDoc 2 bundles that the `fastapi-offline` wheel ships (MIT, a runtime
 dependency whose only requirement is FastAPI; its `FastAPIOffline` app factory is not used,
 only its static files). Swagger UI's validator badge, which calls an external service, is
-turned off.
+turned off, and both pages carry a Content-Security-Policy that lets the browser load nothing
+from another host: ReDoc's bundle still names one image on its vendor's CDN (the "API docs
+by Redocly" logo), which the policy refuses before any request is made.
 """
 
 from __future__ import annotations
@@ -29,6 +31,18 @@ SWAGGER_PARAMETERS = {"validatorUrl": None, "persistAuthorization": True,
                       "displayRequestDuration": True}
 
 
+# Inline scripts and styles: FastAPI's Swagger UI page starts the bundle from an inline
+# script, and both bundles inject their styles; blob: workers are ReDoc's search.
+CSP = ("default-src 'self'; script-src 'self' 'unsafe-inline'; style-src 'self' 'unsafe-inline'; "
+       "img-src 'self' data:; font-src 'self' data:; worker-src 'self' blob:; "
+       "connect-src 'self'; frame-ancestors 'self'")
+
+
+def _local(page: HTMLResponse) -> HTMLResponse:
+    page.headers["Content-Security-Policy"] = CSP
+    return page
+
+
 def assets_dir() -> Path:
     """The folder of the vendored Swagger UI and ReDoc bundles inside `fastapi_offline`."""
     return Path(str(files("fastapi_offline") / "static"))
@@ -45,13 +59,13 @@ def docs_router(app: FastAPI) -> APIRouter:
     @router.get("/docs", response_class=HTMLResponse)
     async def swagger_ui(request: Request) -> HTMLResponse:
         root = _root(request)
-        return get_swagger_ui_html(
+        return _local(get_swagger_ui_html(
             openapi_url=f"{root}{app.openapi_url}", title=f"{app.title} - Swagger UI",
             swagger_js_url=f"{root}{ASSETS_URL}/swagger-ui-bundle.js",
             swagger_css_url=f"{root}{ASSETS_URL}/swagger-ui.css",
             swagger_favicon_url=f"{root}{ASSETS_URL}/favicon.png",
             oauth2_redirect_url=f"{root}{OAUTH2_REDIRECT_URL}",
-            swagger_ui_parameters=SWAGGER_PARAMETERS)
+            swagger_ui_parameters=SWAGGER_PARAMETERS))
 
     @router.get(OAUTH2_REDIRECT_URL, response_class=HTMLResponse)
     async def swagger_ui_redirect() -> HTMLResponse:
@@ -60,10 +74,10 @@ def docs_router(app: FastAPI) -> APIRouter:
     @router.get("/redoc", response_class=HTMLResponse)
     async def redoc(request: Request) -> HTMLResponse:
         root = _root(request)
-        return get_redoc_html(
+        return _local(get_redoc_html(
             openapi_url=f"{root}{app.openapi_url}", title=f"{app.title} - ReDoc",
             redoc_js_url=f"{root}{ASSETS_URL}/redoc.standalone.js",
-            redoc_favicon_url=f"{root}{ASSETS_URL}/favicon.png", with_google_fonts=False)
+            redoc_favicon_url=f"{root}{ASSETS_URL}/favicon.png", with_google_fonts=False))
 
     return router
 
