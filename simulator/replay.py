@@ -33,15 +33,16 @@ from ultraplane.simulator.models import (
 from ultraplane.simulator.records import JobRecord, ReplayResult, Series
 from ultraplane.simulator.traces import TraceJob
 
-from ultraplane.admissions import Admissions, Admitted
+from ultraplane.admissions import Admissions, Failed, Replaced
 from ultraplane.allocator import Allocator, NoFit, Placement, PlacementRequest
 from ultraplane.ids import ChipId, JobKey
 from ultraplane.placements import request_from_topology
 from ultraplane.queueorder import DEFAULT_STRETCH, QueueOrder
+from ultraplane.resources.trainingjobs import FailurePolicy
 from ultraplane.scheduling import QueuedJob
 
 POLICIES = ("ultraplane", "first-fit")
-FAILURE_POLICIES = ("RestartAll", "ReplaceAffected", "Fail")
+FAILURE_POLICIES = tuple(p.value for p in FailurePolicy)
 
 
 @dataclass(frozen=True)
@@ -407,24 +408,24 @@ class Replay:
         self._done()
 
     def _fault(self, run: _Run, lost: Sequence[str], t: float) -> None:
+        """The core decides (`Admissions.chip_failed`, the one place failure policies live);
+        the replay only executes: replaced in place, requeued, or failed."""
         key = JobKey(run.job.job_id)
-        policy = self.cfg.failure_policy
+        queued = self.admissions.running().get(key)
         self._stop(run, t, released=True)
-        if policy == "Fail":
-            self.admissions.withdraw(key)
+        decided = self.admissions.chip_failed(key, {key: [ChipId(c) for c in lost]},
+                                              self.cfg.failure_policy)
+        if isinstance(decided, Failed):
             run.record.end_s, run.record.status = t, "failed"
-            run.record.reason = f"chip {lost[0]} failed and the failure policy is Fail"
+            run.record.reason = decided.message
             self._done()
             return
-        if policy == "ReplaceAffected":
-            placed = self.admissions.replace(key, {key: [ChipId(c) for c in lost]})
-            if isinstance(placed, Admitted):
-                self._start(run, placed.placements[0], t)
-                return
-        again = self.admissions.requeue(key)  # keeps its rank inside the Scheduler
-        self._waiting[key] = run.chips
-        if again is not None and run.chips >= self._whole_chips:
-            self._whole[key] = again.order()
+        if isinstance(decided, Replaced):
+            self._start(run, decided.placements[0], t)
+            return
+        self._waiting[key] = run.chips  # Restarted: queued again with its rank
+        if queued is not None and run.chips >= self._whole_chips:
+            self._whole[key] = queued.order()
 
     def _done(self) -> None:
         self._remaining -= 1

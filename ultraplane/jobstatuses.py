@@ -282,7 +282,14 @@ def ended(current: Mapping[str, Any], phase: str, reason: str, message: str,
 
 def status_of(current: Mapping[str, Any], decision: StatusDecision, now: datetime, *,
               replicated: bool = False) -> Status:
-    """The status merge patch that persists `decision` on a job whose status is `current`."""
+    """The status merge patch that persists `decision` on a job whose status is `current`,
+    checked by the status model of its kind (an InferenceJob is the replicated kind)."""
+    status = _status_of(current, decision, now, replicated=replicated)
+    return checked("InferenceJob" if replicated else "TrainingJob", status)
+
+
+def _status_of(current: Mapping[str, Any], decision: StatusDecision, now: datetime, *,
+              replicated: bool = False) -> Status:
     if isinstance(decision, Admitted | Replaced):
         reason = "Admitted" if isinstance(decision, Admitted) else decision.reason
         if replicated:
