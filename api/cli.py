@@ -72,8 +72,12 @@ def serve(**opts: Any) -> None:
     import uvicorn
 
     shown_host = "127.0.0.1" if opts["host"] in ("0.0.0.0", "::") else opts["host"]
+    from ultraplane.api.connections import server_options
+
     config = uvicorn.Config(app, host=opts["host"], port=opts["port"], log_level=level_name(),
-                            access_log=False, lifespan="on")
+                            access_log=False, lifespan="on",
+                            **server_options(read_seconds=settings.request_read_seconds,
+                                             max_connections=settings.max_connections))
     _print_banner(settings, shown_host, opts["port"])
     uvicorn.Server(config).run()
 

@@ -94,7 +94,6 @@ def _check_out(out_dir: Path) -> None:
 
 
 @click.command("simulate")
-@log_level_option(default="warning")
 @click.option("--fleet", help="PROFILE:COUNT, e.g. trn3-gen2:64.")
 @click.option("--cluster", "cluster_file", type=click.Path(path_type=Path, dir_okay=False),
               help="A cluster YAML file (as in `ultraplane place`) instead of --fleet.")
@@ -127,6 +126,7 @@ def _check_out(out_dir: Path) -> None:
                    "gangs of over half the largest UltraServer (73+ chips on Gen2) by submit "
                    "time. 0 = arrival order (FIFO). [default: 10]")
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
+@log_level_option(default="warning")
 def simulate(fleet: str | None, cluster_file: Path | None, traces: tuple[Path, ...], out_dir: Path,
              policies: tuple[str, ...], chips_per_gpu: int, seed: int, failure_policy: str,
              chip_failure_rate: float, server_failure_rate: float, scripted: tuple[str, ...],

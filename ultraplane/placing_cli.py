@@ -17,6 +17,7 @@ from pydantic.alias_generators import to_camel
 from ultraplane.allocator import AllocationConflict, Allocator, NoFit, PlacementRequest
 from ultraplane.clusterfiles import ClusterFileError, load_cluster_file
 from ultraplane.ids import parse_chip_id
+from ultraplane.logs import log_level_option
 from ultraplane.placements import Placement
 from ultraplane.profiles import Precision, UnknownProfileError, load_profile, profile_names
 from ultraplane.topology import Topology, build_fleet, level_problem, parse_level
@@ -122,6 +123,7 @@ def _placement_table(p: Placement) -> str:
 @click.option("--policy", type=click.Choice(["ultraplane", "first-fit"]), default="ultraplane",
               show_default=True)
 @click.option("-o", "--output", type=_OUTPUT, default="table", show_default=True)
+@log_level_option(default="warning")
 def place(fleet: str | None, cluster: str | None, chips: int, required: str | None,
           preferred: str | None, whole_servers: bool, mode: str | None, profile: str | None,
           policy: str, output: str) -> None:
@@ -179,6 +181,7 @@ def _profile_row(name: str) -> dict[str, Any]:
 
 @click.command("profiles")
 @click.option("-o", "--output", type=_OUTPUT, default="table", show_default=True)
+@log_level_option(default="warning")
 def profiles(output: str) -> None:
     """List the hardware profiles with their UltraServer aggregates."""
     rows = [_profile_row(n) for n in profile_names()]
