@@ -16,6 +16,7 @@ from ultraplane.api.auth import Guard, load_tokens
 from ultraplane.api.backends import make_backend
 from ultraplane.api.limits import BodySizeLimit, SingleQueryValues
 from ultraplane.api.metrics import Metrics, MetricsMiddleware
+from ultraplane.api.ratelimits import RateLimits
 from ultraplane.api.routers_accounting import router as accounting_router
 from ultraplane.api.routers_explanations import router as explanations_router
 from ultraplane.api.routers_health import router as health_router
@@ -96,7 +97,10 @@ def create_app(
     openapi.install(app, guard, kubernetes=settings.backend == "kubernetes")
     routers_docs.install(app)
     routers_dashboard.install(app)
+    routers_docs.install(app)
+    routers_dashboard.install(app)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(SingleQueryValues)
+    app.add_middleware(RateLimits, limits=settings.rate_limits())
     app.add_middleware(MetricsMiddleware, metrics=metrics)
     return app

@@ -56,9 +56,9 @@ def known_fields(model: type[BaseModel] | None, loc: Sequence[Any]) -> list[str]
             continue
         following: list[Any] = []
         for cls in (m for c in candidates for m in _models(c)):
-            names = _wire_names(cls)
-            if part in names:
-                following.extend(_unwrap(names[part]))
+            fields = _wire_names(cls)
+            if part in fields:
+                following.extend(_unwrap(fields[part]))
         if not following:  # a union member's tag or a validator's name: stay where we are
             continue
         candidates = following
@@ -80,9 +80,9 @@ def describe(errors: Sequence[Any], *, prefix: str = "",
         loc = tuple(err.get("loc", ()))
         if err.get("type") == "extra_forbidden" and loc:
             known = known_fields(model, loc[skip:-1])
-            meant = difflib.get_close_matches(str(loc[-1]), known, n=1, cutoff=0.6)
-            if meant:
-                typos[(loc[:-1], meant[0])] = str(loc[-1])
+            close = difflib.get_close_matches(str(loc[-1]), known, n=1, cutoff=0.6)
+            if close:
+                typos[(loc[:-1], close[0])] = str(loc[-1])
     problems: list[Problem] = []
     for err in errors:
         loc = tuple(err.get("loc", ()))
