@@ -34,7 +34,8 @@ def api_client(kubeconfig: str | None, context: str | None) -> tuple[Any, str]:
     try:
         api = connect(access)
     except ClusterUnavailable as exc:
-        raise ClientError(f"{exc} (or give --server for the REST API)", 2) from None
+        raise ClientError(f"{str(exc).rstrip('.')}; or give --server URL for the REST API.",
+                          2) from None
     api.configuration.retries = 1  # an unreachable cluster answers in seconds, not minutes
     return api, _namespace(access)
 

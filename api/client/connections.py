@@ -72,6 +72,9 @@ def connect(ctx: click.Context, *, server: str | None, token: str | None,
             token_file: str | None, kubeconfig: str | None, context: str | None,
             namespace: str | None) -> Transport:
     """The transport the flags ask for (see the module docstring)."""
+    if server and (kubeconfig or context) and ctx.get_parameter_source(
+            "server") is click.core.ParameterSource.ENVIRONMENT:
+        server = None  # a flag on the command line wins over ULTRAPLANE_SERVER
     if server and (kubeconfig or context):
         raise ClientError("--server and --kubeconfig/--context cannot be used together; "
                           "pick the REST API or the cluster.", 2)
