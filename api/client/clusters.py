@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
-from typing import Any, TypeVar
+from collections.abc import Callable, Mapping
+from typing import Any, cast
 
 from ultraplane.api.client.transports import ClientError, not_found
 
@@ -21,7 +21,6 @@ from ultraplane.conversions import GROUP, PLURALS, ULTRASERVERS, VERSION, alloca
 from ultraplane.explanation_inputs import explain_documents, seconds
 from ultraplane.profiles import load_profile
 
-T = TypeVar("T")
 TIMEOUT_S = 15
 
 
@@ -72,13 +71,14 @@ class ClusterTransport:
         self.namespace = namespace or own
         self.where = f"the cluster of context {context}" if context else "the cluster"
 
-    def _call(self, fn: Callable[..., T], *args: Any, what: tuple[str, str] | None = None,
-              **kwargs: Any) -> T:
+    def _call(self, fn: Callable[..., object], *args: Any,
+              what: tuple[str, str] | None = None, **kwargs: Any) -> dict[str, Any]:
+        """One call's JSON body (the client types it `object`); errors as ClientErrors."""
         from kubernetes.client.exceptions import ApiException
         from urllib3.exceptions import HTTPError
 
         try:
-            return fn(*args, _request_timeout=TIMEOUT_S, **kwargs)
+            return dict(cast(Mapping[str, Any], fn(*args, _request_timeout=TIMEOUT_S, **kwargs)))
         except ApiException as exc:
             if exc.status == 404 and what is not None:
                 raise not_found(*what) from None
