@@ -73,8 +73,8 @@ def settings_in_words(meta: Mapping[str, Any]) -> list[str]:
                    f"idle and {meta['peak_power_kw_all_busy']:,.0f} kW with every chip at peak.")
     if "seed" in meta:
         out.append(f"Random seed {meta['seed']}: the same seed and inputs give the same report.")
-    out.append("All times are simulated: seconds of the replay's clock, which starts at the "
-               "trace's first submission; no wall-clock time appears in this report.")
+    out.append("All times are simulated: seconds on the trace's own clock (its submission "
+               "times), never wall-clock time; the plots count from the first submission.")
     return out
 
 

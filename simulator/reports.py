@@ -47,8 +47,8 @@ def summarize(r: ReplayResult, *, large_job_chips: int = 144, one_domain_chips: 
     `idle_power_w` (the fleet's draw with every chip idle) splits `energy_kwh` exactly, since
     the power model is idle + dynamic per chip (`models.Hardware.chip_power`):
     `energy_idle_kwh` is the idle floor of every chip over the makespan, `energy_busy_kwh` the
-    extra drawn by chips running jobs. Every time is simulated (`simulated: true`): seconds of
-    the replay's clock, which starts at the trace's first submission, never wall-clock time."""
+    extra drawn by chips running jobs. Every time is simulated (`simulated: true`): seconds on
+    the trace's own clock (its submission times), never wall-clock time."""
     done = [x for x in r.records if x.status == "completed"]
     jct = [x.jct_s for x in done if x.jct_s is not None]
     delays = [x.queue_delay_s for x in r.records if x.queue_delay_s is not None]
