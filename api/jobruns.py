@@ -254,9 +254,9 @@ class JobRunner:
         self._write(job, failed, now)
 
     def _pending(self, job: JobState, waiting: Pending, now: float) -> None:
-        if (job.phase != "Pending" or job.status.get("queuePosition") != waiting.position
-                or job.status.get("reason") != waiting.reason
-                or job.status.get("message") != waiting.message):
+        """Rewritten by the operator's rule (`jobstatuses.pending_changed`), so both say the
+        same: not for a predicted start that moved with the clock."""
+        if jobstatuses.pending_changed(job.status, waiting):
             self._write(job, waiting, now)
 
     # -- usage -----------------------------------------------------------------------------

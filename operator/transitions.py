@@ -16,20 +16,10 @@ from ultraplane import jobstatuses
 from ultraplane.allocator import Placement
 from ultraplane.decisions import Admitted, Failed, Pending, Replaced, Restarted
 from ultraplane.ids import JobKey
+from ultraplane.jobstatuses import RESERVED_MARK, moved, reservation_said
 
 __all__ = ["RESERVED_MARK", "Transition", "decision_of", "event_type", "moved", "reservation_said",
            "status_of", "total_chips"]
-
-# In the Pending message of the job a backfill reservation is for (`Scheduler._reserve`).
-RESERVED_MARK = "reserved for it"
-
-
-def reservation_said(message: str) -> str | None:
-    """The part of a Pending message that names the reserved UltraServers (None when it names
-    none). The predicted start after it changes with the clock, so it is left out: comparing
-    it would rewrite the job every cycle."""
-    return message.split(RESERVED_MARK, 1)[0] if RESERVED_MARK in message else None
-
 
 @dataclass(frozen=True)
 class Transition:
@@ -54,16 +44,6 @@ def total_chips(spec: Mapping[str, Any]) -> int | None:
     if isinstance(replicas, int) and isinstance(per, int):
         return replicas * per
     return None
-
-
-def moved(old: int | None, new: int) -> bool:
-    """Whether a written queue position is worth rewriting: exact near the head of the queue,
-    within 10% further back (a queue of thousands would otherwise rewrite every job per cycle)."""
-    if old is None:
-        return True
-    if new <= 50 or old <= 50:
-        return old != new
-    return abs(new - old) >= max(10, old // 10)
 
 
 def decision_of(key: JobKey, change: Transition,

@@ -35,6 +35,7 @@ from ultraplane.resources.inferencejobs import InferenceJobStatus
 from ultraplane.resources.trainingjobs import TrainingJobStatus
 
 __all__ = [
+    "RESERVED_MARK",
     "Status",
     "admitted",
     "admitted_replicas",
@@ -45,12 +46,15 @@ __all__ = [
     "ended",
     "failed",
     "finished",
+    "moved",
     "pending",
+    "pending_changed",
     "preempted",
     "preempted_message",
     "ran",
     "readmitted",
     "replica_allocation",
+    "reservation_said",
     "running",
     "runtime_conditions",
     "stamp",
@@ -308,6 +312,39 @@ def _status_of(current: Mapping[str, Any], decision: StatusDecision, now: dateti
     if isinstance(decision, Failed):
         return failed(current, decision.reason, decision.message, now)
     return finished(current, decision.phase)  # the runtime's message (its write) is kept
+
+
+# In the Pending message of the job a backfill reservation is for (`Scheduler._reserve`).
+RESERVED_MARK = "reserved for it"
+
+
+def reservation_said(message: str) -> str | None:
+    """The part of a Pending message that names the reserved UltraServers (None when it names
+    none). The predicted start after it changes with the clock, so it is left out: comparing
+    it would rewrite the job every cycle."""
+    return message.split(RESERVED_MARK, 1)[0] if RESERVED_MARK in message else None
+
+
+def moved(old: int | None, new: int) -> bool:
+    """Whether a written queue position is worth rewriting: exact near the head of the queue,
+    within 10% further back (a queue of thousands would otherwise rewrite every job per cycle)."""
+    if old is None:
+        return True
+    if new <= 50 or old <= 50:
+        return old != new
+    return abs(new - old) >= max(10, old // 10)
+
+
+def pending_changed(current: Mapping[str, Any], waiting: Pending) -> bool:
+    """Whether a waiting job's written status is worth rewriting for `waiting`: it says
+    another phase or reason, its position moved (`moved`), or the reservation it names
+    changed. A message that differs only in its predicted start is not rewritten."""
+    if current.get("phase") != "Pending" or current.get("reason") != waiting.reason:
+        return True
+    if reservation_said(str(current.get("message") or "")) != reservation_said(waiting.message):
+        return True
+    position = current.get("queuePosition")
+    return moved(position if isinstance(position, int) else None, waiting.position)
 
 
 def preempted_message(by: str) -> str:
