@@ -40,11 +40,14 @@ async function api(path) {
 }
 
 // A colour per job, kept while the page is open: hues a golden angle apart in the order
-// jobs are first seen (neighbours differ most), with three lightness bands.
+// jobs are first seen (neighbours differ most), three lightness bands, and never the red of
+// a failed chip.
 function colour(key) {
   if (!state.colours.has(key)) {
     const n = state.colours.size;
-    state.colours.set(key, `hsl(${Math.round((n * 137.508) % 360)}, 62%, ${40 + (n % 3) * 10}%)`);
+    let hue = (210 + n * 137.508) % 360;
+    if (hue > 335 || hue < 20) hue = (hue + 45) % 360;
+    state.colours.set(key, `hsl(${Math.round(hue)}, 62%, ${40 + (n % 3) * 10}%)`);
   }
   return state.colours.get(key);
 }
@@ -216,7 +219,8 @@ function drawFleet(fleet, chipOwner) {
     if (!entry.node.isConnected) container.append(entry.node);
     entry.node.classList.toggle("unschedulable", !us.schedulable);
     entry.power.textContent = watts(us.powerWatts || 0);
-    const failed = new Set(us.failedChips);
+    // failedChips are the UltraServer's local refs (s03/c01), as in its spec.
+    const failed = new Set(us.failedChips.map((ref) => ref.startsWith(`${us.name}/`) ? ref : `${us.name}/${ref}`));
     let known = 0;
     const owners = entry.chips.map((chip) => {
       const owner = chipOwner.get(chip.dataset.chip) || null;
@@ -346,8 +350,22 @@ async function tick() {
   state.timer = setTimeout(tick, seconds * 1000);
 }
 
+// Nothing one token read stays on screen for the next.
+function clearView() {
+  state.cards.forEach((entry) => entry.node.remove());
+  state.cards.clear();
+  explained.clear();
+  $("legend").replaceChildren();
+  $("queue").tBodies[0].replaceChildren();
+  for (const id of ["fleet-power", "fleet-chips", "fleet-failed", "fleet-running", "fleet-queued"]) $(id).textContent = "-";
+  $("who").textContent = "";
+  $("sign-out").hidden = true;
+  $("scope-note").hidden = true;
+}
+
 function signIn(message) {
   clearTimeout(state.timer);
+  clearView();
   sessionStorage.removeItem(TOKEN_KEY);
   const error = $("login-error");
   error.textContent = message || "";
@@ -386,15 +404,9 @@ document.addEventListener("DOMContentLoaded", () => {
     sessionStorage.setItem(NAMESPACES_KEY, $("namespaces").value.trim());
     $("token").value = "";
     $("login").close();
-    state.cards.forEach((entry) => entry.node.remove());
-    state.cards.clear();
     start();
   });
   $("login").addEventListener("cancel", (event) => event.preventDefault());
-  $("sign-out").addEventListener("click", () => {
-    state.cards.forEach((entry) => entry.node.remove());
-    state.cards.clear();
-    signIn("");
-  });
+  $("sign-out").addEventListener("click", () => signIn(""));
   start();
 });
