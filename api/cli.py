@@ -139,7 +139,8 @@ def _build(settings: Any) -> Any:
 def _print_banner(settings: Any, host: str, port: int) -> None:
     url = f"http://{host}:{port}"
     fleet = settings.cluster or settings.fleet
-    where = f"fleet {fleet}, {settings.time_scale:g}x" if settings.backend == "embedded" else "cluster"
+    where = (f"fleet {fleet}, simulated time at {settings.time_scale:g}x: job times are simulated"
+             if settings.backend == "embedded" else "cluster")
     click.echo(f"Ultraplane API ({settings.backend} backend, {where}) on {url}")
     click.echo(f"  docs:  {url}/docs")
     from ultraplane.api.storeclaims import masked
