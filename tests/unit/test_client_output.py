@@ -82,3 +82,17 @@ def test_one_level_parser_for_the_cli_and_the_api() -> None:
     assert (str(body.required_level), str(body.preferred_level)) == ("rack", "server")
     with pytest.raises(ValidationError, match="unknown topology level 'galaxy'"):
         DryRunRequest.model_validate({"chips": 4, "requiredLevel": "galaxy"})
+
+
+@pytest.mark.parametrize(("words", "cword", "offered"), [
+    ("ultraplane w", "1", "plain,why"),
+    ("ultraplane get -o ", "3", "plain,yaml"),
+])
+def test_shell_completion_offers_the_client(words: str, cword: str, offered: str) -> None:
+    from click.testing import CliRunner
+
+    from ultraplane.cli import main
+
+    env = {"_ULTRAPLANE_COMPLETE": "bash_complete", "COMP_WORDS": words, "COMP_CWORD": cword}
+    result = CliRunner().invoke(main, [], prog_name="ultraplane", env=env)
+    assert offered in result.output.splitlines(), result.output
