@@ -16,6 +16,7 @@ import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -59,10 +60,9 @@ def manifest(name: str, chips: int, seconds: int, profile: str = "trn3-gen2") ->
 # --- the embedded server ----------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+@contextmanager
+def serving(tmp: Path, *extra: str) -> Iterator[str]:
     """A real `ultraplane serve`: two Gen2 UltraServers, no demo jobs, 60x simulated time."""
-    tmp = tmp_path_factory.mktemp("client")
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -70,7 +70,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     proc = subprocess.Popen(
         [sys.executable, "-m", "ultraplane.cli", "serve", "--port", str(port), "--db",
          f"sqlite:///{tmp / 'serve.db'}", "--fleet", "trn3-gen2:2", "--no-demo",
-         "--tick-seconds", "0.2"], stdout=log.open("ab"), stderr=subprocess.STDOUT)
+         "--tick-seconds", "0.2", *extra], stdout=log.open("ab"), stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
 
     def ready() -> bool:
@@ -90,6 +90,12 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             proc.wait(15)
         except subprocess.TimeoutExpired:
             proc.kill()
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    with serving(tmp_path_factory.mktemp("client")) as base:
+        yield base
 
 
 def test_the_plugin_against_the_embedded_server(server: str, tmp_path: Path) -> None:
@@ -198,6 +204,42 @@ def test_a_refused_spec_is_exit_2_with_the_servers_sentence(server: str, tmp_pat
     path.write_text(json.dumps(manifest("typo", 4, 60) | {"spec": {"chps": 4}}))
     got = cli("apply", "-f", str(path), "--server", server, "-n", "refused")
     assert got.returncode == 2 and "chps" in got.stderr, got.stderr
+
+
+def test_tokens_and_what_a_caller_may_read(tmp_path: Path) -> None:
+    """A token scoped to one namespace sees its own job's blockers, but not whose jobs
+    they are in another namespace; an every-namespace token sees the names."""
+    tokens = tmp_path / "tokens"
+    tokens.write_text("admin-token\nteam-a-token namespaces=team-a verbs=get,list,create\n")
+    (tmp_path / "team-a").write_text("team-a-token\n")
+    with serving(tmp_path, "--token-file", str(tokens)) as base:
+        admin = {"ULTRAPLANE_TOKEN": "admin-token"}
+        hogs = tmp_path / "hogs.yaml"
+        hogs.write_text(yaml.safe_dump_all([manifest("hog-1", 144, 36_000),
+                                            manifest("hog-2", 144, 36_000)]))
+        assert cli("apply", "-f", str(hogs), "--server", base, "-n", "team-b",
+                   env=admin).returncode == 0
+        mine = tmp_path / "mine.yaml"
+        mine.write_text(yaml.safe_dump(manifest("waiter", 144, 600)))
+        scoped = ["--server", base, "-n", "team-a", "--token-file", str(tmp_path / "team-a")]
+        assert cli("apply", "-f", str(mine), *scoped).returncode == 0
+
+        def explained(*args: str, env: dict[str, str] | None = None) -> dict[str, Any] | None:
+            doc = json.loads(cli("why", "waiter", "-o", "json", *args, env=env).stdout)
+            holders = [h for n in doc["nearestUltraServers"] for h in n["holders"]]
+            return doc if len(holders) == 2 and doc["queuePosition"] == 1 else None
+
+        seen = until(lambda: explained(*scoped), "waiter to wait behind both hogs")
+        assert {h["job"] for n in seen["nearestUltraServers"] for h in n["holders"]} == {
+            "a job in another namespace"}
+        named = explained("--server", base, "-n", "team-a", env=admin)
+        assert named is not None
+        assert {h["job"] for n in named["nearestUltraServers"] for h in n["holders"]} == {
+            "team-b/hog-1", "team-b/hog-2"}
+        refused = cli("get", "--server", base, "-n", "team-a")
+        assert refused.returncode == 1 and "Unauthorized" in refused.stderr
+        other = cli("get", "-n", "team-b", *scoped[:2], "--token-file", str(tmp_path / "team-a"))
+        assert other.returncode == 1 and "Forbidden" in other.stderr
 
 
 # --- the real API server tier -------------------------------------------------------------------
