@@ -179,6 +179,10 @@ def simulate(fleet: str | None, cluster_file: Path | None, traces: tuple[Path, .
 
     from ultraplane.simulator.verdicts import compare
 
+    def idle_share(s: dict[str, Any]) -> str:
+        share = s.get("energy_idle_share")
+        return "" if share is None else f" ({share:.0%} of it idle draw)"
+
     verdict = compare(summary)
     click.echo(verdict.headline)
     for point in verdict.points:
@@ -188,7 +192,8 @@ def simulate(fleet: str | None, cluster_file: Path | None, traces: tuple[Path, .
                    f"useful utilization {s['useful_utilization']:.1%} (allocated "
                    f"{s['allocated_utilization']:.1%}), JCT p50 {s['jct_p50_s'] / 3600:.2f} h, "
                    f"queue delay mean {s['queue_delay_mean_s'] / 60:.1f} min, "
-                   f"energy {s['energy_kwh'] / 1000:,.1f} MWh, rejected {s['jobs_rejected']}, "
+                   f"energy {s['energy_kwh'] / 1000:,.1f} MWh{idle_share(s)}, "
+                   f"rejected {s['jobs_rejected']}, "
                    f"split {s['split_jobs_that_fit_one_ultraserver']} of "
                    f"{s['jobs_that_fit_one_ultraserver']} jobs that fit one UltraServer")
         for ref, name in (("greedy", "greedy in one domain"), ("fluid", "fluid (no topology)")):

@@ -96,8 +96,8 @@ def compare(summary: Mapping[str, Mapping[str, Any]], who: str = "ultraplane",
             (wins if verdict > 0 else losses).append(_sentence(label.capitalize(), how,
                                                                float(va), float(vb), who, other))
     if not wins and not losses:
-        head = (f"{who} and {other} performed the same on this trace: every figure below is "
-                "within 1% (or a minute) of the other, so the plots' lines coincide.")
+        head = (f"{who} and {other} performed the same on this trace: every figure compared "
+                "is within 1% (or a minute, for times) of the other.")
     elif wins and not losses:
         head = f"{who} did better than {other} on this trace, and worse on nothing."
     elif losses and not wins:
