@@ -35,6 +35,7 @@ from ultraplane.api.schemas import (
     UltraServerView,
 )
 from ultraplane.api.settings import Settings
+from ultraplane.api.ultraserverpatches import UltraServerPatch, patched
 
 from ultraplane import kubeclients
 from ultraplane.allocator import AllocationConflict, Allocator
@@ -303,6 +304,30 @@ class KubernetesBackend:
             self.custom.delete_namespaced_custom_object(
                 GROUP, VERSION, namespace, PLURALS[kind], name)
         return last
+
+    def patch_ultraserver(self, name: str, patch: UltraServerPatch) -> UltraServerView:
+        """A JSON merge patch of the UltraServer's `failedChips` / `cordonedServers`: the
+        object is patched (checked first as the embedded backend checks it); the operator
+        applies the failure policies when it sees the change."""
+        from kubernetes.client.exceptions import ApiException
+
+        with self.lock:
+            current = (self.allocator.topology.ultraserver(name)
+                       if name in self.allocator.topology else None)
+        if current is not None:
+            patched(current, patch)  # a 422 naming the field, before the API server sees it
+        with self._errors("name", "TrainingJob", "", name):
+            try:
+                obj: dict[str, Any] = self.custom.patch_cluster_custom_object(  # type: ignore[assignment]
+                    GROUP, VERSION, "ultraservers", name, {"spec": patch.spec_fields()},
+                    _content_type="application/merge-patch+json")
+            except ApiException as exc:
+                if exc.status == 404:
+                    raise ApiError(404, "NotFound", "name",
+                                   f"UltraServer {name} does not exist") from exc
+                raise
+        us = UltraServer.model_validate(obj)
+        return self._view(us, obj.get("status") or {})
 
     def dry_run(self, request: DryRunRequest) -> DryRunResult:
         with self.lock:
