@@ -61,16 +61,18 @@ def manifest(name: str, chips: int, seconds: int, profile: str = "trn3-gen2") ->
 
 
 @contextmanager
-def serving(tmp: Path, *extra: str) -> Iterator[str]:
-    """A real `ultraplane serve`: two Gen2 UltraServers, no demo jobs, 60x simulated time."""
+def serving(tmp: Path, *extra: str, embedded: bool = True) -> Iterator[str]:
+    """A real `ultraplane serve`: by default two Gen2 UltraServers, no demo jobs, 60x
+    simulated time; `embedded=False` for `--backend kubernetes` (in `extra`)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     log = tmp / "serve.log"
     proc = subprocess.Popen(
         [sys.executable, "-m", "ultraplane.cli", "serve", "--port", str(port), "--db",
-         f"sqlite:///{tmp / 'serve.db'}", "--fleet", "trn3-gen2:2", "--no-demo",
-         "--tick-seconds", "0.2", *extra], stdout=log.open("ab"), stderr=subprocess.STDOUT)
+         f"sqlite:///{tmp / 'serve.db'}", "--tick-seconds", "0.2",
+         *(["--fleet", "trn3-gen2:2", "--no-demo"] if embedded else []), *extra],
+        stdout=log.open("ab"), stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
 
     def ready() -> bool:
@@ -286,6 +288,20 @@ def test_the_plugin_against_the_api_server(kube_env: Any, kube_namespace: str,
         assert "RUNNING" in row and "00:1" in row  # elapsed about ten minutes
         servers = cli("get", "us", us, *conn, plugin=True).stdout
         assert us in servers and "trn4-projected" in servers
+
+        # the same answer from the REST API over the cluster (`serve --backend kubernetes`)
+        with serving(tmp_path, "--backend", "kubernetes", "--kubeconfig",
+                     str(kube_env.kubeconfig), embedded=False) as base:
+            def served() -> dict[str, Any] | None:
+                got = cli("why", "waiter", "-o", "json", "--server", base, "-n", ns)
+                doc = json.loads(got.stdout) if got.returncode == 0 else {}
+                return doc if any(n["name"] == us and n["holders"]
+                                  for n in doc.get("nearestUltraServers") or []) else None
+
+            rest = until(served, "the API's poller to see the UltraServer's holder")
+            near = next(n for n in rest["nearestUltraServers"] if n["name"] == us)
+            assert near["holders"][0]["job"] == f"{ns}/holder"
+            assert rest["predictedStartSeconds"] == pytest.approx(started + 7200, abs=1)
 
         env = {**os.environ, "KUBECONFIG": str(kube_env.kubeconfig),
                "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
