@@ -103,6 +103,11 @@ def energy_in_words(s: Mapping[str, Any]) -> str:
     idle, busy, share = s.get("energy_idle_kwh"), s.get("energy_busy_kwh"), s.get("energy_idle_share")
     if total is None or idle is None or busy is None or share is None:
         return "No energy was accounted."
-    return (f"{total / 1000:,.2f} MWh in all: {idle / 1000:,.2f} MWh ({share:.0%}) was idle draw, "
+    text = (f"{total / 1000:,.2f} MWh in all: {idle / 1000:,.2f} MWh ({share:.0%}) was idle draw, "
             f"the floor every chip draws whether or not it runs a job, and {busy / 1000:,.2f} MWh "
             f"({1 - share:.0%}) busy draw, the extra power of chips running jobs.")
+    unallocated = s.get("energy_idle_unallocated_kwh")
+    if unallocated is not None and total > 0:
+        text += (f" Chips that held no job drew {unallocated / 1000:,.2f} MWh of the idle draw "
+                 f"({unallocated / total:.0%} of all energy).")
+    return text

@@ -35,7 +35,8 @@ def _ratio(a: float, b: float) -> float | None:
 
 def summarize(r: ReplayResult, *, large_job_chips: int = 144, one_domain_chips: int = 144,
               bounds: Mapping[str, BoundResult] | None = None,
-              idle_power_w: float | None = None) -> dict[str, Any]:
+              idle_power_w: float | None = None,
+              idle_watts_per_chip: float | None = None) -> dict[str, Any]:
     """The per-policy figures of summary.json (issue 5's keys first, then context).
 
     `utilization` is *useful* utilization: the trace's chip-seconds of the jobs that completed
@@ -47,7 +48,9 @@ def summarize(r: ReplayResult, *, large_job_chips: int = 144, one_domain_chips: 
     `idle_power_w` (the fleet's draw with every chip idle) splits `energy_kwh` exactly, since
     the power model is idle + dynamic per chip (`models.Hardware.chip_power`):
     `energy_idle_kwh` is the idle floor of every chip over the makespan, `energy_busy_kwh` the
-    extra drawn by chips running jobs. Every time is simulated (`simulated: true`): seconds on
+    extra drawn by chips running jobs. With `idle_watts_per_chip` (a fleet of one idle
+    power), `energy_idle_unallocated_kwh` is the part of the idle floor spent by chips that
+    held no job (busy chip-seconds are exact, from the ledger). Every time is simulated (`simulated: true`): seconds on
     the trace's own clock (its submission times), never wall-clock time."""
     done = [x for x in r.records if x.status == "completed"]
     jct = [x.jct_s for x in done if x.jct_s is not None]
@@ -59,6 +62,8 @@ def summarize(r: ReplayResult, *, large_job_chips: int = 144, one_domain_chips: 
     capacity = r.total_chips * span
     useful = sum(x.chips * x.duration_s for x in done) / capacity if r.total_chips else 0.0
     allocated = r.busy_chip_s / capacity if r.total_chips else 0.0
+    unallocated_kwh = (None if idle_watts_per_chip is None or not r.total_chips else
+                       idle_watts_per_chip * max(capacity - r.busy_chip_s, 0.0) / 3.6e6)
     fits = [x for x in r.records if x.chips <= one_domain_chips and x.max_ultraservers]
     split = [x for x in fits if x.max_ultraservers > 1]
     stretch = [x.stretch for x in split if x.stretch is not None]
@@ -94,6 +99,8 @@ def summarize(r: ReplayResult, *, large_job_chips: int = 144, one_domain_chips: 
         "events": r.events,
         "simulated": True,
         **_energy_split(energy, span, idle_power_w),
+        # the part of the idle draw spent by chips that held no job (uniform fleets only)
+        "energy_idle_unallocated_kwh": unallocated_kwh,
     }
     for short, bound in (bounds or {}).items():
         out[f"jct_mean_vs_{short}"] = _ratio(out["jct_mean_s"], bound.jct_mean_s)
@@ -156,7 +163,9 @@ def write_report(out: Path, results: Sequence[ReplayResult], *, meta: dict[str, 
     idle_w = None if idle_kw is None else float(idle_kw) * 1e3
     summary = {r.policy: finite({**summarize(r, large_job_chips=large_job_chips,
                                              one_domain_chips=one_domain_chips, bounds=bounds,
-                                             idle_power_w=idle_w), **meta})
+                                             idle_power_w=idle_w,
+                                             idle_watts_per_chip=meta.get("idle_watts_per_chip")),
+                       **meta})
                for r in results}
     (out / "summary.json").write_text(json.dumps(summary, indent=2, allow_nan=False) + "\n")
     write_tables(out, results)

@@ -3,6 +3,7 @@ energy split, settings in words, simulated times, no NaN; the README's sample tr
 
 from __future__ import annotations
 
+import csv
 import json
 import re
 import shlex
@@ -141,7 +142,7 @@ def test_a_queue_that_forms_is_plotted(tmp_path: Path) -> None:
 
 
 def test_energy_splits_into_idle_and_busy_draw_that_sum_to_the_total(tmp_path: Path) -> None:
-    summary, html, _ = simulate(tmp_path, "a,0,3600,72\nb,600,1800,8\n",
+    summary, html, out = simulate(tmp_path, "a,0,3600,72\nb,600,1800,8\n",
                                 "--fleet", "trn3-gen2:2")
     chip = load_profile("trn3-gen2").chip
     for s in summary.values():
@@ -153,6 +154,15 @@ def test_energy_splits_into_idle_and_busy_draw_that_sum_to_the_total(tmp_path: P
         assert s["energy_idle_share"] == pytest.approx(s["energy_idle_kwh"] / s["energy_kwh"])
     share = summary["ultraplane"]["energy_idle_share"]
     assert f"({share:.0%}) was idle draw" in text_of(html)
+    # the idle draw of chips that held no job: every chip-second less the jobs' (from jobs.csv)
+    with (out / "jobs.csv").open() as fh:
+        held = sum(int(r["chips"]) * (float(r["end_s"]) - float(r["start_s"]))
+                   for r in csv.DictReader(fh) if r["policy"] == "ultraplane")
+    s = summary["ultraplane"]
+    free_chip_s = 2 * 144 * s["makespan_s"] - held
+    assert s["energy_idle_unallocated_kwh"] == pytest.approx(
+        float(chip.idle_watts) * free_chip_s / 3.6e6)
+    assert "Chips that held no job drew" in text_of(html)
 
 
 def test_the_run_section_says_its_settings_in_words(tmp_path: Path) -> None:
