@@ -267,8 +267,9 @@ COMMANDS = (get, describe, apply, delete, top, why, accounting)
 @click.group("kubectl-ultraplane", context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="ultraplane")
 def plugin() -> None:
-    """Ultraplane's kubectl plugin: `kubectl ultraplane get|describe|apply|delete|top|why|
-    accounting`. It talks to the kubeconfig's cluster unless --server names the REST API."""
+    """Ultraplane's kubectl plugin (`kubectl ultraplane COMMAND`): jobs and UltraServers in
+    kubectl's look, why a job waits, and accounting. It talks to the kubeconfig's cluster
+    unless --server names the REST API (docs/cli.md)."""
 
 
 for _command in COMMANDS:
