@@ -174,18 +174,30 @@ function shape(us) {
   return { servers: Math.ceil(us.chips / 4), chipsPerServer: 4 };
 }
 
-function card(us) {
+// Past this many UltraServers each is drawn as a bar (used, failed) instead of chip by chip:
+// a thousand grids of 144 chips would make every update slow.
+const GRID_LIMIT = 128;
+
+function card(us, compact) {
   let entry = state.cards.get(us.name);
   const { servers, chipsPerServer } = shape(us);
-  if (entry && entry.chips.length === servers * chipsPerServer) return entry;
-  const grid = el("div", { class: "chips", role: "img", "aria-label": `chips of ${us.name}` });
-  grid.style.gridTemplateColumns = `repeat(${Math.max(chipsPerServer, 12 - (12 % chipsPerServer))}, 1fr)`;
+  const size = compact ? 0 : servers * chipsPerServer;
+  if (entry && entry.compact === compact && entry.chips.length === size) return entry;
   const chips = [];
-  for (let s = 0; s < servers; s++) {
-    for (let c = 0; c < chipsPerServer; c++) {
-      const chip = el("i", { class: "chip", "data-chip": chipId(us.name, s, c) });
-      chips.push(chip);
-      grid.append(chip);
+  let grid;
+  let bar = null;
+  if (compact) {
+    bar = { used: el("span", { class: "used" }), failed: el("span", { class: "failed" }) };
+    grid = el("div", { class: "bar", role: "img", "aria-label": `chips of ${us.name}` }, bar.used, bar.failed);
+  } else {
+    grid = el("div", { class: "chips", role: "img", "aria-label": `chips of ${us.name}` });
+    grid.style.gridTemplateColumns = `repeat(${Math.max(chipsPerServer, 12 - (12 % chipsPerServer))}, 1fr)`;
+    for (let s = 0; s < servers; s++) {
+      for (let c = 0; c < chipsPerServer; c++) {
+        const chip = el("i", { class: "chip", "data-chip": chipId(us.name, s, c) });
+        chips.push(chip);
+        grid.append(chip);
+      }
     }
   }
   const name = el("span", { class: "name", text: us.name });
@@ -193,7 +205,7 @@ function card(us) {
   const facts = el("div", { class: "facts" });
   const node = el("article", { class: "us", "data-ultraserver": us.name },
     el("header", {}, name, power), grid, facts);
-  entry = { node, chips, power, facts, index: new Map(chips.map((c, i) => [c.dataset.chip, i])) };
+  entry = { node, chips, power, facts, bar, compact };
   if (state.cards.has(us.name)) state.cards.get(us.name).node.replaceWith(node);
   state.cards.set(us.name, entry);
   return entry;
@@ -213,9 +225,10 @@ function paint(chip, job, title) {
 function drawFleet(fleet, chipOwner) {
   const container = $("fleet");
   const present = new Set();
+  const compact = fleet.length > GRID_LIMIT;
   for (const us of fleet) {
     present.add(us.name);
-    const entry = card(us);
+    const entry = card(us, compact);
     if (!entry.node.isConnected) container.append(entry.node);
     entry.node.classList.toggle("unschedulable", !us.schedulable);
     entry.power.textContent = watts(us.powerWatts || 0);
@@ -236,6 +249,10 @@ function drawFleet(fleet, chipOwner) {
       else if (others > 0) { others -= 1; paint(chip, "other", `${id}: another tenant`); }
       else paint(chip, null, `${id}: free`);
     });
+    if (entry.bar) {
+      entry.bar.used.style.width = `${(100 * us.allocatedChips) / Math.max(1, us.chips)}%`;
+      entry.bar.failed.style.width = `${(100 * us.failedChips.length) / Math.max(1, us.chips)}%`;
+    }
     const util = Math.round((us.utilization || 0) * 100);
     const bits = [`${us.allocatedChips}/${us.chips} chips`, `${util}% busy`];
     if (us.failedChips.length) bits.push(`${us.failedChips.length} failed`);

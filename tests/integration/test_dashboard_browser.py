@@ -171,3 +171,20 @@ def test_a_scoped_token_sees_its_own_jobs_and_only_chips_of_others(tmp_path: Pat
         assert page.locator(".chip").count() == 0 and page.locator("#legend li").count() == 0
         assert offline.attempts == []
         assert not [e for e in errors if "401" not in e], errors
+
+
+def test_a_large_fleet_is_drawn_as_bars(tmp_path: Path, browser: Any) -> None:
+    """Past 128 UltraServers each one is a bar of its used chips, not 64+ chip elements."""
+    with served(tmp_path, "--fleet", "trn2:130", *FAST) as url, \
+            offline_page(browser, "dashboard-large-fleet") as (page, offline, errors):
+        page.goto(f"{url}/?poll=0.5")
+        page.wait_for_selector('[data-ultraserver] .bar')
+        assert page.locator("[data-ultraserver] .bar").count() == 130
+        assert page.locator(".chip").count() == 0
+        submit(url, "team-a", "whole", 64, level="ultraserver")
+        us = until(lambda: allocation(url, "team-a", "whole"), "whole placed")[0].split("/")[0]
+        used = page.locator(f'[data-ultraserver="{us}"] .bar .used')
+        until(lambda: used.evaluate("n => n.style.width") == "100%", "the full UltraServer's bar")
+        until(lambda: page.inner_text("#fleet-chips") == f"64 / {130 * 64}", "the fleet total")
+        assert offline.attempts == []
+        assert not errors, errors
