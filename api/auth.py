@@ -143,7 +143,13 @@ class Guard:
         if (credentials is None or not credentials.credentials) and not (
                 self.protect_reads or need_token):
             return NOBODY
-        caller = self.authenticate(credentials)
+        if self.protect_reads or need_token:
+            caller = self.authenticate(credentials)
+        else:
+            try:  # open reads: a token not accepted is no one's, as no token is
+                caller = self.authenticate(credentials)
+            except ApiError:
+                return NOBODY
         if caller.grant is not None:
             grant = caller.grant
             if not any(v in grant.verbs for v in READ_VERBS):

@@ -6,38 +6,30 @@ would pick next, not a second guess at its scoring. Everything taken is
 released before returning; the allocator is left as it was.
 
 The preemption plan is the expensive part (on a full fleet of small jobs it tries thousands
-of what-if placements), so it is never computed on the live allocator: `plan_on_snapshot`
-works on a private copy taken under the lock and searched after the lock is released, with a
-deadline (`PlanBudget`). A plan that would take longer is a 503 with Retry-After, and only
-`MAX_PLANNERS` plans run at once, so one tenant's worst-case request cannot stall the fleet's
-ticks or the other tenants' requests.
+of what-if placements), so it is never computed on the live allocator: `pending` copies
+what it needs under the lock, and `preempt` searches that copy after the lock is released,
+in a child process with a deadline (`ultraplane.api.preemptionplans`). A plan that would
+take longer is a 503 with Retry-After, and only a few plans run at once, so one tenant's
+worst-case request cannot stall the fleet's ticks or the other tenants' requests.
 """
 
 from __future__ import annotations
 
-import copy
-import threading
-import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from ultraplane.api.backends import nofit_view, placement_view, request_of
 from ultraplane.api.errors import ApiError
+from ultraplane.api.preemptionplans import Planners, PlanTooLong, snapshot
 from ultraplane.api.schemas import DryRunRequest, DryRunResult, PreemptionView
 
-from ultraplane.allocator import Allocator, NoFit, Placement, PlacementRequest
+from ultraplane.allocator import Allocator, NoFit, Placement
 from ultraplane.ids import JobKey
-from ultraplane.preemption import plan_preemption
 from ultraplane.topology import level_problem, parse_level
 
 PROBE = "__dry-run-probe-{}__"
-PLAN_BUDGET_S = 2.0  # wall seconds one preemption plan may take
-MAX_PLANNERS = 1  # preemption plans computed at once (each is CPU-bound: the GIL is shared)
 RETRY_AFTER_S = 5
-
-
-class PlanTooLong(Exception):
-    """The preemption search passed its deadline."""
+SHARED_PLANNERS = Planners()  # for callers that bring none (the Kubernetes backend)
 
 
 def busy(message: str) -> ApiError:
@@ -45,60 +37,13 @@ def busy(message: str) -> ApiError:
                     headers={"Retry-After": str(RETRY_AFTER_S)})
 
 
-class BudgetedAllocator(Allocator):
-    """A private copy of a live allocator whose what-if searches stop at a deadline.
-
-    A subclass, not a wrapper: `plan_preemption` calls the allocator's own methods, and each
-    of its thousands of searches goes through `place` or `place_without`, where the deadline
-    is checked before the search (the copy is never left half changed, and is thrown away).
-    """
-
-    deadline: float = float("inf")
-    clock: Callable[[], float] = time.monotonic
-
-    @classmethod
-    def copy_of(cls, live: Allocator, *, deadline: float) -> BudgetedAllocator:
-        """Copy `live` (call with the owner's lock held; about 10-50 ms on 1,152 chips)."""
-        snapshot = cls.__new__(cls)
-        snapshot.__dict__.update(copy.deepcopy(live.__dict__))
-        snapshot.deadline = deadline
-        return snapshot
-
-    def _check(self) -> None:
-        if self.clock() > self.deadline:
-            raise PlanTooLong
-
-    def place(self, request: PlacementRequest) -> Placement | NoFit:
-        self._check()
-        return super().place(request)
-
-    def place_without(self, request: PlacementRequest, victims: Iterable[JobKey],
-                      within: Iterable[str]) -> Placement | NoFit:
-        self._check()
-        return super().place_without(request, victims, within)
-
-
 @dataclass
 class PendingPlan:
     """A dry run that did not fit and may fit by preemption: what the plan needs, copied."""
 
-    snapshot: BudgetedAllocator
+    state: bytes  # the allocator, pickled under the lock
     running: dict[JobKey, int]
     held: tuple[str, ...]
-
-
-class Planners:
-    """At most MAX_PLANNERS plans at once per backend; the rest are answered 503 at once."""
-
-    def __init__(self, *, budget_s: float = PLAN_BUDGET_S, count: int = MAX_PLANNERS) -> None:
-        self.budget_s = budget_s
-        self._slots = threading.BoundedSemaphore(count)
-
-    def claim(self) -> bool:
-        return self._slots.acquire(blocking=False)
-
-    def release(self) -> None:
-        self._slots.release()
 
 
 def _held(body: DryRunRequest, reservation: tuple[Sequence[str], int] | None) -> tuple[str, ...]:
@@ -127,22 +72,19 @@ def needs_plan(result: DryRunResult, body: DryRunRequest, running: Mapping[JobKe
 def pending(allocator: Allocator, body: DryRunRequest, *, running: Mapping[JobKey, int],
             reservation: tuple[Sequence[str], int] | None, planners: Planners) -> PendingPlan:
     """Copy what a plan needs (call under the owner's lock, with a planner slot claimed)."""
-    deadline = BudgetedAllocator.clock() + planners.budget_s
-    return PendingPlan(BudgetedAllocator.copy_of(allocator, deadline=deadline),
-                       dict(running), _held(body, reservation))
+    return PendingPlan(snapshot(allocator), dict(running), _held(body, reservation))
 
 
 def preempt(result: DryRunResult, body: DryRunRequest, plan: PendingPlan, *,
-            job_name: Callable[[str], str], budget_s: float) -> DryRunResult:
-    """Add the preemption plan to `result`, searched on the snapshot (no lock needed)."""
-    request = request_of(body)
+            job_name: Callable[[str], str], planners: Planners) -> DryRunResult:
+    """Add the preemption plan to `result`, searched in a child process (no lock needed)."""
     try:
-        with plan.snapshot.held_back(plan.held):
-            found = plan_preemption(plan.snapshot, request, body.priority, plan.running)
+        found = planners.plan(plan.state, request_of(body), body.priority,
+                              running=plan.running, held=plan.held)
     except PlanTooLong:
         raise busy(f"the preemption plan for {body.chips} chips at priority {body.priority} "
-                   f"takes longer than {budget_s:g} s on this fleet now; ask again later or "
-                   f"with fewer chips") from None
+                   f"takes longer than {planners.budget_s:g} s on this fleet now; ask again "
+                   f"later or with fewer chips") from None
     if not isinstance(found, NoFit):
         victims = sorted({job_name(v) for v in found.victims})
         result.preemption = PreemptionView(victims=victims,
@@ -168,13 +110,13 @@ def dry_run(
     result = place(allocator, body, reservation=reservation)
     if not needs_plan(result, body, running):
         return result
-    planners = planners or Planners()
+    planners = planners or SHARED_PLANNERS
     if not planners.claim():
         raise busy("another preemption plan is being computed; ask again shortly")
     try:
         plan = pending(allocator, body, running=running, reservation=reservation,
                        planners=planners)
-        return preempt(result, body, plan, job_name=job_name, budget_s=planners.budget_s)
+        return preempt(result, body, plan, job_name=job_name, planners=planners)
     finally:
         planners.release()
 

@@ -481,7 +481,7 @@ class EmbeddedBackend:
                 raise
         try:
             return dryruns.preempt(result, request, plan, job_name=lambda key: owners.get(key, key),
-                                   budget_s=self.planners.budget_s)
+                                   planners=self.planners)
         finally:
             self.planners.release()
 

@@ -19,7 +19,8 @@ from ultraplane.api.auth import Guard
 from ultraplane.api.errors import ApiError
 
 ERROR = {"content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}}
-FLEET_READS = ("/v1/ultraservers", "/v1/capacity", "/v1/placements")
+# Dry runs (/v1/placements) are not among them: once tokens are on, they need one (CPU).
+FLEET_READS = ("/v1/ultraservers", "/v1/capacity")
 METHODS = ("get", "put", "post", "delete", "patch", "head", "options", "trace")
 
 # Rules the spec models enforce in validators (and the CRDs in CEL), as JSON Schema. The models
@@ -131,6 +132,14 @@ def complete(schema: dict[str, Any], guard: Guard, *, kubernetes: bool) -> dict[
                 "Method not allowed on this path.", Allow="The methods this path serves."))
             if "{" in path:
                 responses.setdefault("404", _error("No such object."))
+            if path.startswith("/v1/"):
+                responses.setdefault("429", _error(
+                    "This client sent more requests of this kind than its rate limit allows.",
+                    **{"Retry-After": "Seconds to wait."}))
+            if path == "/v1/placements:dryRun":
+                responses.setdefault("503", _error(
+                    "The preemption plan would take too long now, or another is running.",
+                    **{"Retry-After": "Seconds to wait."}))
             if any(p.get("name") == "continue" for p in op.get("parameters", [])):
                 responses.setdefault("410", _error("The continue token has expired."))
             if kubernetes and path.startswith("/v1/"):
