@@ -110,7 +110,8 @@ class KubeClient:
         import kubernetes
 
         # the one client set-up (`ultraplane/kubeclients.py`): --kubeconfig, --context
-        self._api_client = api_client or kubeclients.api_client(access, pool_size=pool_size)
+        self._api_client: kubernetes.client.ApiClient = (
+            api_client or kubeclients.api_client(access, pool_size=pool_size))
         self.custom = kubernetes.client.CustomObjectsApi(self._api_client)
         self.coordination = kubernetes.client.CoordinationV1Api(self._api_client)
         self.core = kubernetes.client.CoreV1Api(self._api_client)

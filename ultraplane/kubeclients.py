@@ -22,9 +22,12 @@ import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
+
+if TYPE_CHECKING:
+    from kubernetes.client import ApiClient, Configuration
 
 PROBE_SECONDS = 5.0
 F = TypeVar("F", bound=Callable[..., Any])
@@ -53,7 +56,7 @@ def _default_kubeconfig() -> str:
     return os.environ.get("KUBECONFIG") or "~/.kube/config"
 
 
-def configuration(access: ClusterAccess | None = None) -> Any:
+def configuration(access: ClusterAccess | None = None) -> Configuration:
     """A `kubernetes.client.Configuration` for `access`; `ClusterUnavailable` naming the cause."""
     import yaml
     from kubernetes import client, config
@@ -90,7 +93,8 @@ def configuration(access: ClusterAccess | None = None) -> Any:
     return cfg
 
 
-def api_client(access: ClusterAccess | None = None, *, pool_size: int | None = None) -> Any:
+def api_client(access: ClusterAccess | None = None, *,
+               pool_size: int | None = None) -> ApiClient:
     """A `kubernetes.client.ApiClient` for `access` (not yet contacted: see `connect`)."""
     from kubernetes import client
 
@@ -100,7 +104,7 @@ def api_client(access: ClusterAccess | None = None, *, pool_size: int | None = N
     return client.ApiClient(cfg)
 
 
-def probe(api: Any, *, seconds: float = PROBE_SECONDS) -> None:
+def probe(api: ApiClient, *, seconds: float = PROBE_SECONDS) -> None:
     """`GET /version` once, without retries, within `seconds`: `ClusterUnavailable` when the
     API server does not answer or refuses the credentials."""
     from kubernetes import client
@@ -134,7 +138,7 @@ def _reason(exc: BaseException) -> str:
 
 
 def connect(access: ClusterAccess | None = None, *, pool_size: int | None = None,
-            seconds: float = PROBE_SECONDS) -> Any:
+            seconds: float = PROBE_SECONDS) -> ApiClient:
     """An `ApiClient` for `access` whose API server answered; `ClusterUnavailable` if none."""
     api = api_client(access, pool_size=pool_size)
     probe(api, seconds=seconds)
