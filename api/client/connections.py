@@ -17,6 +17,8 @@ from typing import Any, TypeVar
 import click
 from ultraplane.api.client.transports import ClientError, RestTransport, Transport
 
+from ultraplane.logs import log_level_option
+
 F = TypeVar("F", bound=Callable[..., Any])
 DEFAULT_SERVER = "http://127.0.0.1:8080"
 PLUGIN = "kubectl-ultraplane"
@@ -52,7 +54,8 @@ def connection_options(func: F) -> F:
                        else str(exc), err=True)
             raise SystemExit(exc.code) from None
 
-    return wrapper  # type: ignore[return-value]
+    # the logging flag every ultraplane command takes (ultraplane/logs.py)
+    return log_level_option(default="warning")(wrapper)  # type: ignore[return-value]
 
 
 def _token(token: str | None, token_file: str | None) -> str | None:

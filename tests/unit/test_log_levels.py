@@ -14,7 +14,7 @@ from ultraplane.cli import main
 from ultraplane.logs import CHATTY, LEVELS, configure, log_level_option
 
 COMMANDS = (["serve"], ["operator"], ["simulator"], ["simulator", "device-plugin"],
-            ["simulate"], ["place"], ["profiles"])
+            ["simulate"], ["place"], ["profiles"], ["get"], ["why"], ["accounting"])
 
 
 @pytest.fixture(autouse=True)
@@ -55,11 +55,12 @@ def _runs(tmp_path: Path) -> dict[str, list[str]]:
         "simulator": ["simulator", "--kubeconfig", missing],
         "device-plugin": ["simulator", "device-plugin", "--chips", "4", "--plugin-dir",
                           str(tmp_path / "no-plugin-dir")],
+        "get": ["get", "--server", "http://127.0.0.1:1"],  # the client: nothing listens there
     }
 
 
 @pytest.mark.parametrize("name", ["profiles", "place", "simulate", "serve", "operator",
-                                  "simulator", "device-plugin"])
+                                  "simulator", "device-plugin", "get"])
 @pytest.mark.parametrize(("flags", "env", "expected"), [
     (["--log-level", "debug"], None, logging.DEBUG),
     (["--log-level", "ERROR"], None, logging.ERROR),
