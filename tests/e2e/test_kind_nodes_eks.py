@@ -74,11 +74,11 @@ def eks_workers(release: Kind) -> Iterator[dict[str, int]]:
     finally:
         for node in workers:
             _relabel(release, node, _touched(_labels(release, node)), saved[node])
+        # discovery (still on) deletes what only these labels made, before it may go off
+        wait_until(f"UltraServer {US_A.server_id_4} deleted after the labels went back",
+                   lambda: US_A.server_id_4 not in _names(release), timeout=180)
         if not was_on:
             _set_from_nodes(release, False)
-        else:  # the operator still runs discovery: it deletes what only these labels made
-            wait_until(f"UltraServer {US_A.server_id_4} deleted after the labels went back",
-                       lambda: US_A.server_id_4 not in _names(release), timeout=180)
         for node in workers:
             assert _touched(_labels(release, node)) == saved[node]
 
