@@ -226,6 +226,7 @@ function drawFleet(fleet, chipOwner) {
   const container = $("fleet");
   const present = new Set();
   const compact = fleet.length > GRID_LIMIT;
+  container.classList.toggle("compact", compact);
   for (const us of fleet) {
     present.add(us.name);
     const entry = card(us, compact);

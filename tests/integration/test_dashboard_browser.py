@@ -9,18 +9,23 @@ A job submitted over HTTP must appear on the page, chip for chip where the API s
 placed and in the colour the legend gives it; a job that cannot fit must appear in the queue
 with its reason. With tokens configured the page asks for one, and a token scoped to one
 namespace shows that namespace's jobs by name and the others' chips only as "another
-tenant". Pages may reach only the server (browsers.Offline). Screenshots:
+tenant". Past 128 UltraServers each is a bar; under `serve --backend kubernetes` (the real
+API server tier) the page draws the custom resources. Pages may reach only the server
+(browsers.Offline). Screenshots:
 build/artifacts/screenshots/dashboard-*.png.
 """
 
 from __future__ import annotations
 
+import json
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+import yaml
 
 from tests.integration.browsers import chromium, offline_page, screenshot, served, until
 
@@ -188,3 +193,43 @@ def test_a_large_fleet_is_drawn_as_bars(tmp_path: Path, browser: Any) -> None:
         until(lambda: page.inner_text("#fleet-chips") == f"64 / {130 * 64}", "the fleet total")
         assert offline.attempts == []
         assert not errors, errors
+
+
+def test_kubernetes_mode_draws_the_custom_resources(tmp_path: Path, browser: Any,
+                                                    kube_env: Any, kube_namespace: str) -> None:
+    """`serve --backend kubernetes` on the real API server tier: the page draws an UltraServer
+    object and a job whose status (written here, as the operator would) holds its chips."""
+    name = f"dash-{uuid.uuid4().hex[:6]}"
+    kube_env.kubectl("apply", "-f", "-", input=yaml.safe_dump({
+        "apiVersion": "ultraplane.dev/v1alpha1", "kind": "UltraServer", "metadata": {"name": name},
+        "spec": {"profile": "trn3-gen2", "network": ["block-dash"], "failedChips": ["s01/c02"]}}))
+    env = {"KUBECONFIG": str(kube_env.kubeconfig),
+           "ULTRAPLANE_KUBECONFIG": str(kube_env.kubeconfig)}
+    try:
+        with served(tmp_path, "--backend", "kubernetes", "--tick-seconds", "0.5",
+                    env=env) as url, \
+                offline_page(browser, "dashboard-kubernetes") as (page, offline, errors):
+            submit(url, kube_namespace, "llm", 4, level="server")
+            chips = [f"{name}/s00/c0{i}" for i in range(4)]
+            status = {"phase": "Running", "startTime": "2026-01-01T00:00:00Z",
+                      "allocation": {"ultraServers": [name], "servers": [f"{name}/s00"],
+                                     "chips": chips, "level": "server", "score": 1.0}}
+            kube_env.kubectl("patch", "-n", kube_namespace, "trainingjob", "llm",
+                             "--subresource=status", "--type=merge",
+                             "-p", json.dumps({"status": status}))
+            page.goto(f"{url}/?poll=0.5")
+            card = page.locator(f'[data-ultraserver="{name}"]')
+            until(lambda: card.count() == 1, f"UltraServer {name} on the page")
+            job = f"tj/{kube_namespace}/llm"
+            if card.locator(".chip").count():  # drawn chip by chip (at most 128 UltraServers)
+                until(lambda: chips_of(page, job) == chips, "the job's chips")
+                assert [c for c in chips_of(page, "failed") if c.startswith(name)] == [
+                    f"{name}/s01/c02"]
+            else:  # the tier holds other tests' UltraServers too: drawn as bars
+                until(lambda: "4/144 chips" in card.inner_text(), "the job's chips on the bar")
+            until(lambda: page.locator(f'#legend li[data-job="{job}"]').count() == 1,
+                  "the job in the legend")
+            assert offline.attempts == []
+            assert not errors, errors
+    finally:
+        kube_env.kubectl("delete", "ultraserver", name, "--wait=false", check=False)
