@@ -51,7 +51,8 @@ def _call(client: TestClient, call: tuple[str, str, Any], token: str | None = No
         (LIST, None, 401),  # job reads are authorized too: they name other teams' work
         (LIST, "s3cret", 200),
         (READ, None, 200),  # reads stay open by default
-        (DRY, None, 200),  # a dry run takes nothing, so it is a read
+        (DRY, None, 401),  # a dry run costs CPU: once tokens are on, it needs one
+        (DRY, "s3cret", 200),
     ],
 )
 def test_tokens_guard_mutations(locked: TestClient, call: tuple[str, str, Any],
