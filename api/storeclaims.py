@@ -100,7 +100,10 @@ def check(engine: Engine) -> None:
             if conn.dialect.name == "sqlite":
                 problems = [row[0] for row in conn.execute(text("PRAGMA quick_check"))]
                 if problems != ["ok"]:
-                    raise StoreError(f"{describe(engine.url)} is corrupt: {problems[0]}.")
+                    lines = [ln.strip() for p in problems for ln in str(p).splitlines()]
+                    first = next((ln for ln in lines if ln and not ln.startswith("***")), "?")
+                    raise StoreError(f"{describe(engine.url)} is corrupt ({len(lines)} problems "
+                                     f"found, the first: {first.rstrip('.')}).")
             for table in ("jobs", "kv", "accounting", "daily_usage"):
                 conn.execute(text(f"SELECT * FROM {table}")).fetchall()
             _write_probe(conn)
