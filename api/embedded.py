@@ -29,6 +29,7 @@ from ultraplane.api.errors import ApiError
 from ultraplane.api.fleets import FleetView, build_topology
 from ultraplane.api.jobruns import JobRunner
 from ultraplane.api.jobstates import JobState
+from ultraplane.api.preemptionplans import Planners
 from ultraplane.api.schemas import (
     DryRunRequest,
     DryRunResult,
@@ -80,7 +81,7 @@ class EmbeddedBackend:
         self._cycle_due = True  # set by anything that can change the next cycle's decisions
         self._holders_view: tuple[dict[JobKey, int], dict[str, str]] | None = None
         self.runner = JobRunner(self)
-        self.planners = dryruns.Planners(budget_s=settings.dry_run_plan_seconds)
+        self.planners = Planners(budget_s=settings.dry_run_plan_seconds)
         self.fleet = FleetView(self.topology, self.allocator, preset)
         self._wake = threading.Event()
         self._stop = threading.Event()

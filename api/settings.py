@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+if TYPE_CHECKING:
+    from ultraplane.api.ratelimits import Limits
 
 
 def default_db_url() -> str:
@@ -92,8 +95,8 @@ class Settings(BaseSettings):
                 raise ValueError(f"{value!r} is not a rate like 600/second") from None
         return value
 
-    def rate_limits(self) -> Any:
-        """The per-client limits (`ultraplane.api.ratelimits.Limits`)."""
+    def rate_limits(self) -> Limits:
+        """The per-client limits, one per class of request."""
         from ultraplane.api.ratelimits import Limits
 
         return Limits(dryruns=self.rate_limit_dryruns, writes=self.rate_limit_writes,
