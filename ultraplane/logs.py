@@ -25,11 +25,13 @@ from collections.abc import Callable
 from typing import Any
 
 import click
+from click.core import ParameterSource
 
 LEVELS = ("debug", "info", "warning", "error")
 ENV = "ULTRAPLANE_LOG_LEVEL"
 FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 # at warning (or the chosen level, if higher) unless the level is debug
+_CHOSEN = "ultraplane.logs.chosen"  # click context meta key: the level a user asked for
 CHATTY = ("kopf", "asyncio", "kubernetes", "urllib3", "matplotlib", "PIL", "httpx", "httpcore")
 
 
@@ -64,7 +66,13 @@ def log_level_option(default: str) -> Callable[[Callable[..., Any]], Callable[..
     def decorate(f: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(f)
         def run(*args: Any, log_level: str, verbose: bool, **kwargs: Any) -> Any:
-            configure("debug" if verbose else log_level)
+            # a group's explicit level (`simulator --log-level debug device-plugin`) holds for
+            # its subcommand unless the subcommand is given its own
+            ctx = click.get_current_context()
+            source = ctx.get_parameter_source("log_level")
+            if verbose or source not in (None, ParameterSource.DEFAULT):
+                ctx.meta[_CHOSEN] = "debug" if verbose else log_level
+            configure(ctx.meta.get(_CHOSEN, log_level))
             return f(*args, **kwargs)
 
         verbose = click.option("--verbose", "-v", is_flag=True,

@@ -79,6 +79,19 @@ def test_the_flag_sets_the_level_before_the_command_runs(
     assert logging.getLogger().level == expected
 
 
+def test_a_group_level_holds_for_its_subcommand_unless_it_has_its_own(tmp_path: Path) -> None:
+    plugin = ["--chips", "4", "--plugin-dir", str(tmp_path / "none")]
+    for before, after, expected in ((["--log-level", "debug"], [], logging.DEBUG),
+                                    (["-v"], [], logging.DEBUG),
+                                    (["--log-level", "debug"], ["--log-level", "error"],
+                                     logging.ERROR),
+                                    ([], [], logging.INFO)):
+        logging.getLogger().setLevel(logging.CRITICAL)
+        res = CliRunner().invoke(main, ["simulator", *before, "device-plugin", *after, *plugin])
+        assert res.exit_code == 2, res.output  # no plugin directory: after the set-up
+        assert logging.getLogger().level == expected, (before, after)
+
+
 def test_a_bad_level_is_exit_2_naming_the_flag() -> None:
     res = CliRunner().invoke(main, ["profiles", "--log-level", "loud"])
     assert res.exit_code == 2
