@@ -102,10 +102,11 @@ def _error(description: str, **headers: str) -> dict[str, Any]:
     return answer
 
 
-def _secured(path: str, guard: Guard) -> bool:
+def _secured(path: str, method: str, guard: Guard) -> bool:
     if not guard.enabled or not path.startswith("/v1/"):
         return False
-    return guard.protect_reads or not path.startswith(FLEET_READS)
+    # only reading the fleet is open (a PATCH of an UltraServer is a write)
+    return guard.protect_reads or method != "get" or not path.startswith(FLEET_READS)
 
 
 def complete(schema: dict[str, Any], guard: Guard, *, kubernetes: bool) -> dict[str, Any]:
@@ -146,7 +147,7 @@ def complete(schema: dict[str, Any], guard: Guard, *, kubernetes: bool) -> dict[
                 responses.setdefault("502", _error("The API server answered an error."))
                 responses.setdefault("503", _error("The API server is unreachable or refuses "
                                                    "this API's credentials."))
-            if _secured(path, guard):
+            if _secured(path, method, guard):
                 op["security"] = [{"HTTPBearer": []}]
                 responses.setdefault("401", _error(
                     "No bearer token, or one that is not accepted.",
