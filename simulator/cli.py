@@ -13,7 +13,13 @@ from typing import Any
 
 import click
 from ultraplane.simulator.faults import MAX_CHIP_RATE_PER_HOUR, MAX_SERVER_RATE_PER_HOUR
-from ultraplane.simulator.traces import MAX_BAD_ROWS_KEPT, MAX_TIME_S, TraceJob, load_trace
+from ultraplane.simulator.traces import (
+    MAX_BAD_ROWS_KEPT,
+    MAX_TIME_S,
+    BadRow,
+    TraceJob,
+    load_trace,
+)
 
 from ultraplane.clitypes import FiniteFloat
 from ultraplane.kubeclients import (
@@ -53,7 +59,11 @@ def parse_fault(value: str) -> tuple[float, str]:
     return seconds, target if sep else ""
 
 
-def _load_traces(paths: tuple[Path, ...], skip_bad: bool) -> tuple[list[TraceJob], list[str]]:
+def _load_traces(paths: tuple[Path, ...], skip_bad: bool,
+                 precisions: dict[str, frozenset[str]]) -> tuple[list[TraceJob], list[str]]:
+    """Every trace's jobs, or exit 2 listing the bad rows; `precisions` maps each of the fleet's
+    profiles to the precisions its chip has: a row asking for one that some UltraServer lacks is
+    a bad row here, not a traceback in the middle of the replay."""
     jobs: list[TraceJob] = []
     bad: list[str] = []  # the first MAX_BAD_ROWS_KEPT of all files, then a count
     total = 0
@@ -65,7 +75,16 @@ def _load_traces(paths: tuple[Path, ...], skip_bad: bool) -> tuple[list[TraceJob
             raise click.BadParameter(f"cannot read {path}: {exc}", param_hint="'--trace'") from None
         except ValueError as exc:  # TraceError, or not a regular file of bounded size
             raise click.BadParameter(str(exc), param_hint="'--trace'") from None
-        jobs.extend(got)
+        for job in got:
+            lacking = sorted(p for p, have in precisions.items() if job.precision not in have)
+            if lacking:
+                rows.add(BadRow(job.line, (
+                    f"precision {job.precision} is not supported by {', '.join(lacking)} "
+                    f"(supported: {', '.join(sorted(frozenset.intersection(*precisions.values())))})"
+                )))
+            else:
+                jobs.append(job)
+        rows.sort(key=lambda r: r.line)
         total += rows.total
         bad.extend([f"{path}:{r.line}: {r.message}" for r in rows][:MAX_BAD_ROWS_KEPT - len(bad)])
     if total > len(bad):
@@ -161,7 +180,11 @@ def simulate(fleet: str | None, cluster_file: Path | None, traces: tuple[Path, .
                          tuple(parse_fault(s) for s in scripted))
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="'--fail'") from None
-    jobs, bad = _load_traces(traces, skip_bad_rows)
+    from ultraplane.profiles import load_profile
+
+    precisions = {name: frozenset(str(p) for p in load_profile(name).chip.tflops)
+                  for name in topology.profiles}
+    jobs, bad = _load_traces(traces, skip_bad_rows, precisions)
     _check_out(out_dir)
     configs = [ReplayConfig(policy=p, chips_per_gpu=chips_per_gpu, seed=seed,
                             checkpoint_interval_s=checkpoint_interval,

@@ -87,6 +87,21 @@ def test_skip_bad_rows_still_reports_them(tmp_path: Path) -> None:
     assert s["jobs_submitted"] == 1 and len(s["bad_rows"]) == 1 and ":3:" in s["bad_rows"][0]
 
 
+
+def test_a_precision_the_fleets_chip_lacks_is_a_bad_row_not_a_traceback(tmp_path: Path) -> None:
+    trace = tmp_path / "jobs.csv"
+    trace.write_text("job_id,submission_time,duration,num_gpu,kind,priority,topology,model,precision\n"
+                     "a,0,100,1,training,0,,70b,BF16\nb,5,100,1,training,0,,70b,MXFP8\n")
+    res = run("--fleet", "trn2:1", "--trace", str(trace), "--out", str(tmp_path / "o"))
+    assert res.exit_code == 2 and isinstance(res.exception, SystemExit | None)
+    assert ":3: precision MXFP8 is not supported by trn2" in res.output
+    assert "Traceback" not in res.output and not (tmp_path / "o").exists()
+    out = tmp_path / "skipped"
+    res = run("--fleet", "trn2:1", "--trace", str(trace), "--out", str(out), "--skip-bad-rows",
+              "--no-progress")
+    assert res.exit_code == 0, res.output
+    assert json.loads((out / "summary.json").read_text())["ultraplane"]["jobs_submitted"] == 1
+
 @pytest.mark.parametrize(
     ("args", "field"),
     [
