@@ -144,7 +144,11 @@ class EmbeddedBackend:
                     store.write_jobs(conn, rows=[], removed=tombstones)
             self._load_clock(session)
             self.runner.recover(self.sim_now())
-        self.tick()
+        try:
+            self.tick()
+        except SQLAlchemyError as exc:  # serve what was loaded; /readyz says why not ready
+            self._last_error = f"{describe(self.engine.url)} did not save: {reason(exc)}"
+            log.warning("%s", self._last_error)
         if background:
             self._thread = threading.Thread(target=self._loop, name="ultraplane-tick", daemon=True)
             self._thread.start()
