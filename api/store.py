@@ -64,6 +64,9 @@ def make_engine(url: str) -> Engine:
 
 def _sqlite_engine(url: URL) -> Engine:
     path = sqlite_file(url)
+    if path is not None and path.exists() and not path.is_file():
+        raise StoreError(f"the store {path} is not a regular file (a folder or a device); "
+                         "name a database file.")
     if path is not None:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)

@@ -261,3 +261,12 @@ def test_an_escaped_password_connects(tmp_path: Path, postgres_url: str) -> None
     served.start()
     served.stop()
     assert "p@ss" not in served.log.read_text() and "p%40ss" not in served.log.read_text()
+
+
+@pytest.mark.parametrize("where", ["folder", "device"])
+def test_a_store_that_is_no_file_is_one_sentence(where: str, tmp_path: Path) -> None:
+    path = tmp_path if where == "folder" else Path("/dev/null")
+    result = CliRunner().invoke(main, ["serve", "--db", f"sqlite:///{path}", "--no-demo"])
+    assert result.exit_code == 2, result.output
+    assert str(path) in one_sentence(result.output)
+    assert not (path.parent / f"{path.name}.lock").exists()  # nothing written beside it
