@@ -476,6 +476,10 @@ class EmbeddedBackend:
             result = dryruns.place(self.allocator, request, reservation=self.reservation)
             if not dryruns.needs_plan(result, request, running):
                 return result
+            quick = dryruns.plan_inline(self.allocator, request, running=running,
+                                        reservation=self.reservation)
+            if quick is not None:
+                return dryruns.with_plan(result, quick, lambda key: owners.get(key, key))
             if not self.planners.claim():
                 raise dryruns.busy("another preemption plan is being computed; ask again shortly")
             try:
