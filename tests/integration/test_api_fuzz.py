@@ -29,7 +29,6 @@ from tests.integration.apiservers import LiveServer, live_server
 SOME = settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
 PATHS = ["/v1/namespaces/fuzz/trainingjobs", "/v1/namespaces/fuzz/inferencejobs",
          "/v1/placements:dryRun"]
-STATUSES: list[int] = []
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +53,6 @@ def http(server: LiveServer) -> Iterator[httpx.Client]:
 
 
 def check(response: httpx.Response) -> None:
-    STATUSES.append(response.status_code)
     assert response.status_code < 500, (response.status_code, response.text[:500])
 
 
@@ -166,7 +164,6 @@ def test_hostile_headers(server: LiveServer, name: str, value: str, path: str) -
     answer = exchange(server.port, raw + body)
     if answer:  # else the server closed the connection: refused at the protocol level
         status = int(answer.split(b" ", 2)[1])
-        STATUSES.append(status)
         assert status < 500, answer[:500]
 
 
@@ -207,12 +204,6 @@ def test_half_sent_requests_are_closed_at_the_deadline(server: LiveServer, http:
     finally:
         for s in held:
             s.close()
-
-
-def test_no_server_error_in_the_whole_module() -> None:
-    """Runs last in this module: the statuses seen are all below 500, and there were many."""
-    assert len(STATUSES) > 100
-    assert max(STATUSES) < 500
 
 
 def test_connection_cap_answers_503_not_hang(tmp_path: Path) -> None:
