@@ -75,8 +75,9 @@ def configuration(access: ClusterAccess | None = None) -> Configuration:
     where = path or _default_kubeconfig()
     try:
         config.load_kube_config(  # type: ignore[no-untyped-call]
-            config_file=path, context=access.context, client_configuration=cfg,
-            persist_config=False)
+            # $KUBECONFIG as it is now: the library reads it once, at its import
+            config_file=path or os.environ.get("KUBECONFIG") or None, context=access.context,
+            client_configuration=cfg, persist_config=False)
     except config.ConfigException as exc:
         text = str(exc)
         if "No configuration found" in text or "file is empty" in text:

@@ -125,3 +125,19 @@ users:
         connect(ClusterAccess(str(path), "b"))
     with pytest.raises(ClusterUnavailable, match=re.escape("127.0.0.1:1 ")):
         connect(ClusterAccess(str(path)))
+
+
+def test_flags_win_over_a_pods_service_account(tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """In a pod, --kubeconfig/--context still choose the cluster; without them the pod's own
+    ServiceAccount is tried first and a pod without one falls back to the kubeconfig."""
+    from ultraplane.kubeclients import configuration
+
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "443")
+    config = kubeconfig(tmp_path, "https://127.0.0.1:7")
+    assert ClusterAccess(str(config)).in_cluster is False
+    assert configuration(ClusterAccess(str(config))).host == "https://127.0.0.1:7"
+    assert ClusterAccess().in_cluster is True
+    monkeypatch.setenv("KUBECONFIG", str(config))  # no token file here: the kubeconfig is next
+    assert configuration(ClusterAccess()).host == "https://127.0.0.1:7"
