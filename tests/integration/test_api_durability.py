@@ -193,3 +193,40 @@ def test_acknowledged_writes_survive_kill_9(kind: str, tmp_path: Path,
         suppress_health_check=list(HealthCheck)))
     text = log.read_text(errors="replace")
     assert "Traceback" not in text, text[text.index("Traceback") - 200:][:3000]
+
+
+def test_a_deleted_job_leaves_the_store_and_old_tombstones_are_never_requeued(
+        tmp_path: Path) -> None:
+    from fastapi.testclient import TestClient
+    from sqlmodel import Session
+    from ultraplane.api import store
+    from ultraplane.api.app import create_app
+    from ultraplane.api.settings import Settings
+
+    settings = Settings(db=f"sqlite:///{tmp_path / 'tomb.db'}", demo=False, tick_seconds=3600,
+                        fleet="trn3-gen2:1")
+    app = create_app(settings)
+    url = f"/v1/namespaces/{NS}/trainingjobs"
+    with TestClient(app) as client:
+        for name in ("gone", "old"):
+            assert client.post(url, json=job_body(name, 8, 0)).status_code == 201
+        app.state.backend.tick()
+        assert client.delete(f"{url}/gone").status_code == 200
+    engine = store.make_engine(settings.db)
+    with Session(engine) as session:
+        rows = {row.name: row for row in store.list_jobs(session)}
+        assert set(rows) == {"old"}  # the deleted job's row went with the 200
+        old = rows["old"]  # made a tombstone, as versions that wrote phase Deleted left them
+        old.status = {**old.status, "status": {**old.status["status"], "phase": "Deleted"}}
+        store.save_job(session, job=old)
+    engine.dispose()
+    app = create_app(settings)
+    with TestClient(app) as client:
+        app.state.backend.tick()
+        assert client.get(url).json()["items"] == []
+        views = client.get("/v1/ultraservers").json()["items"]
+        assert sum(u["allocatedChips"] for u in views) == 0
+    engine = store.make_engine(settings.db)
+    with Session(engine) as session:
+        assert list(store.list_jobs(session)) == []
+    engine.dispose()
