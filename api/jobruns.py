@@ -32,6 +32,7 @@ from ultraplane.decisions import (
     Restarted,
 )
 from ultraplane.ids import ChipId, JobKey
+from ultraplane.jobreads import expected_end
 from ultraplane.jobstatuses import StatusDecision
 from ultraplane.topology import UltraServer
 
@@ -118,12 +119,19 @@ class JobRunner:
                 self._on_event(job, event, now)
         # A cycle over an unchanged queue and fleet decides what the last one did; skipping it
         # keeps a deep queue from holding the fleet lock (and every request) each tick.
-        if self.b.cycle_due(changed=events > 0):
-            self._cycle(now)
+        # Progress first: the cycle predicts running jobs' ends from it, as the operator does
+        # from what the runtime last wrote.
         for job in list(self.b.live.values()):
             self._sample(job, now)
+        if self.b.cycle_due(changed=events > 0) and self._cycle(now):
+            self._cycle(now)  # the victims wait again: their places in the queue, at once
 
-    def _cycle(self, now: float) -> None:
+    def _cycle(self, now: float) -> bool:
+        """One cycle, persisted; True when it preempted (the victims are queued again, and
+        the next cycle says where, as the operator's next cycle does)."""
+        # Predicted ends of running jobs from their progress, as the operator reads them.
+        for job in self.b.live.values():
+            self.b.admissions.expect_end(job.key, expected_end(job.status, moment(now)))
         decisions = self.b.admissions.cycle(now)
         self.b.reserved = decisions.held_for()
         holder = None if decisions.reservation is None else self._by_sched_key(
@@ -148,6 +156,7 @@ class JobRunner:
             job = self._by_sched_key(waiting.key)
             if job is not None:
                 self._pending(job, waiting, now)
+        return bool(decisions.preempted)
 
     def _on_event(self, job: JobState, event: Any, now: float) -> None:
         """The runtime says a job ended (Succeeded or Failed): the core releases its chips and
@@ -160,7 +169,9 @@ class JobRunner:
         lag = max(0.0, float(self.b.runtime.now()) - float(event.t_s))
         at = max(job.last_sample_s or now, now - lag)
         self._sample(job, at)
-        finished = self.b.admissions.finished(job.key, kind, getattr(event, "message", "") or "")
+        # what the runtime's status says (as the simulator's kubelet writes it), not the event's
+        said = str(getattr(self.b.runtime.status(job.key), "message", "") or "")
+        finished = self.b.admissions.finished(job.key, kind, said)
         job.held.clear()
         job.finished_s = at
         self._ran(job, kind, finished.message or None, at)

@@ -142,6 +142,11 @@ class Observations:
                 self.submitted[key] = view.queued
                 self.admissions.submit(view.queued)
             return
+        pending_write = self.outbox.get(key)
+        if pending_write is not None and pending_write.kind == "fail":
+            # Failed by a decision whose write is on its way: a heartbeat written before it
+            # (the runtime's Running, with the old allocation) must not re-adopt the chips.
+            return
         if view.phase in HOLDING_PHASES and view.chips:
             chips = view.replica_chips if view.queued.replicas is not None else (view.chips,)
             outcome = self.admissions.readopt(view.queued, chips)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 from ultraplane.conversions import (
@@ -31,7 +30,7 @@ from ultraplane.conversions import (
     replica_chips,
 )
 from ultraplane.ids import ChipId, JobKey, kind_of_job_key
-from ultraplane.jobreads import read_body
+from ultraplane.jobreads import expected_end, read_body
 from ultraplane.resources.trainingjobs import FailurePolicy
 from ultraplane.scheduling import QueuedJob
 
@@ -120,23 +119,3 @@ def view_job(body: Body, kind: str | None = None) -> JobView:
         queued=read.queued,
         error=read.error,
     )
-
-
-def expected_end(status: Mapping[str, Any], now: datetime) -> float | None:
-    """A running job's predicted end (epoch seconds) from its progress: the time since
-    `startTime` scaled by what is left of `progressPercent`. None before any progress (the
-    scheduler then keeps its admission-time prediction from `work`, if it made one)."""
-    start, percent = status.get("startTime"), status.get("progressPercent")
-    if not isinstance(start, str) or not isinstance(percent, int | float) or not 0 < percent <= 100:
-        return None
-    try:
-        began = datetime.fromisoformat(start.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    if began.tzinfo is None:
-        began = began.replace(tzinfo=UTC)
-    clock = now if now.tzinfo is not None else now.replace(tzinfo=UTC)
-    elapsed = (clock - began).total_seconds()
-    if elapsed <= 0:
-        return None
-    return clock.timestamp() + elapsed * (100.0 - float(percent)) / float(percent)

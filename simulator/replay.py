@@ -52,6 +52,8 @@ class ReplayConfig:
     seed: int = 0
     checkpoint_interval_s: float = 600.0
     failure_policy: str = "RestartAll"
+    # (job id, policy) for jobs whose policy is not `failure_policy` (a scripted scenario's)
+    failure_policies: tuple[tuple[str, str], ...] = ()
     faults: FaultPlan = field(default_factory=FaultPlan)
     tokens_per_step: float = 4_194_304.0  # assumption for trace rows that name a model
     heatmap_bins: int = 240
@@ -63,8 +65,9 @@ class ReplayConfig:
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
             raise ValueError(f"policy must be one of {', '.join(POLICIES)}, got {self.policy!r}")
-        if self.failure_policy not in FAILURE_POLICIES:
-            raise ValueError(f"failure policy must be one of {', '.join(FAILURE_POLICIES)}")
+        for policy in (self.failure_policy, *(p for _, p in self.failure_policies)):
+            if policy not in FAILURE_POLICIES:
+                raise ValueError(f"failure policy must be one of {', '.join(FAILURE_POLICIES)}")
         if self.chips_per_gpu < 1:
             raise ValueError("chips-per-gpu must be >= 1")
 
@@ -107,6 +110,7 @@ class Replay:
         self.faults = FaultSource(config.faults, self.shape, self.engine, self.allocator)
         self.jobs = jobs
         self.progress = progress
+        self._policies = dict(config.failure_policies)
         self.runs: dict[str, _Run] = {}
         self.series = Series()
         self.result = ReplayResult(config.policy, self.shape.total_chips, list(self.shape.names))
@@ -413,8 +417,8 @@ class Replay:
         key = JobKey(run.job.job_id)
         queued = self.admissions.running().get(key)
         self._stop(run, t, released=True)
-        decided = self.admissions.chip_failed(key, {key: [ChipId(c) for c in lost]},
-                                              self.cfg.failure_policy)
+        policy = self._policies.get(key, self.cfg.failure_policy)
+        decided = self.admissions.chip_failed(key, {key: [ChipId(c) for c in lost]}, policy)
         if isinstance(decided, Failed):
             run.record.end_s, run.record.status = t, "failed"
             run.record.reason = decided.message

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import BaseModel
@@ -35,7 +36,7 @@ from ultraplane.ids import ChipId, JobKey, job_key
 from ultraplane.resources.trainingjobs import FailurePolicy
 from ultraplane.scheduling import QueuedJob
 
-__all__ = ["JobRead", "failure_policy_of", "read_body", "read_job", "wire_spec"]
+__all__ = ["JobRead", "expected_end", "failure_policy_of", "read_body", "read_job", "wire_spec"]
 
 Spec = Mapping[str, Any] | BaseModel
 
@@ -106,3 +107,23 @@ def read_body(body: Mapping[str, Any], kind: str) -> JobRead:
     return read_job(kind, str(meta.get("namespace", "")), str(meta.get("name", "")),
                     body.get("spec") or {}, seq=creation_seq(meta),
                     created_s=creation_seconds(meta), status=body.get("status") or {})
+
+
+def expected_end(status: Mapping[str, Any], now: datetime) -> float | None:
+    """A running job's predicted end (epoch seconds) from its progress: the time since
+    `startTime` scaled by what is left of `progressPercent`. None before any progress (the
+    scheduler then keeps its admission-time prediction from `work`, if it made one)."""
+    start, percent = status.get("startTime"), status.get("progressPercent")
+    if not isinstance(start, str) or not isinstance(percent, int | float) or not 0 < percent <= 100:
+        return None
+    try:
+        began = datetime.fromisoformat(start.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    if began.tzinfo is None:
+        began = began.replace(tzinfo=UTC)
+    clock = now if now.tzinfo is not None else now.replace(tzinfo=UTC)
+    elapsed = (clock - began).total_seconds()
+    if elapsed <= 0:
+        return None
+    return clock.timestamp() + elapsed * (100.0 - float(percent)) / float(percent)

@@ -183,10 +183,14 @@ def test_preemption_frees_one_domain_for_a_high_priority_job(fleet: Fleet) -> No
     fleet.submit("urgent", 144, priority=100)
     fleet.advance(1)
     assert fleet.job("urgent")["status"]["phase"] == "Running"
+    # the victim waits again at once (as the operator's next cycle writes it): Pending, with
+    # the Preempted condition naming who took its chips
     phases = [fleet.job(f"low-{i}")["status"]["phase"] for i in range(8)]
-    assert phases.count("Preempted") == 1 and phases.count("Running") == 7
-    victim = fleet.job(f"low-{phases.index('Preempted')}")
-    assert victim["status"]["preemptions"] == 1 and "urgent" in victim["status"]["message"]
+    assert phases.count("Pending") == 1 and phases.count("Running") == 7
+    victim = fleet.job(f"low-{phases.index('Pending')}")["status"]
+    preempted = {c["type"]: c for c in victim["conditions"]}["Preempted"]
+    assert victim["preemptions"] == 1 and preempted["status"] == "True"
+    assert "urgent" in preempted["message"] and victim["queuePosition"] == 1
 
 
 def test_dry_run_placement_alternatives_and_preemption(fleet: Fleet) -> None:
