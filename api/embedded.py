@@ -468,9 +468,10 @@ class EmbeddedBackend:
             self._holders_view = (running, owners)
         return self._holders_view
 
-    def dry_run(self, request: DryRunRequest) -> DryRunResult:
+    def dry_run(self, request: DryRunRequest, *, wait: bool = True) -> DryRunResult:
         """Placement under the lock; a preemption plan on a copy, after the lock is released,
-        bounded in time and in how many run at once (503 with Retry-After past either)."""
+        bounded in time and in how many run at once (503 with Retry-After past either).
+        A plan that finds the planners busy waits for them (without the lock) once."""
         with self.lock:
             running, owners = self._holders()
             result = dryruns.place(self.allocator, request, reservation=self.reservation)
@@ -480,14 +481,18 @@ class EmbeddedBackend:
                                         reservation=self.reservation)
             if quick is not None:
                 return dryruns.with_plan(result, quick, lambda key: owners.get(key, key))
-            if not self.planners.claim():
-                raise dryruns.busy("another preemption plan is being computed; ask again shortly")
-            try:
-                plan = dryruns.pending(self.allocator, request, running=running,
-                                       reservation=self.reservation, planners=self.planners)
-            except BaseException:
-                self.planners.release()
-                raise
+            plan = None
+            if self.planners.claim():
+                try:
+                    plan = dryruns.pending(self.allocator, request, running=running,
+                                           reservation=self.reservation, planners=self.planners)
+                except BaseException:
+                    self.planners.release()
+                    raise
+        if plan is None:
+            if wait and self.planners.wait_free(self.planners.budget_s):
+                return self.dry_run(request, wait=False)  # the fleet may have changed: anew
+            raise dryruns.busy("another preemption plan is being computed; ask again shortly")
         try:
             return dryruns.preempt(result, request, plan, job_name=lambda key: owners.get(key, key),
                                    planners=self.planners)

@@ -62,6 +62,13 @@ class Planners:
     def release(self) -> None:
         self._slots.release()
 
+    def wait_free(self, timeout: float) -> bool:
+        """Wait until a planner is free (without claiming it); False after `timeout`."""
+        if not self._slots.acquire(timeout=timeout):
+            return False
+        self._slots.release()
+        return True
+
     def _ctx(self) -> Any:
         if self._context is None:
             ctx = multiprocessing.get_context("forkserver")
