@@ -228,3 +228,25 @@ def test_rate_limits_answer_429_with_retry_after(tmp_path: Path) -> None:
         # Another class of request from the same client is not affected.
         assert client.get("/v1/ultraservers").status_code == 200
         assert client.get("/readyz").status_code == 200
+
+
+def test_concurrent_worst_case_dry_runs_are_answered_or_deferred(tmp_path: Path) -> None:
+    with app_client(tmp_path, fleet="trn3-gen2:2", dry_run_plan_seconds=0.3) as (client, app):
+        fill_with_one_chip_jobs(client, app, 288)
+        answers: list[Any] = []
+
+        def ask() -> None:
+            answers.append(client.post("/v1/placements:dryRun",
+                                       json={"chips": 288, "priority": 1_000_000}))
+
+        askers = [threading.Thread(target=ask) for _ in range(4)]
+        for t in askers:
+            t.start()
+        for t in askers:
+            t.join(timeout=120)
+        assert len(answers) == 4
+        for r in answers:
+            assert r.status_code in (200, 503), r.text
+            if r.status_code == 503:
+                assert int(r.headers["Retry-After"]) >= 1
+        assert client.get("/readyz").status_code == 200
