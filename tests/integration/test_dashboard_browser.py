@@ -217,16 +217,22 @@ def test_kubernetes_mode_draws_the_custom_resources(tmp_path: Path, browser: Any
             kube_env.kubectl("patch", "-n", kube_namespace, "trainingjob", "llm",
                              "--subresource=status", "--type=merge",
                              "-p", json.dumps({"status": status}))
+            job = f"tj/{kube_namespace}/llm"
+            kube_env.kubectl("patch", "ultraserver", name, "--subresource=status", "--type=merge",
+                             "-p", json.dumps({"status": {
+                                 "allocated": {"chips": 4}, "jobs": [job],
+                                 "powerWatts": 1234.0, "utilization": 0.5}}))
             page.goto(f"{url}/?poll=0.5")
             card = page.locator(f'[data-ultraserver="{name}"]')
             until(lambda: card.count() == 1, f"UltraServer {name} on the page")
-            job = f"tj/{kube_namespace}/llm"
+            until(lambda: "4/144 chips" in card.inner_text(), "the UltraServer's status")
+            assert "1.2 kW" in card.inner_text()
             if card.locator(".chip").count():  # drawn chip by chip (at most 128 UltraServers)
                 until(lambda: chips_of(page, job) == chips, "the job's chips")
                 assert [c for c in chips_of(page, "failed") if c.startswith(name)] == [
                     f"{name}/s01/c02"]
             else:  # the tier holds other tests' UltraServers too: drawn as bars
-                until(lambda: "4/144 chips" in card.inner_text(), "the job's chips on the bar")
+                assert card.locator(".bar .used").evaluate("n => n.style.width").startswith("2.7")
             until(lambda: page.locator(f'#legend li[data-job="{job}"]').count() == 1,
                   "the job in the legend")
             assert offline.attempts == []
