@@ -112,8 +112,11 @@ def test_renders_the_fleet_and_updates_when_a_job_is_admitted(tmp_path: Path,
         power = page.locator(f'[data-ultraserver="{us}"] [data-role="power"]')
         assert power.inner_text().endswith("W")
 
-        # Both UltraServers whole: waits for train-1 (and the failed chip never comes back).
-        submit(url, "team-a", "whole", 144 + 144, level="network-1")
+        # One job takes gen2-0001 whole; the next whole UltraServer must wait for train-1.
+        submit(url, "team-a", "block", 144, level="ultraserver")
+        assert until(lambda: allocation(url, "team-a", "block"), "block placed")[0].startswith(
+            "gen2-0001/")
+        submit(url, "team-a", "whole", 144, level="ultraserver")
         row = page.locator('#queue tr[data-job="tj/team-a/whole"]')
         until(lambda: row.count() == 1 and "NoCapacity" in row.inner_text(),
               "the waiting job in the queue with its reason")
@@ -121,11 +124,13 @@ def test_renders_the_fleet_and_updates_when_a_job_is_admitted(tmp_path: Path,
                            ).json()["status"]
         cells = row.locator("td").all_inner_texts()
         assert cells[0] == str(status["queuePosition"])
-        assert cells[2] == "288" and cells[4] == "NoCapacity"
+        assert cells[2] == "144" and cells[4] == "NoCapacity"
         # (its message's predicted times move with the clock: compare the first clause)
         assert cells[6].split(";")[0] == status["message"].split(";")[0]
         assert cells[5] != "", "the predicted start column is filled"
         until(lambda: page.inner_text("#fleet-queued") == "1", "the queued total")
+        until(lambda: page.inner_text("#fleet-chips") == "160 / 288", "the chips in use")
+        assert page.locator('.chip[data-job="tj/team-a/block"]').count() == 144
         assert offline.attempts == []
         assert not errors, errors
 
