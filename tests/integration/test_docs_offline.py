@@ -56,8 +56,8 @@ def test_swagger_ui_renders_offline_with_request_examples(server: str, browser: 
         page.wait_for_selector(".swagger-ui .opblock", timeout=30_000)
         operations = page.locator(".swagger-ui .opblock").count()
         paths = httpx.get(f"{server}/openapi.json", timeout=10).json()["paths"]
-        served_ops = sum(1 for item in paths.values() for m in item if m in ("get", "post",
-                                                                           "delete", "patch"))
+        served_ops = sum(1 for item in paths.values() for m in item
+                         if m in ("get", "put", "post", "delete", "patch"))
         assert operations == served_ops
         # The create operation shows its request example (from the OpenAPI document).
         create = page.locator(".opblock-post", has_text="/v1/namespaces/{namespace}/trainingjobs")
