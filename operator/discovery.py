@@ -24,6 +24,7 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
+from ultraplane.operator.jobviews import FLEET_LABEL, GROUP, VERSION
 from ultraplane.operator.kube import Gone
 from ultraplane.operator.nodes import (
     DEFAULT_LABELS,
@@ -34,7 +35,6 @@ from ultraplane.operator.nodes import (
     build,
     ultraserver_name,
 )
-from ultraplane.operator.requests import FLEET_LABEL, GROUP, VERSION
 
 log = logging.getLogger("ultraplane.operator.nodes")
 Emit = Callable[[Mapping[str, Any], str, str, str], None]

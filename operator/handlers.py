@@ -25,15 +25,15 @@ from datetime import UTC, datetime
 from typing import Any
 
 import kopf
-from ultraplane.operator.admission import Controller
-from ultraplane.operator.budgets import EventDigests, Notice, TokenBucket
 from ultraplane.operator.discovery import NodeDiscovery
-from ultraplane.operator.heap import DEFAULT_FULL_SECONDS
+from ultraplane.operator.eventbudgets import EventDigests, Notice, TokenBucket
+from ultraplane.operator.gctuning import DEFAULT_FULL_SECONDS
+from ultraplane.operator.jobviews import GROUP, INFERENCE, TRAINING, ULTRASERVERS, VERSION
 from ultraplane.operator.kube import KubeClient, connection_info
 from ultraplane.operator.leases import LeaseElector
+from ultraplane.operator.loops import Controller
 from ultraplane.operator.nodes import NodeLabels
 from ultraplane.operator.pods import PodPlane
-from ultraplane.operator.requests import GROUP, INFERENCE, TRAINING, ULTRASERVERS, VERSION
 
 from ultraplane.kubeclients import ClusterAccess
 from ultraplane.queueorder import DEFAULT_STRETCH
@@ -59,7 +59,7 @@ class Config:
     event_burst: int = int(os.environ.get("ULTRAPLANE_EVENT_BURST", "50"))
     event_digest_seconds: float = float(os.environ.get("ULTRAPLANE_EVENT_DIGEST_SECONDS", "10"))
     stats_seconds: float = float(os.environ.get("ULTRAPLANE_CYCLE_STATS_SECONDS", "30"))
-    # 0: leave the cyclic collector on CPython's schedule (see operator/heap.py)
+    # 0: leave the cyclic collector on CPython's schedule (see operator/gctuning.py)
     gc_full_seconds: float = float(os.environ.get("ULTRAPLANE_GC_FULL_SECONDS",
                                                   str(DEFAULT_FULL_SECONDS)))
     reservation: bool = os.environ.get("ULTRAPLANE_RESERVATION", "1") != "0"
@@ -102,7 +102,7 @@ def _digests() -> EventDigests:
 
 def post_event(body: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
     """A Kubernetes Event on the job (kopf batches and posts them in the background), or its
-    share of a digest once the Event budget runs dry (`budgets.EventDigests`)."""
+    share of a digest once the Event budget runs dry (`eventbudgets.EventDigests`)."""
     if not CONFIG.events:
         return
     now = _digests().add(body, type_, reason, message)

@@ -12,7 +12,7 @@ import logging
 from collections.abc import Iterator, Mapping
 from typing import Any, cast
 
-from ultraplane.operator.requests import (
+from ultraplane.operator.jobviews import (
     FINALIZER,
     FLEET_LABEL,
     GROUP,

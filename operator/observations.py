@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ultraplane.operator.inventory import Inventory, InventoryChange, ultraserver_from_body
-from ultraplane.operator.requests import (
+from ultraplane.operator.jobviews import (
     FLEET_LABEL,
     HOLDING_PHASES,
     TERMINAL_PHASES,
