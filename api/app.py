@@ -97,8 +97,6 @@ def create_app(
     openapi.install(app, guard, kubernetes=settings.backend == "kubernetes")
     routers_docs.install(app)
     routers_dashboard.install(app)
-    routers_docs.install(app)
-    routers_dashboard.install(app)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(SingleQueryValues)
     app.add_middleware(RateLimits, limits=settings.rate_limits())

@@ -179,3 +179,10 @@ def test_grafana_dashboard_reads_only_metrics_the_code_exports() -> None:
     ids = [p["id"] for p in dashboard["panels"]]
     assert len(ids) == len(set(ids))
     assert dashboard["uid"] and dashboard["title"] == "Ultraplane"
+
+
+def test_values_top_level_keys_are_unique() -> None:
+    """YAML loaders keep the last of two equal keys silently: a section pasted twice would
+    hide an edit to the first copy."""
+    keys = re.findall(r"^([A-Za-z]\w*):", (CHART / "values.yaml").read_text(), re.MULTILINE)
+    assert len(keys) == len(set(keys)), sorted(k for k in keys if keys.count(k) > 1)
