@@ -105,7 +105,8 @@ class Offline:
 
 
 @contextmanager
-def offline_page(browser: Any, name: str) -> Iterator[tuple[Any, Offline, list[str]]]:
+def offline_page(browser: Any, name: str, *, full_page: bool = True
+                 ) -> Iterator[tuple[Any, Offline, list[str]]]:
     """A page in a fresh context (own sessionStorage) that may reach only loopback; yields
     the page, its request log and its console errors; a screenshot `name`.png is saved at
     the end, pass or fail."""
@@ -119,15 +120,15 @@ def offline_page(browser: Any, name: str) -> Iterator[tuple[Any, Offline, list[s
     try:
         yield page, offline, errors
     finally:
-        screenshot(page, name)
+        screenshot(page, name, full_page=full_page)
         context.close()
 
 
-def screenshot(page: Any, name: str) -> Path:
+def screenshot(page: Any, name: str, *, full_page: bool = True) -> Path:
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     path = SCREENSHOTS / f"{name}.png"
     try:
-        page.screenshot(path=str(path), full_page=True)
+        page.screenshot(path=str(path), full_page=full_page)
     except Exception as exc:  # a screenshot is evidence, never the reason a test fails
         print(f"screenshot {name} failed: {exc}")
     return path

@@ -51,7 +51,7 @@ def test_docs_html_references_no_other_host(server: str, page: str) -> None:
 
 
 def test_swagger_ui_renders_offline_with_request_examples(server: str, browser: Any) -> None:
-    with offline_page(browser, "docs-swagger-ui") as (page, offline, errors):
+    with offline_page(browser, "docs-swagger-ui", full_page=False) as (page, offline, errors):
         page.goto(f"{server}/docs")
         page.wait_for_selector(".swagger-ui .opblock", timeout=30_000)
         operations = page.locator(".swagger-ui .opblock").count()
@@ -71,7 +71,7 @@ def test_swagger_ui_renders_offline_with_request_examples(server: str, browser: 
 
 
 def test_redoc_renders_offline(server: str, browser: Any) -> None:
-    with offline_page(browser, "docs-redoc") as (page, offline, errors):
+    with offline_page(browser, "docs-redoc", full_page=False) as (page, offline, errors):
         page.goto(f"{server}/redoc")
         page.wait_for_selector(".api-content h1", timeout=60_000)
         assert "Ultraplane API" in page.locator(".api-content h1").first.inner_text()
