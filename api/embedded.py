@@ -268,9 +268,9 @@ class EmbeddedBackend:
                     self.settings.accounting_interval_seconds)
                 pool = {**self._changed, **self.live} if periodic else self._changed
                 changed = list(pool.values())
-                rows = [j.to_values() for j in changed]
+                # copies, cheap to take: the rows are built from them outside the lock
+                copies = [j.snapshot() for j in changed]
                 final, self._final = self._final, []
-                records = [self.runner.accounting_of(j) for j in changed] + final
                 for job in changed:
                     job.dirty = False
                     self._changed.pop(job.uid, None)
@@ -282,6 +282,8 @@ class EmbeddedBackend:
                 if periodic:
                     values["sim_epoch_s"] = repr(self.sim_epoch)
                     values["sim_elapsed_s"] = repr(self.sim_now() - self.sim_epoch)
+            rows = [j.to_values() for j in copies]
+            records = [self.runner.accounting_of(j) for j in copies] + final
             if not (rows or records or removed or values):
                 return
             try:
