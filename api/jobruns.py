@@ -123,12 +123,17 @@ class JobRunner:
         # from what the runtime last wrote.
         for job in list(self.b.live.values()):
             self._sample(job, now)
-        if self.b.cycle_due(changed=events > 0) and self._cycle(now):
-            self._cycle(now)  # the victims wait again: their places in the queue, at once
+        if self.b.cycle_due(changed=events > 0):
+            # Until nothing moves (at most 3), as the operator's cycles follow its own writes:
+            # victims get their places in the queue, and waiting jobs' reasons say what the
+            # fleet looks like after this tick's admissions.
+            for _ in range(3):
+                if not self._cycle(now):
+                    break
 
     def _cycle(self, now: float) -> bool:
-        """One cycle, persisted; True when it preempted (the victims are queued again, and
-        the next cycle says where, as the operator's next cycle does)."""
+        """One cycle, persisted; True when it preempted or admitted (the next cycle may say
+        something new of the jobs still waiting)."""
         # Predicted ends of running jobs from their progress, as the operator reads them.
         for job in self.b.live.values():
             self.b.admissions.expect_end(job.key, expected_end(job.status, moment(now)))
@@ -156,7 +161,7 @@ class JobRunner:
             job = self._by_sched_key(waiting.key)
             if job is not None:
                 self._pending(job, waiting, now)
-        return bool(decisions.preempted)
+        return bool(decisions.preempted or decisions.admitted)
 
     def _on_event(self, job: JobState, event: Any, now: float) -> None:
         """The runtime says a job ended (Succeeded or Failed): the core releases its chips and
