@@ -25,13 +25,13 @@ from datetime import UTC, datetime
 from typing import Any
 
 import kopf
+from ultraplane.operator.controllers import Controller
 from ultraplane.operator.discovery import NodeDiscovery
 from ultraplane.operator.eventbudgets import EventDigests, Notice, TokenBucket
 from ultraplane.operator.gctuning import DEFAULT_FULL_SECONDS
 from ultraplane.operator.jobviews import GROUP, INFERENCE, TRAINING, ULTRASERVERS, VERSION
 from ultraplane.operator.kube import KubeClient, connection_info
 from ultraplane.operator.leases import LeaseElector
-from ultraplane.operator.loops import Controller
 from ultraplane.operator.nodes import NodeLabels
 from ultraplane.operator.pods import PodPlane
 
@@ -217,11 +217,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
             discovery.leader = False
 
         async def gain() -> None:
-            fresh = new_controller(kube)
-            controller.__dict__.update({k: v for k, v in fresh.__dict__.items()
-                                        if k not in ("wake", "_limit", "_pool", "on_written",
-                                                     "launches")})
-            controller.leader = True
+            await controller.take_over()  # fresh state, rebuilt from the API server below
             if discovery is not None:
                 await discovery.sync()
                 discovery.set_leader(True)
@@ -230,8 +226,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
             await controller.sync()
 
         def loss() -> None:
-            controller.leader = False
-            controller.ready = False
+            controller.step_down()
             if discovery is not None:
                 discovery.set_leader(False)
 
@@ -255,7 +250,7 @@ async def cleanup(memo: kopf.Memo, **_: Any) -> None:
         task.cancel()
     controller: Controller | None = memo.get("controller")
     if controller is not None:
-        controller.heap.release()
+        controller.loop.heap.release()
     plane: PodPlane | None = memo.get("pods")
     if plane is not None:
         plane.watch.close()

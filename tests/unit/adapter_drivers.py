@@ -29,7 +29,7 @@ from ultraplane.api.embedded import EmbeddedBackend
 from ultraplane.api.settings import Settings
 from ultraplane.api.store import make_engine, migrate
 from ultraplane.api.ultraserverpatches import UltraServerPatch
-from ultraplane.operator.loops import Controller
+from ultraplane.operator.controllers import Controller
 from ultraplane.simulator.faults import FaultPlan
 from ultraplane.simulator.kubelets import VirtualKubelet
 from ultraplane.simulator.replay import Replay, ReplayConfig
