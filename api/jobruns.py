@@ -117,12 +117,12 @@ class JobRunner:
             job = self._by_sched_key(event.key)
             if job is not None and job.running:
                 self._on_event(job, event, now)
-        # A cycle over an unchanged queue and fleet decides what the last one did; skipping it
-        # keeps a deep queue from holding the fleet lock (and every request) each tick.
         # Progress first: the cycle predicts running jobs' ends from it, as the operator does
         # from what the runtime last wrote.
         for job in list(self.b.live.values()):
             self._sample(job, now)
+        # A cycle over an unchanged queue and fleet decides what the last one did; skipping it
+        # keeps a deep queue from holding the fleet lock (and every request) each tick.
         if self.b.cycle_due(changed=events > 0):
             # Until nothing moves (at most 3), as the operator's cycles follow its own writes:
             # victims get their places in the queue, and waiting jobs' reasons say what the
@@ -135,8 +135,8 @@ class JobRunner:
         """One cycle, persisted; True when it preempted or admitted (the next cycle may say
         something new of the jobs still waiting)."""
         # Predicted ends of running jobs from their progress, as the operator reads them.
-        for job in self.b.live.values():
-            self.b.admissions.expect_end(job.key, expected_end(job.status, moment(now)))
+        for live in self.b.live.values():
+            self.b.admissions.expect_end(live.key, expected_end(live.status, moment(now)))
         decisions = self.b.admissions.cycle(now)
         self.b.reserved = decisions.held_for()
         holder = None if decisions.reservation is None else self._by_sched_key(
