@@ -212,8 +212,8 @@ def test_replicas_are_admitted_all_or_nothing_by_operator_and_embedded_api(
 EVERY_TRIGGER: Script = (
     (0.0, Arrive((DJob("long", 144), DJob("a", 32, policy="ReplaceAffected"),
                   DJob("b", 32, policy="RestartAll"), DJob("c", 32, policy="Fail")))),
-    (60.0, Arrive((DJob("whole", 288, level="cluster", duration=3_600.0),
-                   DJob("short", 16, duration=600.0)))),
+    (60.0, Arrive((DJob("whole", 288, level="cluster", duration=3_600),
+                   DJob("short", 16, duration=600)))),
     (120.0, FailChip("a")),
     (180.0, FailChip("b")),
     (240.0, FailChip("c")),
@@ -313,9 +313,9 @@ class AdaptersAgree(RuleBasedStateMachine):
     @rule(chips=st.sampled_from([16, 32, 72, 144, 288]), priority=st.integers(0, 2),
           policy=st.sampled_from(["RestartAll", "ReplaceAffected", "Fail"]),
           replicas=st.sampled_from([None, None, 2]),
-          duration=st.sampled_from([600.0, 3_600.0, 36_000.0]))
+          duration=st.sampled_from([600, 3_600, 36_000]))
     def arrive(self, chips: int, priority: int, policy: str, replicas: int | None,
-               duration: float) -> None:
+               duration: int) -> None:
         self.made += 1
         if replicas is not None:
             chips = min(chips, 72)
