@@ -109,18 +109,25 @@ class JobRunner:
                                            "The API restarted; the job waits again."), now)
             self.submit(job)
 
-    # -- one tick --------------------------------------------------------------------------
-    def step(self, now: float) -> None:
+    # -- one tick: advance, sample (a chunk at a time), decide ------------------------------
+    def advance(self, now: float) -> int:
+        """The runtime's events up to `now` (finishes, chip failures), applied; their count."""
         events = 0
         for event in self.b.runtime.advance():
             events += 1
             job = self._by_sched_key(event.key)
             if job is not None and job.running:
                 self._on_event(job, event, now)
-        # Progress first: the cycle predicts running jobs' ends from it, as the operator does
-        # from what the runtime last wrote.
-        for job in list(self.b.live.values()):
-            self._sample(job, now)
+        return events
+
+    def sample(self, job: JobState, now: float) -> None:
+        """A running job's progress, power and usage as of `now` (state lock held)."""
+        self._sample(job, now)
+
+    def decide(self, now: float, *, events: int) -> None:
+        """The scheduling cycles this tick needs, after every running job was sampled: the
+        cycle predicts running jobs' ends from their progress, as the operator does from what
+        the runtime last wrote."""
         # A cycle over an unchanged queue and fleet decides what the last one did; skipping it
         # keeps a deep queue from holding the fleet lock (and every request) each tick.
         if self.b.cycle_due(changed=events > 0):
