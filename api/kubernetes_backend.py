@@ -48,7 +48,8 @@ from ultraplane.conversions import (
     held_parts,
     ultraserver_from_spec,
 )
-from ultraplane.ids import JobKey, UltraServerName, job_key
+from ultraplane.ids import JobKey, UltraServerName
+from ultraplane.jobreads import read_body
 from ultraplane.resources import InferenceJobSpec, TrainingJobSpec, UltraServer
 from ultraplane.topology import Topology
 from ultraplane.topology import UltraServer as CoreUltraServer
@@ -149,16 +150,17 @@ class KubernetesBackend:
         waiting: dict[str, int] = {}  # job key -> priority of jobs not holding chips
         records = []
         for kind, obj in jobs:
-            meta, spec, status = obj["metadata"], obj.get("spec") or {}, obj.get("status") or {}
-            key = job_key(kind, meta["namespace"], meta["name"])
-            phase = str(status.get("phase") or "Pending")
-            priority = int(spec.get("priority") or 0)
+            job, status = read_body(obj, kind), obj.get("status") or {}
+            key, phase = job.key, str(status.get("phase") or "Pending")
+            # A spec the core cannot queue holds nothing it could be preempted from.
+            priority = job.queued.priority if job.queued is not None else 0
+            preemptible = job.queued.preemptible if job.queued is not None else True
             phases[(kind, phase)] = phases.get((kind, phase), 0) + 1
             if phase in ("Pending", "Preempted"):
                 waiting[key] = priority
             if phase in HOLDING_PHASES:
                 # One allocator key per replica (its own chips), never the union again.
-                parts = held_parts(kind, meta["namespace"], meta["name"], status)
+                parts = held_parts(kind, job.namespace, job.name, status)
                 placed: list[JobKey] = []
                 try:
                     for part, chips in parts.items():
@@ -169,7 +171,7 @@ class KubernetesBackend:
                     for part in placed:
                         allocator.release(part)
                     placed.clear()
-                if placed and spec.get("preemptible", True):
+                if placed and preemptible:
                     priorities.update(dict.fromkeys(placed, priority))
             records.append(self._usage(kind, obj, phase))
         # The operator's backfill reservation, from UltraServer.status.reservedFor.
