@@ -175,7 +175,7 @@ class JobRunner:
         the status says so as the operator's does. Chip failures do not come this way: they
         are decided by the core when the chip is marked failed (`chips_failed`)."""
         kind = str(event.kind)
-        if kind not in ("Succeeded", "Failed"):
+        if kind not in TERMINAL_PHASES:
             return
         # The event happened `lag` simulated seconds before this tick; account up to it exactly.
         lag = max(0.0, float(self.b.runtime.now()) - float(event.t_s))

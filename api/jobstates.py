@@ -22,8 +22,6 @@ from ultraplane.jobreads import JobRead, read_job
 from ultraplane.resources import InferenceJobSpec, TrainingJobSpec
 from ultraplane.scheduling import QueuedJob
 
-FINISHED = TERMINAL_PHASES  # the core's one set
-
 
 def rfc3339(t_s: float | None) -> str | None:
     if t_s is None:
@@ -114,7 +112,7 @@ class JobState:
 
     @property
     def finished(self) -> bool:
-        return self.phase in FINISHED
+        return self.phase in TERMINAL_PHASES
 
     @property
     def running(self) -> bool:

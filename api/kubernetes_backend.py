@@ -43,6 +43,7 @@ from ultraplane.conversions import (
     GROUP,
     HOLDING_PHASES,
     PLURALS,
+    TERMINAL_PHASES,
     VERSION,
     allocated_chips,
     held_parts,
@@ -197,7 +198,7 @@ class KubernetesBackend:
             chips = total_chips(model.model_validate(spec))
         except ValueError:
             chips = len(allocated_chips(status))
-        finished = _ts(status.get("completionTime")) if phase in ("Succeeded", "Failed") else None
+        finished = _ts(status.get("completionTime")) if phase in TERMINAL_PHASES else None
         return usage_of(
             job_uid=meta.get("uid") or f"{meta['namespace']}/{meta['name']}", kind=kind,
             namespace=meta["namespace"], name=meta["name"], chips=chips, phase=phase,

@@ -63,7 +63,6 @@ RATE_WINDOW = 5.0  # seconds over which the pod create rate is measured (`PodPla
 # the budget of the jobs after it after this long.
 OWED_SECONDS = 10.0
 REPLACE_REASONS = frozenset({"ChipReplaced", "PodReplaced"})
-DONE_PHASES = frozenset({"Succeeded", "Failed"})
 
 
 class PodKube(Protocol):
@@ -101,7 +100,7 @@ class PodInfo:
     @property
     def live(self) -> bool:
         """Holds its devices: not finished and not gone (terminating pods still hold them)."""
-        return not self.vanished and self.phase not in DONE_PHASES
+        return not self.vanished and self.phase not in TERMINAL_PHASES  # a pod's phases spell the same
 
 
 @dataclass
