@@ -12,6 +12,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ultraplane.simulator.checkpoints import checkpointed_s, computed_s, wall_s
 from ultraplane.simulator.fleets import FleetShape, chips_per_ultraserver
 from ultraplane.simulator.models import (
     Assumptions,
@@ -71,11 +72,10 @@ class Plan:
         e = elapsed - self._restart(resume)
         if e <= 0:
             return resume, resume
-        cycle = self.interval_s + self.checkpoint_s
-        k = math.floor(e / cycle)
-        compute = k * self.interval_s + min(e - k * cycle, self.interval_s)
+        compute = computed_s(e, self.interval_s, self.checkpoint_s)
+        kept = checkpointed_s(e, self.interval_s, self.checkpoint_s)
         done = min(self.total_steps, resume + math.floor(compute / self.step_s + 1e-9))
-        saved = min(self.total_steps, resume + math.floor(k * self.interval_s / self.step_s + 1e-9))
+        saved = min(self.total_steps, resume + math.floor(kept / self.step_s + 1e-9))
         return done, saved
 
     def finish_after(self, resume: int) -> float | None:
@@ -83,8 +83,7 @@ class Plan:
         if not self.total_steps:
             return self.duration_s
         work = (self.total_steps - resume) * self.step_s
-        ckpts = max(math.ceil(work / self.interval_s - 1e-9) - 1, 0)
-        return self._restart(resume) + work + ckpts * self.checkpoint_s
+        return self._restart(resume) + wall_s(work, self.interval_s, self.checkpoint_s)
 
 
 def plan_job(job: JobShape, chips: Sequence[str], shape: FleetShape, a: Assumptions) -> Plan:

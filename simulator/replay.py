@@ -14,12 +14,12 @@ preemption loses everything since the last checkpoint.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from ultraplane.simulator.backlogs import Backlog
+from ultraplane.simulator.checkpoints import checkpointed_s, checkpoints_in, wall_s
 from ultraplane.simulator.events import END, SUBMIT, TICK, Engine, Event
 from ultraplane.simulator.faults import FaultPlan, FaultSource
 from ultraplane.simulator.fleets import FleetShape, Ledger, chips_per_ultraserver
@@ -225,7 +225,8 @@ class Replay:
         # the checkpoints a training job writes (the replay charges them).
         expected = job.duration_s
         if job.kind == "training":
-            expected += (job.duration_s // self.cfg.checkpoint_interval_s) * self.a.checkpoint_cost_s
+            expected += checkpoints_in(job.duration_s, self.cfg.checkpoint_interval_s,
+                                       at_end=True) * self.a.checkpoint_cost_s
         queued = self.admissions.ranked(QueuedJob(
             JobKey(job.job_id), request, job.priority, seq, expected_s=expected,
             created_s=job.submit_s))
@@ -378,19 +379,19 @@ class Replay:
     def _wall_needed(self, run: _Run) -> float:
         """Wall time to finish the remaining work, with restart and checkpoint costs."""
         compute = (run.job.duration_s - run.saved) / run.rate
-        ckpts = 0 if run.job.kind != "training" else math.floor(compute / self.cfg.checkpoint_interval_s)
-        if ckpts and compute == ckpts * self.cfg.checkpoint_interval_s:
-            ckpts -= 1  # no checkpoint right at the end
-        return self._restart_cost(run) + compute + ckpts * self.a.checkpoint_cost_s
+        if run.job.kind != "training":
+            return self._restart_cost(run) + compute
+        return self._restart_cost(run) + wall_s(compute, self.cfg.checkpoint_interval_s,
+                                                self.a.checkpoint_cost_s)
 
     def _stop(self, run: _Run, t: float, *, released: bool) -> None:
         """End an attempt early: keep the work up to the last checkpoint, account energy."""
         self.engine.cancel(run.end_token)
         self._account(run, t)
         if run.job.kind == "training":
-            period = self.cfg.checkpoint_interval_s + self.a.checkpoint_cost_s
             worked = t - run.attempt_start - self._restart_cost(run)
-            done = math.floor(max(worked, 0.0) / period) * self.cfg.checkpoint_interval_s * run.rate
+            done = checkpointed_s(worked, self.cfg.checkpoint_interval_s,
+                                  self.a.checkpoint_cost_s) * run.rate
             run.saved = min(run.saved + done, run.job.duration_s)
         run.restarts += 1
         if released:
