@@ -63,7 +63,7 @@ class DemoStream:
 
     def step(self, now: float) -> None:
         jobs = self.b.jobs
-        demand = sum(j.chips for j in jobs.values() if not j.finished and j.phase != "Deleted")
+        demand = sum(j.chips for j in jobs.values() if not j.finished)
         queued = sum(1 for j in jobs.values() if j.phase in ("Pending", "Preempted"))
         if demand < TARGET_DEMAND * self.b.topology.chip_count and queued < MAX_QUEUED:
             self.b.next_seq += 1
