@@ -171,7 +171,7 @@ class JobRunner:
         return bool(decisions.preempted or decisions.admitted)
 
     def _on_event(self, job: JobState, event: Any, now: float) -> None:
-        """The runtime says a job ended (Succeeded or Failed): the core releases its chips and
+        """The runtime says a job succeeded: the core releases its chips and
         the status says so as the operator's does. Chip failures do not come this way: they
         are decided by the core when the chip is marked failed (`chips_failed`)."""
         kind = str(event.kind)

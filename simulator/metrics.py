@@ -27,7 +27,7 @@ class SimulatorMetrics:
                                   ["namespace", "name"], registry=r)
         self.job_power = Gauge("ultraplane_sim_job_power_watts", "Job power draw (W).",
                                ["namespace", "name"], registry=r)
-        self.events = Counter("ultraplane_sim_job_events", "Job events (Succeeded, Failed, ChipFailed).",
+        self.events = Counter("ultraplane_sim_job_events", "Job events (Succeeded, ChipFailed).",
                               ["kind"], registry=r)
         self.heartbeats = Counter("ultraplane_sim_heartbeats", "Status write rounds.", registry=r)
         self._seen_events: dict[str, int] = {}

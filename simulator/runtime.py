@@ -24,13 +24,13 @@ from ultraplane.simulator.models import DEFAULT_ASSUMPTIONS, Assumptions
 from ultraplane.simulator.plans import Plan, plan_job
 from ultraplane.simulator.specs import read_spec
 
-Phase = Literal["Running", "Succeeded", "Failed"]
+Phase = Literal["Running", "Succeeded"]  # a chip failure halts a job; the core decides Failed
 
 
 @dataclass(frozen=True)
 class JobEvent:
     key: str
-    kind: Literal["Succeeded", "Failed", "ChipFailed"]
+    kind: Literal["Succeeded", "ChipFailed"]
     t_s: float
     message: str
 
@@ -144,11 +144,12 @@ class JobRuntime:
         return status
 
     def fail_chip(self, chip_id: str) -> list[str]:
-        """Mark a chip failed; jobs on it stop at their last checkpoint (or fail, by policy).
+        """Mark a chip failed; a job on it halts at its last checkpoint.
 
-        The runtime does not move the job: under RestartAll / ReplaceAffected it reports
-        `ChipFailed` and freezes at its checkpoint until the caller stops it and starts
-        it again (on new chips, with `resume_steps`); under Fail it reports `Failed`.
+        The runtime reports `ChipFailed` and leaves the consequence to the core's decision
+        (`Admissions.chip_failed`, which applies the job's failure policy once): the job stays
+        frozen until the caller stops it and, if the core places it again, starts it on new
+        chips with `resume_steps`. The runtime never decides `Failed` itself.
         """
         self._catch_up()
         self._failed.add(chip_id)
@@ -160,14 +161,8 @@ class JobRuntime:
             return []
         job.end, job.halted = self._last, True
         done = self._progress(job, self._last)
-        if job.plan.failure_policy == "Fail":
-            job.phase = "Failed"
-            job.status_msg = f"chip {chip_id} failed and the failure policy is Fail"
-            self._pending.append(JobEvent(key, "Failed", self._last, job.status_msg))
-        else:
-            job.status_msg = (f"chip {chip_id} failed; {job.plan.failure_policy} from checkpoint "
-                              f"step {done[1]}")
-            self._pending.append(JobEvent(key, "ChipFailed", self._last, job.status_msg))
+        job.status_msg = f"chip {chip_id} failed; halted at checkpoint step {done[1]}"
+        self._pending.append(JobEvent(key, "ChipFailed", self._last, job.status_msg))
         self._release(job)
         return [key]
 
