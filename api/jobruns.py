@@ -52,6 +52,13 @@ class JobRunner:
         self.b = backend
         self._index: dict[str, JobState] = {}  # job key -> job, kept by register and forget
         self._deleted: set[str] = set()  # uids deleted before they finished (accounting says so)
+        # Jobs with a decision written outside a cycle (a chip failed under them, a runtime
+        # event) since the last one: their Pending status waits for the next cycle, as the
+        # operator's does while that write is still in its outbox, so both say what the fleet
+        # looks like after the cycle's admissions.
+        self._unsent: set[str] = set()
+        self._owed: set[str] = set()  # queue keys whose Pending was deferred so
+        self._deferred = False
 
     # -- lookups ---------------------------------------------------------------------------
     def index(self, job: JobState) -> None:
@@ -118,6 +125,7 @@ class JobRunner:
             job = self._by_sched_key(event.key)
             if job is not None and job.running:
                 self._on_event(job, event, now)
+                self._unsent.add(job.key)
         return events
 
     def sample(self, job: JobState, now: float) -> None:
@@ -135,8 +143,12 @@ class JobRunner:
             # victims get their places in the queue, and waiting jobs' reasons say what the
             # fleet looks like after this tick's admissions.
             for _ in range(3):
-                if not self._cycle(now):
+                self._deferred = False
+                moved = self._cycle(now)
+                self._unsent.clear()
+                if not (moved or self._deferred):
                     break
+        self._unsent.clear()
 
     def _cycle(self, now: float) -> bool:
         """One cycle, persisted; True when it preempted or admitted (the next cycle may say
@@ -164,10 +176,17 @@ class JobRunner:
                 self._admitted(job, admitted, now)
             else:  # an orphan (deleted meanwhile): give the chips back
                 self.b.admissions.deleted(admitted.key)
+        owed, self._owed = self._owed, set()
         for waiting in decisions.fresh:  # the rest were written as they are
+            owed.discard(waiting.key)
             job = self._by_sched_key(waiting.key)
             if job is not None:
                 self._pending(job, waiting, now)
+        if owed:  # deferred last cycle and unchanged since, so not fresh: written now
+            for waiting in decisions.pending:
+                job = self._by_sched_key(waiting.key) if waiting.key in owed else None
+                if job is not None:
+                    self._pending(job, waiting, now)
         return bool(decisions.preempted or decisions.admitted)
 
     def _on_event(self, job: JobState, event: Any, now: float) -> None:
@@ -223,6 +242,7 @@ class JobRunner:
                 continue
             decided = self.b.admissions.chip_failed(key, parts, job.read.failure_policy)
             touched.append(job)
+            self._unsent.add(job.key)
             if job.running:
                 self._sample(job, now)
                 self._close_attempt(job, self.b.runtime.stop(job.key))
@@ -279,7 +299,10 @@ class JobRunner:
     def _pending(self, job: JobState, waiting: Pending, now: float) -> None:
         """Rewritten by the operator's rule (`jobstatuses.pending_changed`), so both say the
         same: not for a predicted start that moved with the clock."""
-        if jobstatuses.pending_changed(job.status, waiting):
+        if job.key in self._unsent:
+            self._deferred = True  # written at the next cycle, which this makes sure runs
+            self._owed.add(waiting.key)
+        elif jobstatuses.pending_changed(job.status, waiting):
             self._write(job, waiting, now)
 
     # -- usage -----------------------------------------------------------------------------

@@ -354,7 +354,9 @@ class AdaptersAgree(RuleBasedStateMachine):
         shutil.rmtree(self.tmp, ignore_errors=True)
 
 
+# Derandomized: CI runs the same drawn scenarios every time (a seed that finds a new
+# divergence is a bug to fix, not a flaky run); set derandomize=False locally to explore.
 AdaptersAgree.TestCase.settings = settings(
-    max_examples=15, stateful_step_count=8, deadline=None,
+    max_examples=15, stateful_step_count=8, deadline=None, derandomize=True, database=None,
     suppress_health_check=[HealthCheck.too_slow])
 test_drawn_scenarios_agree_in_operator_and_embedded_api = AdaptersAgree.TestCase
