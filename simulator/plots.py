@@ -108,6 +108,9 @@ def write_plots(out: Path, results: Sequence[ReplayResult], meta: dict[str, Any]
         name = f"heatmap_{r.policy}.png"
         _heatmap(out / name, r, t0, unit, label, fleet)
         images.append((name, f"UltraServer occupancy ({r.policy})"))
+    from ultraplane.simulator.tenants import tenant_plots
+
+    images += tenant_plots(out, results, t0, unit, label)
     return images
 
 
@@ -181,6 +184,9 @@ def write_html(out: Path, summary: dict[str, Any], images: list[tuple[str, str]]
         f'{base64.b64encode((out / name).read_bytes()).decode()}"><figcaption>{html.escape(cap)}'
         f" ({name})</figcaption></figure>" for name, cap in images)
     notes = "".join(f"<li><b>{html.escape(str(k))}</b>: {html.escape(str(v))}</li>" for k, v in meta.items())
+    from ultraplane.simulator.tenants import tenants_html
+
+    tenants = tenants_html(summary)
     page = f"""<!doctype html><html><head><meta charset="utf-8"><title>Ultraplane replay</title>
 <style>body{{font-family:system-ui,sans-serif;max-width:1250px;margin:2em auto;color:#222}}
 table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:4px 10px;text-align:right}}
@@ -193,6 +199,7 @@ topology, arrival order, every job that fits starts. greedy-in-domain: first fit
 UltraServer (larger jobs: the first idle UltraServers), arrival order, never split, no
 reservation.</p><table><tr><th>reference</th><th>JCT mean (h)</th>
 <th>large jobs' queue delay mean (min)</th><th>useful utilization</th></tr>{brows}</table>
+{tenants}
 <h2>Run</h2><ul>{notes}</ul><h2>Plots</h2>{imgs}
 <p>Files: summary.json, jobs.csv, placements.jsonl. Model and assumptions: docs/simulator.md.</p>
 </body></html>

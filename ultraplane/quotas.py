@@ -109,10 +109,24 @@ class QuotaBook:
     _held: dict[JobKey, _Held] = field(init=False, default_factory=dict)
     _members: dict[str, list[QueueSpec]] = field(init=False, default_factory=dict)
     _profiles: tuple[str, ...] = field(init=False, default=())
-    _no_reclaim: set[tuple[str | None, int, int, object]] = field(init=False, default_factory=set)
+    # Reclaims that found no domain, by what they depend on: the job's queue, priority,
+    # request and usage, the free room (chips released since, `_freed`, and the fleet's free
+    # chips at the cycle's start, which repairs move) and the borrowers (`_grow`).
+    _no_reclaim: set[tuple[object, ...]] = field(init=False, default_factory=set)
+    _grow: int = field(init=False, default=0)  # moves when a hold makes or keeps a borrower
+    _freed: int = field(init=False, default=0)  # moves on every release
+    _free_at_start: int = field(init=False, default=0)
+    _names: tuple[str, ...] = field(init=False, default=())
+    _fleet_epoch: int = field(init=False, default=-1)
+    _total: dict[str, int] = field(init=False, default_factory=dict)  # queue -> chips, all profiles
+    _rooms: dict[tuple[str, str], int] = field(init=False, default_factory=dict)
+    _refusals: dict[tuple[str, int], NoFit | None] = field(init=False, default_factory=dict)
     _candidates: dict[tuple[str | None, int, bool], list[QueuedJob]] = field(
         init=False, default_factory=dict)
     _epoch: int = field(init=False, default=0)  # moves on every hold or release
+    # Jobs that got chips in this cycle: never victims in it (its decisions would both admit
+    # and preempt them).
+    _fresh: set[JobKey] = field(init=False, default_factory=set)
 
     def __post_init__(self) -> None:
         self.queues = {}
@@ -124,8 +138,15 @@ class QuotaBook:
 
     # -- accounting (called by Scheduler) ------------------------------------------------
     def begin_cycle(self, allocator: Allocator) -> None:
-        self._profiles = tuple(sorted({us.profile for us in allocator.topology.ultraservers}))
-        self._no_reclaim.clear()
+        if self._fleet_epoch != allocator.room_epoch:  # only the inventory changes these
+            ultraservers = allocator.topology.ultraservers
+            self._profiles = tuple(sorted({us.profile for us in ultraservers}))
+            self._names = tuple(us.name for us in ultraservers)
+        self._free_at_start = allocator.free_chips(self._names)
+        self._fleet_epoch = allocator.room_epoch
+        if len(self._no_reclaim) > 100_000:
+            self._no_reclaim.clear()
+        self._fresh.clear()
 
     def hold(self, job: QueuedJob, allocator: Allocator) -> None:
         held = allocator.allocations()
@@ -139,10 +160,14 @@ class QuotaBook:
                 chips[profile] = chips.get(profile, 0) + n
         self.unhold(job.key)
         self._held[job.key] = _Held(job.queue, chips, job)
+        self._fresh.add(job.key)
         if job.queue is not None:
             for profile, n in chips.items():
                 self.usage[(job.queue, profile)] = self.usage.get((job.queue, profile), 0) + n
+            self._total[job.queue] = self._total.get(job.queue, 0) + sum(chips.values())
         self._moved()
+        if job.queue in self.queues and self.borrowed(job.queue):
+            self._grow += 1
 
     def unhold(self, key: JobKey) -> None:
         held = self._held.pop(key, None)
@@ -151,18 +176,21 @@ class QuotaBook:
         if held.queue is not None:
             for profile, n in held.chips.items():
                 self.usage[(held.queue, profile)] -= n
+            self._total[held.queue] -= sum(held.chips.values())
+        self._freed += 1
         self._moved()
 
     def _moved(self) -> None:
         self._epoch += 1
         self._candidates.clear()
-        self._no_reclaim.clear()
+        self._rooms.clear()
+        self._refusals.clear()
 
     # -- queries -------------------------------------------------------------------------
     def used(self, queue: str, profile: str | None = None) -> int:
         if profile is not None:
             return self.usage.get((queue, profile), 0)
-        return sum(v for (q, _), v in self.usage.items() if q == queue)
+        return self._total.get(queue, 0)
 
     def borrowed(self, queue: str, profile: str | None = None) -> int:
         spec = self.queues[queue]
@@ -176,6 +204,9 @@ class QuotaBook:
         """Chips `spec`'s queue may still take on `profile`: all of its unused nominal quota
         (lent chips come back by reclaim) plus what the rest of its cohort's pool has idle,
         capped by its borrowing limit."""
+        memo = self._rooms.get((spec.name, profile))
+        if memo is not None:
+            return memo
         used = self.used(spec.name, profile)
         nominal = spec.nominal.get(profile, 0)
         pool = pool_used = 0
@@ -189,7 +220,8 @@ class QuotaBook:
         room = max(0, nominal - used) + max(0, pool - pool_used - own_lendable)
         if spec.borrowing_limit is not None:
             room = min(room, nominal + spec.borrowing_limit - used)
-        return max(0, room)
+        self._rooms[(spec.name, profile)] = room = max(0, room)
+        return room
 
     def _profiles_for(self, spec: QueueSpec) -> tuple[str, ...]:
         return self._profiles or tuple(sorted(spec.nominal))
@@ -199,6 +231,14 @@ class QuotaBook:
         """Why `job`'s queue cannot take it now (a `NoQuota` NoFit), or None."""
         if job.queue is None:
             return None
+        memo = (job.queue, _chips(job))
+        if memo in self._refusals:  # usage has not moved since: the same answer
+            return self._refusals[memo]
+        self._refusals[memo] = why = self._refuse(job)
+        return why
+
+    def _refuse(self, job: QueuedJob) -> NoFit | None:
+        assert job.queue is not None
         spec = self.queues.get(job.queue)
         if spec is None:
             return NoFit(NO_QUOTA, f"queue {job.queue!r} does not exist")
@@ -256,7 +296,7 @@ class QuotaBook:
         found: list[tuple[int, int, QueuedJob]] = []
         for recency, held in enumerate(order):
             other = held.job
-            if not other.preemptible or other.key == job.key:
+            if not other.preemptible or other.key == job.key or other.key in self._fresh:
                 continue
             if held.queue == job.queue:
                 if (spec is None or spec.within_queue == "LowerPriority") \
@@ -286,8 +326,10 @@ class QuotaBook:
             return False
         return bool(self.victims(job))
 
-    def _reclaim_key(self, job: QueuedJob) -> tuple[str | None, int, int, object]:
-        return (job.queue, job.priority, self._epoch, job.request)
+    def _reclaim_key(self, job: QueuedJob) -> tuple[object, ...]:
+        used = self._total.get(job.queue, 0) if job.queue is not None else 0
+        return (job.queue, job.priority, job.request, used, self._grow, self._freed,
+                self._free_at_start)
 
 
 def _chips(job: QueuedJob) -> int:
