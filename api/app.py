@@ -11,12 +11,14 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 from fastapi import Depends, FastAPI
-from ultraplane.api import errors, openapi
+from ultraplane.api import errors, openapi, routers_dashboard, routers_docs
 from ultraplane.api.auth import Guard, load_tokens
 from ultraplane.api.backends import make_backend
 from ultraplane.api.limits import BodySizeLimit, SingleQueryValues
 from ultraplane.api.metrics import Metrics, MetricsMiddleware
+from ultraplane.api.ratelimits import RateLimits
 from ultraplane.api.routers_accounting import router as accounting_router
+from ultraplane.api.routers_explanations import router as explanations_router
 from ultraplane.api.routers_health import router as health_router
 from ultraplane.api.routers_jobs import inference_router, training_router
 from ultraplane.api.routers_placements import router as placements_router
@@ -80,6 +82,8 @@ def create_app(
         description=DESCRIPTION,
         lifespan=lifespan,
         dependencies=[Depends(openapi.reject_unknown_query)],
+        docs_url=None,  # served from the package by routers_docs: no CDN
+        redoc_url=None,
     )
     app.state.settings = settings
     app.state.engine = engine
@@ -88,10 +92,13 @@ def create_app(
     app.state.metrics = metrics
     errors.install(app)
     for router in (health_router, ultraservers_router, training_router, inference_router,
-                   placements_router, accounting_router):
+                   placements_router, accounting_router, explanations_router):
         app.include_router(router)
     openapi.install(app, guard, kubernetes=settings.backend == "kubernetes")
+    routers_docs.install(app)
+    routers_dashboard.install(app)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(SingleQueryValues)
+    app.add_middleware(RateLimits, limits=settings.rate_limits())
     app.add_middleware(MetricsMiddleware, metrics=metrics)
     return app

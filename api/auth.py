@@ -11,8 +11,10 @@ delete, get, list) and on accounting is checked for the caller, by verb,
 resource and namespace. A static token is checked against its own grant
 (namespaces and verbs). A TokenReview user is checked by a SubjectAccessReview,
 so the API never does what the caller could not do with kubectl. Fleet-wide
-reads (UltraServers, capacity, dry runs) hold no one's jobs and stay open
-unless `ULTRAPLANE_API_PROTECT_READS=1`, which makes them need any valid token.
+reads (UltraServers, capacity) stay open unless `ULTRAPLANE_API_PROTECT_READS=1`, which
+makes them need any valid token; either way they name a job (namespace/name) only to a
+caller who may read its namespace, and show everyone else's as "another tenant" (`Reader`).
+Dry runs cost CPU, so once authentication is on they need a valid token.
 """
 
 from __future__ import annotations
@@ -29,7 +31,10 @@ from ultraplane.api.errors import ApiError
 from ultraplane.api.kube_reviews import KubeReviews, UserInfo
 from ultraplane.api.tokens import Grant, StaticToken, load_tokens
 
-__all__ = ["Access", "Caller", "Guard", "load_tokens", "require_access", "require_fleet_read"]
+__all__ = ["Access", "Caller", "FleetReader", "Guard", "Reader", "load_tokens", "require_access",
+           "require_dry_run", "require_fleet_read"]
+READ_VERBS = ("list", "get")
+JOB_RESOURCES = ("trainingjobs", "inferencejobs")
 
 bearer = HTTPBearer(auto_error=False, description="Bearer token (see docs/api.md, Auth).")
 
@@ -54,6 +59,29 @@ class Caller:
     name: str
     grant: Grant | None = None
     user: UserInfo | None = None
+
+
+@dataclass(frozen=True)
+class Reader:
+    """Whose job names a fleet-wide read may show: every namespace (`everything`), or those
+    `may_read` allows (a static grant's namespaces; a SubjectAccessReview per namespace)."""
+
+    everything: bool = False
+    namespaces: frozenset[str] = frozenset()
+    ask: Callable[[str], bool] | None = None  # a cluster user: may they list jobs there?
+
+    def may_read(self, namespace: str | None) -> bool:
+        if self.everything:
+            return True
+        if namespace is None:
+            return False
+        if namespace in self.namespaces:
+            return True
+        return self.ask is not None and self.ask(namespace)
+
+
+EVERYONE = Reader(everything=True)
+NOBODY = Reader()
 
 
 class Guard:
@@ -107,6 +135,40 @@ class Guard:
                                f"{caller.name} may not {access.verb} {resource} "
                                f"{access.where()}{because}")
 
+    def reader(self, credentials: HTTPAuthorizationCredentials | None, *,
+               need_token: bool = False) -> Reader:
+        """Who may see which job names in a fleet-wide read (401 where a token is needed)."""
+        if not self.enabled:
+            return EVERYONE
+        if (credentials is None or not credentials.credentials) and not (
+                self.protect_reads or need_token):
+            return NOBODY
+        if self.protect_reads or need_token:
+            caller = self.authenticate(credentials)
+        else:
+            try:  # open reads: a token not accepted is no one's, as no token is
+                caller = self.authenticate(credentials)
+            except ApiError:
+                return NOBODY
+        if caller.grant is not None:
+            grant = caller.grant
+            if not any(v in grant.verbs for v in READ_VERBS):
+                return NOBODY
+            if grant.namespaces is None:
+                return EVERYONE
+            return Reader(namespaces=grant.namespaces)
+        reviews, user = self.reviews, caller.user
+        if reviews is None or user is None:
+            return NOBODY
+
+        def ask(namespace: str | None) -> bool:
+            return any(reviews.authorize(user, verb="list", resource=r, namespace=namespace,
+                                         name=None)[0] for r in JOB_RESOURCES)
+
+        if ask(None):
+            return EVERYONE
+        return Reader(ask=ask)
+
     def check(self, credentials: HTTPAuthorizationCredentials | None,
               access: Access | None) -> None:
         """Raise 401/403 unless the request may go on; `access` None is a fleet-wide read."""
@@ -130,9 +192,26 @@ async def _check(request: Request, credentials: Credentials, access: Access | No
         await run_in_threadpool(guard.check, credentials, access)
 
 
-async def require_fleet_read(request: Request, credentials: Credentials) -> None:
-    """UltraServers, capacity and dry runs: a token only with ULTRAPLANE_API_PROTECT_READS."""
-    await _check(request, credentials, None)
+async def require_fleet_read(request: Request, credentials: Credentials) -> Reader:
+    """UltraServers and capacity: a token only with ULTRAPLANE_API_PROTECT_READS; the
+    caller's `Reader` says whose job names the answer may show."""
+    guard: Guard = request.app.state.guard
+    if guard.reviews is None:
+        return guard.reader(credentials)
+    return await run_in_threadpool(guard.reader, credentials)
+
+
+async def require_dry_run(request: Request, credentials: Credentials) -> Reader:
+    """Dry runs: a valid token whenever authentication is on (they cost CPU), and the
+    victims of a preemption plan are named as `require_fleet_read` names jobs."""
+    guard: Guard = request.app.state.guard
+    if guard.reviews is None:
+        return guard.reader(credentials, need_token=True)
+    return await run_in_threadpool(guard.reader, credentials, need_token=True)
+
+
+FleetReader = Annotated[Reader, Depends(require_fleet_read)]
+DryRunReader = Annotated[Reader, Depends(require_dry_run)]
 
 
 def require_access(

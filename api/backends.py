@@ -27,9 +27,12 @@ from ultraplane.api.schemas import (
     UltraServerView,
 )
 from ultraplane.api.settings import Settings
+from ultraplane.api.ultraserverpatches import UltraServerPatch
 
 from ultraplane.allocator import CapacityReport, NoFit, Placement, PlacementRequest
 from ultraplane.capacities import DomainCapacity
+from ultraplane.conversions import InvalidJobError
+from ultraplane.jobreads import read_job
 from ultraplane.placements import request_from_topology
 from ultraplane.resources import InferenceJobSpec, TrainingJobSpec
 
@@ -57,6 +60,7 @@ class Backend(Protocol):
     ) -> JobResource: ...
     def delete_job(self, kind: JobKind, namespace: str, name: str) -> JobResource: ...
     def dry_run(self, request: DryRunRequest) -> DryRunResult: ...
+    def patch_ultraserver(self, name: str, patch: UltraServerPatch) -> UltraServerView: ...
     def fleet_summary(self) -> dict[str, Any]: ...
 
 
@@ -110,26 +114,13 @@ def nofit_view(nofit: NoFit) -> NoFitView:
     return NoFitView(kind=str(nofit.kind), message=nofit.message)
 
 
-def placement_status(placement: Placement) -> dict[str, Any]:
-    """`status.allocation` of the resources contract."""
-    return {
-        "ultraServers": list(placement.ultraservers),
-        "servers": list(placement.servers),
-        "chips": list(placement.chip_ids),
-        "level": str(placement.level),
-        "score": float(placement.score),
-    }
-
-
 def requests_of(spec: JobSpec) -> list[PlacementRequest]:
-    """One gang request per training job, one per inference replica."""
-    wire = spec.model_dump(mode="json", by_alias=True, exclude_none=True)
-    topo, profile = wire.get("topology"), wire.get("profile")
-    if isinstance(spec, InferenceJobSpec):
-        replicas = int(wire.get("replicas", 1))
-        one = request_from_topology(int(wire["chipsPerReplica"]), topo, profile)
-        return [one for _ in range(replicas)]
-    return [request_from_topology(int(wire["chips"]), topo, profile)]
+    """One gang request per training job, one per inference replica (the core's reading)."""
+    kind = "InferenceJob" if isinstance(spec, InferenceJobSpec) else "TrainingJob"
+    read = read_job(kind, "", "", spec)
+    if read.queued is None:
+        raise InvalidJobError(read.error or "invalid spec")
+    return [read.queued.request for _ in read.parts]
 
 
 def request_of(body: DryRunRequest) -> PlacementRequest:

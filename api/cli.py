@@ -12,9 +12,14 @@ from typing import Any
 
 import click
 
+from ultraplane.clitypes import FINITE_FLOAT
+from ultraplane.kubeclients import cluster_options
+from ultraplane.logs import level_name, log_level_option
+
 FLAG_OF_FIELD = {
     "backend": "--backend", "db": "--db", "fleet": "--fleet", "cluster": "--cluster",
     "time_scale": "--time-scale", "token_file": "--token-file", "tick_seconds": "--tick-seconds",
+    "kubeconfig": "--kubeconfig", "kube_context": "--context",
 }
 
 
@@ -34,12 +39,12 @@ def _fail(message: str) -> None:
 @click.option("--db", default=None, help="Store URL: sqlite:///FILE or postgresql://... "
               "[default: ~/.local/share/ultraplane/ultraplane.db].")
 @click.option("--demo/--no-demo", default=True, show_default=True, help="Submit a stream of demo jobs.")
-@click.option("--time-scale", type=float, default=None, help="Simulated seconds per wall second [default: 60].")
-@click.option("--tick-seconds", type=float, default=None, help="Wall seconds between scheduling ticks [default: 1].")
+@click.option("--time-scale", type=FINITE_FLOAT, default=None, help="Simulated seconds per wall second [default: 60].")
+@click.option("--tick-seconds", type=FINITE_FLOAT, default=None, help="Wall seconds between scheduling ticks [default: 1].")
 @click.option("--token-file", type=click.Path(dir_okay=False), default=None,
               help="File of bearer tokens, one per line; mutating calls then need one.")
-@click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="warning",
-              show_default=True)
+@cluster_options
+@log_level_option(default="warning")
 def serve(**opts: Any) -> None:
     """Serve the REST API (embedded fleet by default); prints the URL and the docs URL."""
     from pydantic import ValidationError
@@ -49,7 +54,8 @@ def serve(**opts: Any) -> None:
         _fail("--fleet and --cluster cannot be used together; pick one.")
     overrides = {
         key: opts[key]
-        for key in ("backend", "db", "fleet", "cluster", "time_scale", "token_file", "tick_seconds")
+        for key in ("backend", "db", "fleet", "cluster", "time_scale", "token_file", "tick_seconds",
+                    "kubeconfig", "kube_context")
         if opts[key] is not None
     }
     overrides["demo"] = opts["demo"] and (opts["backend"] or "embedded") == "embedded"
@@ -61,12 +67,17 @@ def serve(**opts: Any) -> None:
         message = str(err["msg"]).removeprefix("Value error, ").rstrip(".")
         _fail(f"{FLAG_OF_FIELD.get(field, field)}: {message}.")
     _check_port(opts["host"], opts["port"])
+    _check_cluster(settings)
     app = _build(settings)
     import uvicorn
 
     shown_host = "127.0.0.1" if opts["host"] in ("0.0.0.0", "::") else opts["host"]
-    config = uvicorn.Config(app, host=opts["host"], port=opts["port"], log_level=opts["log_level"],
-                            access_log=False, lifespan="on")
+    from ultraplane.api.connections import server_options
+
+    config = uvicorn.Config(app, host=opts["host"], port=opts["port"], log_level=level_name(),
+                            access_log=False, lifespan="on",
+                            **server_options(read_seconds=settings.request_read_seconds,
+                                             max_connections=settings.max_connections))
     _print_banner(settings, shown_host, opts["port"])
     uvicorn.Server(config).run()
 
@@ -84,18 +95,32 @@ def _check_port(host: str, port: int) -> None:
             _fail(f"--port: cannot listen on {host}:{port} ({exc.strerror}).")
 
 
+def _check_cluster(settings: Any) -> None:
+    """Kubernetes mode with no cluster: one sentence and exit 2 (`ultraplane/kubeclients.py`)."""
+    if settings.backend != "kubernetes":
+        return
+    from ultraplane.kubeclients import ClusterAccess, ClusterUnavailable, connect, exit_unavailable
+
+    try:
+        connect(ClusterAccess(settings.kubeconfig, settings.kube_context))
+    except ClusterUnavailable as exc:
+        exit_unavailable(exc)
+
+
 def _build(settings: Any) -> Any:
     """create_app with startup problems (bad DB URL, unreadable files) as one-sentence errors."""
-    from sqlalchemy.exc import ArgumentError, OperationalError
+    from sqlalchemy.exc import ArgumentError, SQLAlchemyError
     from ultraplane.api.app import create_app
+    from ultraplane.api.storeclaims import StoreError, masked, reason
 
     try:
         return create_app(settings)
+    except StoreError as exc:  # corrupt, read-only, full, in use: already one sentence
+        _fail(f"--db: {exc}")
     except ArgumentError as exc:
-        _fail(f"--db: {settings.db!r} is not a database URL ({exc}).")
-    except OperationalError as exc:
-        first_line = str(exc.orig).strip().splitlines()[0]
-        _fail(f"--db: cannot open the store at {settings.db}: {first_line}.")
+        _fail(f"--db: {masked(settings.db)} is not a database URL ({exc}).")
+    except SQLAlchemyError as exc:
+        _fail(f"--db: cannot open the store at {masked(settings.db)}: {reason(exc)}.")
     except (ValueError, OSError) as exc:
         from ultraplane.profiles import UnknownProfileError
 
@@ -114,8 +139,11 @@ def _build(settings: Any) -> Any:
 def _print_banner(settings: Any, host: str, port: int) -> None:
     url = f"http://{host}:{port}"
     fleet = settings.cluster or settings.fleet
-    where = f"fleet {fleet}, {settings.time_scale:g}x" if settings.backend == "embedded" else "cluster"
+    where = (f"fleet {fleet}, simulated time at {settings.time_scale:g}x: job times are simulated"
+             if settings.backend == "embedded" else "cluster")
     click.echo(f"Ultraplane API ({settings.backend} backend, {where}) on {url}")
     click.echo(f"  docs:  {url}/docs")
-    click.echo(f"  store: {settings.db}")
+    from ultraplane.api.storeclaims import masked
+
+    click.echo(f"  store: {masked(settings.db)}")
     sys.stdout.flush()

@@ -20,15 +20,16 @@ from collections.abc import Callable
 from typing import Any
 
 from sqlalchemy import Engine
+from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlmodel import Session
-from ultraplane.api import pages, store
+from ultraplane.api import dryruns, pages, store
 from ultraplane.api.accounting import day_of
 from ultraplane.api.backends import JobSpec, not_found
-from ultraplane.api.dryruns import dry_run
 from ultraplane.api.errors import ApiError
 from ultraplane.api.fleets import FleetView, build_topology
 from ultraplane.api.jobruns import JobRunner
 from ultraplane.api.jobstates import JobState
+from ultraplane.api.preemptionplans import Planners
 from ultraplane.api.schemas import (
     DryRunRequest,
     DryRunResult,
@@ -38,13 +39,16 @@ from ultraplane.api.schemas import (
     UltraServerView,
 )
 from ultraplane.api.settings import Settings
+from ultraplane.api.storeclaims import Claim, check, describe, reason, unavailable
+from ultraplane.api.ultraserverpatches import UltraServerPatch, patched
 from ultraplane.simulator.runtime import JobRuntime
 
 from ultraplane.admissions import Admissions
 from ultraplane.allocator import Allocator
-from ultraplane.ids import ChipId, JobKey
+from ultraplane.ids import JobKey, local_ref, parse_chip_id
 
 log = logging.getLogger("ultraplane.api.embedded")
+NAME_STRIPES = 64
 
 
 class EmbeddedBackend:
@@ -77,6 +81,7 @@ class EmbeddedBackend:
         self._cycle_due = True  # set by anything that can change the next cycle's decisions
         self._holders_view: tuple[dict[JobKey, int], dict[str, str]] | None = None
         self.runner = JobRunner(self)
+        self.planners = Planners(budget_s=settings.dry_run_plan_seconds)
         self.fleet = FleetView(self.topology, self.allocator, preset)
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -89,6 +94,16 @@ class EmbeddedBackend:
         self._removed: set[str] = set()
         self._final: list[Any] = []
         self._saved_seq: str | None = None
+        # Create, delete and re-create of one name run one at a time, from the check of the
+        # name through the commit to the change in memory. Striped, not one lock per name:
+        # a bounded set, and two names sharing a stripe only wait for each other's commit.
+        self._name_locks = [threading.Lock() for _ in range(NAME_STRIPES)]
+        self.claim = Claim(engine)  # one live server per store (StoreError if another has it)
+        try:
+            check(engine)  # corrupt, read-only or full: one sentence now, not a traceback later
+        except BaseException:
+            self.claim.release()
+            raise
         self.demo: Any = None
         if settings.demo:
             from ultraplane.api.demos import DemoStream
@@ -102,7 +117,9 @@ class EmbeddedBackend:
         self.sim_epoch = float(epoch) if epoch is not None else self.clock()
         self.sim_elapsed_base = float(elapsed) if elapsed is not None else 0.0
         self.wall0 = self.clock()
-        self.next_seq = int(store.get_value(session, key="next_seq") or 0)
+        # The tick saves next_seq; a create's row may be newer than the last tick.
+        self.next_seq = max([int(store.get_value(session, key="next_seq") or 0),
+                             *(j.seq for j in self.jobs.values())])
 
     def sim_now(self) -> float:
         """Simulated time as unix seconds: accounting days follow the simulated calendar."""
@@ -116,11 +133,22 @@ class EmbeddedBackend:
             return
         self._started = True
         with Session(self.engine) as session, self.lock:
-            self._load_clock(session)
+            tombstones = []
             for row in store.list_jobs(session):
+                if row.status.get("status", {}).get("phase") == "Deleted":
+                    tombstones.append(row.uid)  # left by earlier versions: never requeued
+                    continue
                 self.register(JobState.from_row(row))
+            if tombstones:
+                with self.engine.begin() as conn:
+                    store.write_jobs(conn, rows=[], removed=tombstones)
+            self._load_clock(session)
             self.runner.recover(self.sim_now())
-        self.tick()
+        try:
+            self.tick()
+        except SQLAlchemyError as exc:  # serve what was loaded; /readyz says why not ready
+            self._last_error = f"{describe(self.engine.url)} did not save: {reason(exc)}"
+            log.warning("%s", self._last_error)
         if background:
             self._thread = threading.Thread(target=self._loop, name="ultraplane-tick", daemon=True)
             self._thread.start()
@@ -130,7 +158,12 @@ class EmbeddedBackend:
         self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout=10)
-        self.persist(force=True)
+        try:
+            self.persist(force=True)
+        except SQLAlchemyError as exc:  # what is kept stays kept; say what was not
+            log.error("the last save before stopping failed: %s", reason(exc))
+        finally:
+            self.claim.release()
 
     def ready(self) -> tuple[bool, str]:
         if self._ticks == 0:
@@ -146,6 +179,10 @@ class EmbeddedBackend:
             try:
                 self.tick()
                 self._last_error = ""
+            except SQLAlchemyError as exc:  # kept in memory, saved by the next tick that can
+                self._last_error = (f"{describe(self.engine.url)} did not save the last "
+                                    f"changes: {reason(exc)}")
+                log.warning("%s", self._last_error)
             except Exception as exc:  # keep serving; /readyz reports it
                 log.exception("tick failed")
                 self._last_error = f"tick failed: {exc}"
@@ -197,10 +234,15 @@ class EmbeddedBackend:
         due, self._cycle_due = self._cycle_due or changed, False
         return due
 
-    def forget(self, job: JobState) -> None:
-        """Drop a job from memory; its row goes at the next persist, its accounting stays."""
-        self._final.append(self.runner.accounting_of(job))
-        self._removed.add(job.uid)
+    def forget(self, job: JobState, *, row_deleted: bool = False) -> None:
+        """Drop a job from memory; its row goes at the next persist (unless a delete has
+        already committed that), its accounting stays, closed at the next persist."""
+        record, days = self.runner.accounting_of(job)
+        if row_deleted:  # accounting outlives the job and says how it ended
+            record = record.model_copy(update={"phase": "Deleted"})
+        else:
+            self._removed.add(job.uid)
+        self._final.append((record, days))
         del self.jobs[job.uid]
         self._names.pop((job.kind, job.namespace, job.name), None)
         self.runner.unindex(job)
@@ -209,45 +251,57 @@ class EmbeddedBackend:
             self._fleet_stale = True
         self._cycle_due = True
 
-    def persist(self, *, force: bool = False, only: list[JobState] | None = None) -> None:
+    def persist(self, *, force: bool = False) -> None:
         """Save changed jobs at once, running jobs' progress and accounting every few seconds.
 
         The snapshot is taken under the state lock and written outside it, so requests
-        are not blocked by the database; `_persist_lock` keeps writes in snapshot order.
+        are not blocked by the database; `_persist_lock` keeps writes in snapshot order
+        (and a delete's commit out of the middle of one). What a failed write held is
+        handed back, to be written by the next persist: nothing is marked saved before
+        its transaction commits. Raises the store's error after handing back.
         Never call with the state lock held (lock order: persist, then state).
-        `only`: a request's own jobs, saved without a scan of every job (the tick saves the rest).
         """
         with self._persist_lock:
             with self.lock:
                 wall = self.clock()
-                periodic = force or (only is None and wall - self._last_persist >= (
-                    self.settings.accounting_interval_seconds
-                ))
-                if only is None:
-                    pool = {**self._changed, **self.live} if periodic else self._changed
-                    changed = list(pool.values())
-                else:
-                    changed = [j for j in only if j.dirty]
+                periodic = force or wall - self._last_persist >= (
+                    self.settings.accounting_interval_seconds)
+                pool = {**self._changed, **self.live} if periodic else self._changed
+                changed = list(pool.values())
                 rows = [j.to_values() for j in changed]
-                records = [self.runner.accounting_of(j) for j in changed] + self._final
+                final, self._final = self._final, []
+                records = [self.runner.accounting_of(j) for j in changed] + final
                 for job in changed:
                     job.dirty = False
                     self._changed.pop(job.uid, None)
-                removed, self._final = sorted(self._removed), []
+                removed = sorted(self._removed)
                 self._removed.clear()
                 values: dict[str, str] = {}
                 if str(self.next_seq) != self._saved_seq:
-                    values["next_seq"] = self._saved_seq = str(self.next_seq)
+                    values["next_seq"] = str(self.next_seq)
                 if periodic:
-                    self._last_persist = wall
                     values["sim_epoch_s"] = repr(self.sim_epoch)
                     values["sim_elapsed_s"] = repr(self.sim_now() - self.sim_epoch)
             if not (rows or records or removed or values):
                 return
-            with self.engine.begin() as conn:
-                store.write_jobs(conn, rows=rows, removed=removed)
-                store.write_accounting(conn, records=records)
-                store.write_values(conn, values=values)
+            try:
+                with self.engine.begin() as conn:
+                    store.write_jobs(conn, rows=rows, removed=removed)
+                    store.write_accounting(conn, records=records)
+                    store.write_values(conn, values=values)
+            except SQLAlchemyError:
+                with self.lock:
+                    for job in changed:
+                        if self.jobs.get(job.uid) is job:
+                            job.dirty = True
+                            self._changed[job.uid] = job
+                    self._final = final + self._final
+                    self._removed.update(removed)
+                raise
+            if "next_seq" in values:
+                self._saved_seq = values["next_seq"]
+            if periodic:
+                self._last_persist = wall
 
     # -- reads -----------------------------------------------------------------------------
     def ultraservers(self) -> list[UltraServerView]:
@@ -277,12 +331,16 @@ class EmbeddedBackend:
     ) -> JobPage:
         """Jobs in submission order, `limit` at a time; `cont` is the last page's token."""
         after = pages.seq_after(cont)
+        # The scan of a deep queue runs on a copy of the job list (one C-level copy under the
+        # lock): kind, namespace and seq never change, so only the page's own `limit`
+        # resources are rendered with the lock held again.
         with self.lock:
-            jobs = heapq.nsmallest(limit + 1, (
-                j for j in self.jobs.values()
-                if j.seq > after and j.kind == kind
-                and (namespace is None or j.namespace == namespace)
-            ), key=lambda j: j.seq)
+            everyone = list(self.jobs.values())
+        jobs = heapq.nsmallest(limit + 1, (
+            j for j in everyone
+            if j.seq > after and j.kind == kind and (namespace is None or j.namespace == namespace)
+        ), key=lambda j: j.seq)
+        with self.lock:
             items = [j.resource() for j in jobs[:limit]]
         more = len(jobs) > limit
         return JobPage(items=items, next=pages.token_after(jobs[limit - 1].seq) if more else None)
@@ -292,58 +350,113 @@ class EmbeddedBackend:
             return self._find(kind, namespace, name).resource()
 
     # -- writes ----------------------------------------------------------------------------
+    def _name_lock(self, kind: str, namespace: str, name: str) -> threading.Lock:
+        return self._name_locks[hash((kind, namespace, name)) % NAME_STRIPES]
+
     def create_job(
         self, kind: JobKind, namespace: str, name: str, spec: JobSpec, labels: dict[str, str]
     ) -> JobResource:
-        with self.lock:
+        """Commit the job's row, then queue it: the 201 follows the commit, and a failed
+        commit (503) leaves nothing in memory. The fleet lock is not held over the write."""
+        with self._name_lock(kind, namespace, name):
+            with self.lock:
+                if self._names.get((kind, namespace, name)) is not None:
+                    raise already_exists(kind, namespace, name)
+                self.next_seq += 1
+                seq, now = self.next_seq, self.sim_now()
+            job = JobState(uid=str(uuid.uuid4()), kind=kind, namespace=namespace, name=name,
+                           spec=spec, seq=seq, created_s=now, labels=labels, dirty=False)
+            # Everything derived from the spec is built before anything is written or
+            # registered, so a spec that cannot be read fails here and leaves no trace.
+            _ = job.queued, job.requests, job.priority, job.preemptible
+            row, resource = job.to_values(), job.resource()
             try:
-                self._find(kind, namespace, name)
-            except ApiError:
-                pass
-            else:
-                raise ApiError(
-                    409, "AlreadyExists", "metadata.name",
-                    f"{kind} {namespace}/{name} already exists",
-                )
-            self.next_seq += 1
-            job = JobState(
-                uid=str(uuid.uuid4()), kind=kind, namespace=namespace, name=name, spec=spec,
-                seq=self.next_seq, created_s=self.sim_now(), labels=labels,
-            )
-            self.register(job)
-            self.runner.submit(job)
-            resource = job.resource()
-        self.persist(only=[job])
+                with self.engine.begin() as conn:
+                    store.insert_job(conn, row=row)
+            except IntegrityError as exc:
+                raise already_exists(kind, namespace, name) from exc
+            except SQLAlchemyError as exc:
+                log.warning("create of %s %s/%s not saved: %s", kind, namespace, name,
+                            reason(exc))
+                raise unavailable(self.engine.url, exc) from exc
+            with self.lock:
+                self.register(job)
+                self.runner.submit(job)
         self._wake.set()
         return resource
 
     def delete_job(self, kind: JobKind, namespace: str, name: str) -> JobResource:
-        with self.lock:
-            job = self._find(kind, namespace, name)
-            self.runner.remove(job, self.sim_now())
-            self.forget(job)
-            self._holders_view = None
-            self._refresh_fleet()
-            resource = job.resource()
-        self.persist(only=[])
-        return resource
+        """Delete the job's row, then stop it and free its chips: the 200 follows the
+        commit, and a failed commit (503) leaves the job running as it was.
+
+        The persist lock is held from the commit to the change in memory, so no tick
+        snapshot taken before the change is written after the delete (and brings the row
+        back)."""
+        with self._name_lock(kind, namespace, name), self._persist_lock:
+            with self.lock:
+                job = self._find(kind, namespace, name)
+                # its accounting as of the last sample, closed in the same transaction; the
+                # few seconds since then follow with the next persist
+                record, days = self.runner.accounting_of(job)
+            try:
+                with self.engine.begin() as conn:
+                    store.write_jobs(conn, rows=[], removed=[job.uid])
+                    store.write_accounting(conn, records=[
+                        (record.model_copy(update={"phase": "Deleted"}), days)])
+            except SQLAlchemyError as exc:
+                log.warning("delete of %s %s/%s not saved: %s", kind, namespace, name,
+                            reason(exc))
+                raise unavailable(self.engine.url, exc) from exc
+            with self.lock:
+                if self.jobs.get(job.uid) is job:  # the demo stream may have let it go
+                    self.runner.remove(job, self.sim_now())
+                    self.forget(job, row_deleted=True)
+                    self._holders_view = None
+                    self._refresh_fleet()
+                return job.resource()
 
     def fail_chip(self, chip_id: str) -> list[str]:
-        """Break a chip: the allocator stops using it, jobs on it restart from a checkpoint
-        (or fail, per their failurePolicy) at the next tick. For chaos drills and tests."""
+        """Break one chip (chaos drills, tests): as `PATCH /v1/ultraservers/{name}` would.
+        Returns the jobs that held it."""
+        us_name, server, chip = parse_chip_id(chip_id)
         with self.lock:
+            us = self.allocator.topology.ultraserver(us_name)
+            holder = self.allocator.job_of(chip_id)
+            refs = sorted(us.failed_chips | {local_ref(server, chip)})
+        self.patch_ultraserver(us_name, UltraServerPatch.model_validate(
+            {"spec": {"failedChips": refs}}))
+        return [] if holder is None else [self.admissions.owner(holder)]
+
+    def patch_ultraserver(self, name: str, patch: UltraServerPatch) -> UltraServerView:
+        """Failed chips and cordons of one UltraServer: the allocator adopts them, and the core
+        decides what each job on a newly failed chip becomes (its failure policy)."""
+        with self.lock:
+            if name not in self.allocator.topology:
+                raise ApiError(404, "NotFound", "name", f"UltraServer {name} does not exist")
+            before = self.allocator.topology.ultraserver(name)
+            after = patched(before, patch)
+            self.allocator.upsert_ultraserver(after)
+            self.runner.health_changed(before, after, self.sim_now())
+            self.fleet.topology = self.allocator.topology
             self._cycle_due = True
-            self.allocator.set_chip_failed(ChipId(chip_id), True)
-            return self.runtime.fail_chip(chip_id)
+            self._holders_view = None
+            self._refresh_fleet()
+            view = next(v for v in self.fleet.ultraservers if v.name == name)
+        self.persist()  # the jobs it changed are saved before the answer
+        self._wake.set()
+        return view
 
     def dry_run_nowait(self, request: DryRunRequest) -> DryRunResult | None:
-        """The dry run if the fleet lock is free right now, else None (caller waits elsewhere)."""
+        """The dry run if the fleet lock is free right now and no preemption plan is needed,
+        else None (the caller then calls `dry_run` in a worker thread)."""
         if not self.lock.acquire(blocking=False):
             return None
         try:
-            return self.dry_run(request)
+            running, _ = self._holders()
+            result = dryruns.place(self.allocator, request, reservation=self.reservation)
         finally:
             self.lock.release()
+        return None if dryruns.needs_plan(result, request, running) else result
 
     def _holders(self) -> tuple[dict[JobKey, int], dict[str, str]]:
         """(preemptible holder key -> priority, holder key -> namespace/name), rebuilt only
@@ -355,13 +468,53 @@ class EmbeddedBackend:
             self._holders_view = (running, owners)
         return self._holders_view
 
-    def dry_run(self, request: DryRunRequest) -> DryRunResult:
+    def dry_run(self, request: DryRunRequest, *, wait: bool = True) -> DryRunResult:
+        """Placement under the lock; a preemption plan on a copy, after the lock is released,
+        bounded in time and in how many run at once (503 with Retry-After past either).
+        A plan that finds the planners busy waits for them (without the lock) once."""
         with self.lock:
             running, owners = self._holders()
-            return dry_run(
-                self.allocator, request, running=running,
-                job_name=lambda key: owners.get(key, key), reservation=self.reservation,
-            )
+            result = dryruns.place(self.allocator, request, reservation=self.reservation)
+            if not dryruns.needs_plan(result, request, running):
+                return result
+            quick = dryruns.plan_inline(self.allocator, request, running=running,
+                                        reservation=self.reservation)
+            if quick is not None:
+                return dryruns.with_plan(result, quick, lambda key: owners.get(key, key))
+            plan = None
+            if self.planners.claim():
+                try:
+                    plan = dryruns.pending(self.allocator, request, running=running,
+                                           reservation=self.reservation, planners=self.planners)
+                except BaseException:
+                    self.planners.release()
+                    raise
+        if plan is None:
+            if wait and self.planners.wait_free(self.planners.budget_s):
+                return self.dry_run(request, wait=False)  # the fleet may have changed: anew
+            raise dryruns.busy("another preemption plan is being computed; ask again shortly")
+        try:
+            return dryruns.preempt(result, request, plan, job_name=lambda key: owners.get(key, key),
+                                   planners=self.planners)
+        finally:
+            self.planners.release()
+
+    def explain_job(self, kind: JobKind, namespace: str, name: str,
+                    visible: Callable[[str], bool]) -> dict[str, Any]:
+        """`why`: the core's explanation (ultraplane.explanations) over this fleet's scheduler
+        state: the job's queue entry, the UltraServer views and the running jobs, at sim time."""
+        from ultraplane.explanation_inputs import explain_documents
+
+        with self.lock:
+            job = self._find(kind, namespace, name).resource().model_dump(by_alias=True)
+            holders = [j.resource().model_dump(by_alias=True) for j in self.live.values()]
+            views = [v.model_dump(by_alias=True) for v in self.fleet.ultraservers]
+            now = self.sim_now()
+        return explain_documents(job, views, holders, now_s=now, visible=visible).wire()
 
     def day(self, t_s: float) -> str:
         return day_of(t_s)
+
+
+def already_exists(kind: str, namespace: str, name: str) -> ApiError:
+    return ApiError(409, "AlreadyExists", "metadata.name", f"{kind} {namespace}/{name} already exists")

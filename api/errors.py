@@ -13,27 +13,39 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, Field, ValidationError
+from sqlalchemy.exc import SQLAlchemyError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from ultraplane.api import problems as problems_
 
 log = logging.getLogger("ultraplane.api")
+
+
+class FieldProblem(BaseModel):
+    field: str
+    message: str
 
 
 class ErrorBody(BaseModel):
     error: str
     field: str | None = None
     message: str
+    problems: list[FieldProblem] | None = Field(
+        default=None, description="Every problem of the request (validation errors), when "
+                                  "there is more than one; `field` and `message` sum them up.")
 
 
 class ApiError(Exception):
     """An expected failure with its HTTP status, e.g. 404 for an unknown job."""
 
-    def __init__(self, status: int, error: str, field: str | None, message: str) -> None:
+    def __init__(self, status: int, error: str, field: str | None, message: str,
+                 *, headers: dict[str, str] | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.error = error
         self.field = field
         self.message = message
+        self.headers = headers or {}  # e.g. Retry-After on a 503
 
 
 def _loc(loc: tuple[Any, ...] | list[Any]) -> str:
@@ -50,11 +62,22 @@ def first_error(errors: list[Any], *, prefix: str = "") -> tuple[str, str]:
     return field or "body", f"{field}: {message}" if field else message
 
 
-def error_response(status: int, error: str, field: str | None, message: str) -> JSONResponse:
-    return JSONResponse(
-        status_code=status,
-        content=ErrorBody(error=error, field=field, message=message).model_dump(),
-    )
+def error_response(status: int, error: str, field: str | None, message: str,
+                   problems: list[problems_.Problem] | None = None) -> JSONResponse:
+    body = ErrorBody(error=error, field=field, message=message).model_dump()
+    if problems and len(problems) > 1:
+        body["problems"] = [{"field": p.field, "message": p.message}
+                            for p in problems[:problems_.MAX_SHOWN]]
+    else:
+        body.pop("problems")
+    return JSONResponse(status_code=status, content=body)
+
+
+def _body_model(request: Request) -> type[BaseModel] | None:
+    """The request body's model of the route that refused it (for "did you mean")."""
+    field = getattr(request.scope.get("route"), "body_field", None)
+    model = getattr(getattr(field, "field_info", None), "annotation", None)
+    return model if isinstance(model, type) and issubclass(model, BaseModel) else None
 
 
 def _allowed_methods(request: Request) -> str:
@@ -83,6 +106,7 @@ def install(app: FastAPI) -> None:
         response = error_response(exc.status, exc.error, exc.field, exc.message)
         if exc.status == 401:
             response.headers["WWW-Authenticate"] = "Bearer"
+        response.headers.update(exc.headers)
         return response
 
     @app.exception_handler(RequestValidationError)
@@ -92,13 +116,15 @@ def install(app: FastAPI) -> None:
             detail = (errors[0].get("ctx") or {}).get("error", "")
             return error_response(400, "BadRequest", "body",
                                   f"the request body is not valid JSON: {detail}".rstrip(": "))
-        field, message = first_error(errors)
-        return error_response(422, "ValidationError", field, message)
+        found = problems_.describe(errors, model=_body_model(_request), skip=1)
+        field, message = problems_.summary(found)
+        return error_response(422, "ValidationError", field, message, found)
 
     @app.exception_handler(ValidationError)
     async def _model_validation(_request: Request, exc: ValidationError) -> JSONResponse:
-        field, message = first_error(list(exc.errors()), prefix="body.spec.")
-        return error_response(422, "ValidationError", field, message)
+        found = problems_.describe(list(exc.errors()), prefix="body.spec.")
+        field, message = problems_.summary(found)
+        return error_response(422, "ValidationError", field, message, found)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
@@ -112,6 +138,15 @@ def install(app: FastAPI) -> None:
         if exc.status_code == 405:
             response.headers["Allow"] = _allowed_methods(_request)
         return response
+
+    @app.exception_handler(SQLAlchemyError)
+    async def _store(request: Request, exc: SQLAlchemyError) -> JSONResponse:
+        """The store failed under a request (full, read-only, gone): 503, never a 500."""
+        from ultraplane.api.storeclaims import unavailable
+
+        log.warning("store error on %s %s: %s", request.method, request.url.path,
+                    str(getattr(exc, "orig", exc)).splitlines()[0] if str(exc) else exc)
+        return await _api_error(request, unavailable(request.app.state.engine.url, exc))
 
     @app.exception_handler(Exception)
     async def _bug(request: Request, exc: Exception) -> JSONResponse:

@@ -3,13 +3,15 @@
 Reads are the hot path (the benchmark asks for >= 1,000/s on two cores), so
 the UltraServer list and the capacity report are rebuilt once per tick and
 served from this snapshot instead of recomputed per request.
+Those bytes name every tenant's jobs; a caller who may not read every namespace gets
+the views with other tenants' jobs as "another tenant" (`redact_view`).
 """
 
 from __future__ import annotations
 
 import json
 from collections import Counter, defaultdict
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from ultraplane.api.backends import capacity_json
@@ -114,3 +116,33 @@ class FleetView:
             "energy_kwh": self.energy_kwh,
             "jobs": dict(phases),
         }
+
+
+ANOTHER_TENANT = "another tenant"
+
+
+def namespace_of(job: str) -> str | None:
+    """The namespace in a job's fleet-view name: `tj/<ns>/<name>`, `ij/<ns>/<name>#i` (job
+    keys) or `<ns>/<name>` (a dry run's victims); None for a name with no namespace (a
+    cluster file's preset allocation), which only an every-namespace reader may see."""
+    parts = job.split("#", 1)[0].split("/")
+    if len(parts) == 3:
+        return parts[1]
+    if len(parts) == 2:
+        return parts[0]
+    return None
+
+
+def redact(jobs: Iterable[str], may_read: Callable[[str | None], bool]) -> list[str]:
+    """Names the reader may see, and one "another tenant" for all the others."""
+    shown = sorted({j for j in jobs if may_read(namespace_of(j))})
+    hidden = any(not may_read(namespace_of(j)) for j in jobs)
+    return [*shown, ANOTHER_TENANT] if hidden else shown
+
+
+def redact_view(view: UltraServerView, may_read: Callable[[str | None], bool]) -> UltraServerView:
+    """An UltraServer as one reader may see it: chips and power alike, other tenants unnamed."""
+    reserved = view.reserved_for
+    if reserved is not None and not may_read(namespace_of(reserved)):
+        reserved = ANOTHER_TENANT
+    return view.model_copy(update={"jobs": redact(view.jobs, may_read), "reserved_for": reserved})

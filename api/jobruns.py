@@ -1,22 +1,40 @@
-"""Glue between the Scheduler's decisions and the JobRuntime, for the embedded backend.
+"""Glue between the core's decisions and the JobRuntime, for the embedded backend.
 
-The Scheduler decides who holds which chips; the runtime executes on them.
-This module keeps the two in step and writes the job status the resources
-contract defines (phase, allocation, progress, energy), plus the usage that
-accounting integrates: chip-hours per simulated day and energy deltas.
+The core (`ultraplane.admissions`) decides every consequence of every trigger: a cycle (with
+the simulated clock, so EASY backfill by predicted ends and SplitWhenItPays pricing run here
+as in the operator), a chip failed (the failure policy), a job finished or deleted. This
+module only persists what it decided: the status document comes from the core's one builder
+(`ultraplane.jobstatuses`, the same phases, reasons and conditions the operator writes), the
+runtime executes on the chips, and the usage accounting integrates is sampled here
+(chip-hours per simulated day and energy deltas).
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from ultraplane.api.accounting import day_of, split_by_day
-from ultraplane.api.jobstates import JobState, rfc3339
+from ultraplane.api.jobstates import JobState
 from ultraplane.api.models import AccountingCreate
 
-from ultraplane.admissions import Admitted, Failed, Pending, Requeued
-from ultraplane.ids import ChipId
+from ultraplane import jobstatuses
+from ultraplane.admissions import Requeued
+from ultraplane.conversions import TERMINAL_PHASES
+from ultraplane.decisions import (
+    Admitted,
+    Failed,
+    Pending,
+    Preempted,
+    Replaced,
+    Restarted,
+)
+from ultraplane.ids import ChipId, JobKey
+from ultraplane.jobreads import expected_end
+from ultraplane.jobstatuses import StatusDecision
+from ultraplane.topology import UltraServer
 
 if TYPE_CHECKING:
     from ultraplane.api.embedded import EmbeddedBackend
@@ -24,10 +42,16 @@ if TYPE_CHECKING:
 log = logging.getLogger("ultraplane.api.embedded")
 
 
+def moment(t_s: float) -> datetime:
+    """Simulated unix seconds as the datetime the status builder stamps."""
+    return datetime.fromtimestamp(t_s, tz=UTC)
+
+
 class JobRunner:
     def __init__(self, backend: EmbeddedBackend) -> None:
         self.b = backend
         self._index: dict[str, JobState] = {}  # job key -> job, kept by register and forget
+        self._deleted: set[str] = set()  # uids deleted before they finished (accounting says so)
 
     # -- lookups ---------------------------------------------------------------------------
     def index(self, job: JobState) -> None:
@@ -42,12 +66,18 @@ class JobRunner:
         return self._index.get(key.split("#", 1)[0])
 
     def _set(self, job: JobState, **fields: Any) -> None:
-        for name, value in fields.items():
-            if value is None:
-                job.status.pop(name, None)
-            else:
-                job.status[name] = value
+        job.status = jobstatuses.apply(job.status, fields)
         self.b.touched(job)
+
+    def _write(self, job: JobState, decision: StatusDecision, now: float) -> None:
+        """Persist a core decision on the job's status, through the core's one builder."""
+        patch = jobstatuses.status_of(job.status, decision, moment(now),
+                                      replicated=job.kind == "InferenceJob")
+        self._set(job, **patch)
+
+    def _ran(self, job: JobState, phase: str, message: str | None, now: float) -> None:
+        """What the runtime says (Running, or how it ended), as the simulator's kubelet says it."""
+        self._set(job, **jobstatuses.ran(job.status, phase, message, moment(now)))
 
     # -- intake ----------------------------------------------------------------------------
     def submit(self, job: JobState) -> None:
@@ -69,13 +99,14 @@ class JobRunner:
                     log.warning("cannot re-adopt %s (%s); requeueing it", job.key,
                                 outcome.message)
                     job.held.clear()
-                    self._set(job, phase="Pending", reason="AllocationLost",
-                              message=outcome.message, allocation=None)
+                    self._write(job, Restarted(outcome.key, "AllocationLost", outcome.message),
+                                now)
                 else:
-                    self._start(job, now, restarted=True)
+                    self._start(job, now)
                 continue
             if job.running:
-                self._set(job, phase="Pending", reason="Restarted")
+                self._write(job, Restarted(job.key, "Restarted",
+                                           "The API restarted; the job waits again."), now)
             self.submit(job)
 
     # -- one tick --------------------------------------------------------------------------
@@ -88,13 +119,20 @@ class JobRunner:
                 self._on_event(job, event, now)
         # A cycle over an unchanged queue and fleet decides what the last one did; skipping it
         # keeps a deep queue from holding the fleet lock (and every request) each tick.
-        if self.b.cycle_due(changed=events > 0):
-            self._cycle(now)
+        # Progress first: the cycle predicts running jobs' ends from it, as the operator does
+        # from what the runtime last wrote.
         for job in list(self.b.live.values()):
             self._sample(job, now)
+        if self.b.cycle_due(changed=events > 0) and self._cycle(now):
+            self._cycle(now)  # the victims wait again: their places in the queue, at once
 
-    def _cycle(self, now: float) -> None:
-        decisions = self.b.admissions.cycle()
+    def _cycle(self, now: float) -> bool:
+        """One cycle, persisted; True when it preempted (the victims are queued again, and
+        the next cycle says where, as the operator's next cycle does)."""
+        # Predicted ends of running jobs from their progress, as the operator reads them.
+        for job in self.b.live.values():
+            self.b.admissions.expect_end(job.key, expected_end(job.status, moment(now)))
+        decisions = self.b.admissions.cycle(now)
         self.b.reserved = decisions.held_for()
         holder = None if decisions.reservation is None else self._by_sched_key(
             decisions.reservation.key)
@@ -103,80 +141,108 @@ class JobRunner:
         for victim in decisions.preempted:
             job = self._by_sched_key(victim.key)
             if job is not None:
-                self._preempted(job, victim.by, now)
+                self._preempted(job, victim, now)
         for failed in decisions.failed:
             job = self._by_sched_key(failed.key)
             if job is not None:
-                self._failed(job, failed)
+                self._failed(job, failed, now)
         for admitted in decisions.admitted:
             job = self._by_sched_key(admitted.key)
             if job is not None:
                 self._admitted(job, admitted, now)
             else:  # an orphan (deleted meanwhile): give the chips back
-                self.b.admissions.withdraw(admitted.key)
+                self.b.admissions.deleted(admitted.key)
         for waiting in decisions.fresh:  # the rest were written as they are
             job = self._by_sched_key(waiting.key)
             if job is not None:
-                self._pending(job, waiting)
+                self._pending(job, waiting, now)
+        return bool(decisions.preempted)
 
     def _on_event(self, job: JobState, event: Any, now: float) -> None:
+        """The runtime says a job ended (Succeeded or Failed): the core releases its chips and
+        the status says so as the operator's does. Chip failures do not come this way: they
+        are decided by the core when the chip is marked failed (`chips_failed`)."""
         kind = str(event.kind)
+        if kind not in ("Succeeded", "Failed"):
+            return
         # The event happened `lag` simulated seconds before this tick; account up to it exactly.
         lag = max(0.0, float(self.b.runtime.now()) - float(event.t_s))
         at = max(job.last_sample_s or now, now - lag)
         self._sample(job, at)
-        if kind in ("Succeeded", "Failed"):
-            self._release(job)
-            job.finished_s = at
-            self._set(job, phase=kind, reason=kind, completionTime=rfc3339(at),
-                      message=getattr(event, "message", None) or None, queuePosition=None)
-            return
-        # ChipFailed: stop from the last checkpoint, then RestartAll / Fail per the spec.
-        stopped = self.b.runtime.stop(job.key)
-        self._close_attempt(job, stopped)
-        self._release(job)
-        policy = job.spec.model_dump(by_alias=True).get("failurePolicy", "RestartAll")
-        if str(policy).endswith("Fail"):
-            job.finished_s = now
-            self._set(job, phase="Failed", reason="ChipFailed", completionTime=rfc3339(now),
-                      message=getattr(event, "message", "a chip failed"))
-            return
-        self._set(job, phase="Pending", reason="ChipFailed", allocation=None,
-                  restarts=int(job.status.get("restarts", 0)) + 1)
-        self.submit(job)
+        # what the runtime's status says (as the simulator's kubelet writes it), not the event's
+        said = str(getattr(self.b.runtime.status(job.key), "message", "") or "")
+        finished = self.b.admissions.finished(job.key, kind, said)
+        job.held.clear()
+        job.finished_s = at
+        self._ran(job, kind, finished.message or None, at)
+        self._write(job, finished, at)
 
-    def _preempted(self, job: JobState, by: str, now: float) -> None:
-        """The Scheduler requeued the whole job (every replica); stop it and say who."""
+    def health_changed(self, before: UltraServer, after: UltraServer,
+                       now: float) -> list[JobState]:
+        """An UltraServer's failed chips changed (the allocator has adopted `after`): the jobs
+        on newly failed chips get the core's decision, the runtime marks the chips. Returns
+        the jobs whose status changed."""
+        newly = sorted(after.failed_chips - before.failed_chips)
+        lost: dict[JobKey, list[ChipId]] = {}
+        for ref in newly:
+            chip = ChipId(f"{after.name}/{ref}")
+            holder = self.b.allocator.job_of(chip)
+            if holder is not None:
+                lost.setdefault(holder, []).append(chip)
+        touched = self.chips_failed(lost, now)
+        for ref in newly:  # after the jobs stopped: the runtime only marks the chip
+            self.b.runtime.fail_chip(f"{after.name}/{ref}")
+        for ref in sorted(before.failed_chips - after.failed_chips):
+            self.b.runtime.repair_chip(f"{after.name}/{ref}")
+        return touched
+
+    def chips_failed(self, lost: Mapping[JobKey, Sequence[ChipId]],
+                     now: float) -> list[JobState]:
+        """Chips failed under running jobs (allocator key -> chips): the core applies each
+        job's failure policy (`Admissions.chip_failed`); this persists what it decided."""
+        by_job: dict[JobKey, dict[JobKey, list[ChipId]]] = {}
+        touched: list[JobState] = []
+        for part, chips in lost.items():
+            owner = self.b.admissions.owner(part)
+            by_job.setdefault(owner, {}).setdefault(part, []).extend(chips)
+        for key, parts in by_job.items():
+            job = self._index.get(key)
+            if job is None or not job.held:
+                continue
+            decided = self.b.admissions.chip_failed(key, parts, job.read.failure_policy)
+            touched.append(job)
+            if job.running:
+                self._sample(job, now)
+                self._close_attempt(job, self.b.runtime.stop(job.key))
+            job.held.clear()
+            if isinstance(decided, Replaced):
+                for part, placement in zip(job.sched_keys, decided.placements, strict=True):
+                    job.held[part] = list(placement.chip_ids)
+                self._write(job, decided, now)
+                self._start(job, now)
+            elif isinstance(decided, Failed):
+                job.finished_s = now
+                self._write(job, decided, now)
+            else:
+                self._write(job, decided, now)  # the core queued it again
+        return touched
+
+    def _preempted(self, job: JobState, victim: Preempted, now: float) -> None:
+        """The core requeued the whole job (every replica); stop it and say who."""
         if job.running:
             self._sample(job, now)
             self._close_attempt(job, self.b.runtime.stop(job.key))
         job.held.clear()
-        by_job = self._by_sched_key(by)
-        by_name = f"{by_job.namespace}/{by_job.name}" if by_job else by
-        self._set(job, phase="Preempted", reason="Preempted", allocation=None,
-                  message=f"preempted by {by_name}",
-                  preemptions=int(job.status.get("preemptions", 0)) + 1)
+        self._write(job, victim, now)
 
     def _admitted(self, job: JobState, admitted: Admitted, now: float) -> None:
         """Every gang of the job placed at once (all replicas of an InferenceJob)."""
         for key, placement in zip(job.sched_keys, admitted.placements, strict=True):
             job.held[key] = list(placement.chip_ids)
-        if job.kind == "TrainingJob":
-            placement = admitted.placements[0]
-            allocation: dict[str, Any] = {
-                "ultraServers": list(placement.ultraservers), "servers": list(placement.servers),
-                "chips": list(placement.chip_ids), "level": str(placement.level),
-                "score": float(placement.score),
-            }
-        else:
-            allocation = {"replicas": [
-                {"index": i, "ultraServers": list(p.ultraservers), "servers": list(p.servers),
-                 "chips": list(p.chip_ids)} for i, p in enumerate(admitted.placements)]}
-        self._set(job, allocation=allocation, admittedTime=rfc3339(now), queuePosition=None,
-                  attempt=int(job.status.get("attempt", 0)) + 1)
+        self._write(job, admitted, now)
         self._start(job, now)
 
-    def _start(self, job: JobState, now: float, *, restarted: bool = False) -> None:
+    def _start(self, job: JobState, now: float) -> None:
         chips = [c for key in job.sched_keys for c in job.held[key]]
         resume = job.checkpointed_steps if job.kind == "TrainingJob" else 0
         try:
@@ -185,30 +251,24 @@ class JobRunner:
             log.warning("runtime rejected %s: %s", job.key, exc)
             self._release(job)
             job.finished_s = now
-            self._set(job, phase="Failed", reason="RuntimeRejected", message=str(exc))
+            self._ran(job, "Failed", f"the runtime cannot run it: {exc}", now)
+            self._write(job, self.b.admissions.finished(job.key, "Failed"), now)
             return
         job.started_s = job.started_s if job.started_s is not None else now
         job.last_sample_s = now
-        self._set(job, phase="Running", reason="Restarted" if restarted else "Running",
-                  message=None, startTime=job.status.get("startTime") or rfc3339(now))
+        self._ran(job, "Running", None, now)
 
-    def _failed(self, job: JobState, failed: Failed) -> None:
-        """The driver took it out of the queue (Unsatisfiable: it can never fit the fleet)."""
+    def _failed(self, job: JobState, failed: Failed, now: float) -> None:
+        """The core took it out of the queue (Unsatisfiable: it can never fit the fleet)."""
         job.held.clear()
         job.finished_s = None
-        self._set(job, phase="Failed", reason=failed.reason, message=failed.message,
-                  queuePosition=None)
+        self._write(job, failed, now)
 
-    def _pending(self, job: JobState, waiting: Pending) -> None:
-        position = waiting.position
-        if job.phase == "Preempted":  # keep who preempted it; only the queue position moves
-            if job.status.get("queuePosition") != position:
-                self._set(job, queuePosition=position)
-            return
-        if (job.status.get("queuePosition") != position
-                or job.status.get("message") != waiting.message):
-            self._set(job, phase="Pending", queuePosition=position, reason=waiting.reason,
-                      message=waiting.message)
+    def _pending(self, job: JobState, waiting: Pending, now: float) -> None:
+        """Rewritten by the operator's rule (`jobstatuses.pending_changed`), so both say the
+        same: not for a predicted start that moved with the clock."""
+        if jobstatuses.pending_changed(job.status, waiting):
+            self._write(job, waiting, now)
 
     # -- usage -----------------------------------------------------------------------------
     def _sample(self, job: JobState, now: float) -> None:
@@ -252,23 +312,25 @@ class JobRunner:
         job.last_sample_s = None
 
     def _release(self, job: JobState) -> None:
-        self.b.admissions.withdraw(job.key)
+        self.b.admissions.deleted(job.key)
         job.held.clear()
 
     def remove(self, job: JobState, now: float) -> None:
-        """Delete: stop it, give its chips back; accounting keeps what it used."""
+        """Delete: the core releases it; stop it, accounting keeps what it used. Its status is
+        left as it was (no `Deleted` phase: the object goes); accounting records `Deleted`."""
         if job.running:
             self._sample(job, now)
             self._close_attempt(job, self.b.runtime.stop(job.key))
-        self._release(job)
+        self.b.admissions.deleted(job.key)
+        job.held.clear()
         if not job.finished:
             job.finished_s = now if job.started_s is not None else None
-            self._set(job, phase="Deleted")
+            self._deleted.add(job.uid)
 
     def accounting_of(self, job: JobState) -> tuple[AccountingCreate, dict[str, tuple[float, float]]]:
         """The job's accounting row and per-day usage, as of its last sample."""
-        phase = job.phase
-        done = phase in ("Succeeded", "Failed")
+        phase = "Deleted" if job.uid in self._deleted else job.phase
+        done = phase in TERMINAL_PHASES
         completion = None
         if done and job.finished_s is not None:
             completion = max(0.0, job.finished_s - job.created_s)

@@ -16,12 +16,13 @@ from ultraplane.api.models import Job
 from ultraplane.api.schemas import JobKind, JobResource, ObjectMeta
 
 from ultraplane.allocator import PlacementRequest
-from ultraplane.conversions import queued_job
+from ultraplane.conversions import TERMINAL_PHASES, InvalidJobError
 from ultraplane.ids import JobKey, job_key
+from ultraplane.jobreads import JobRead, read_job
 from ultraplane.resources import InferenceJobSpec, TrainingJobSpec
 from ultraplane.scheduling import QueuedJob
 
-FINISHED = frozenset({"Succeeded", "Failed"})
+FINISHED = TERMINAL_PHASES  # the core's one set
 
 
 def rfc3339(t_s: float | None) -> str | None:
@@ -62,10 +63,17 @@ class JobState:
         return requests_of(self.spec)  # the spec never changes after creation
 
     @cached_property
+    def read(self) -> JobRead:
+        """The core's one reading of the job (key, queue entry, failure policy, parts)."""
+        return read_job(self.kind, self.namespace, self.name, self.spec, seq=self.seq,
+                        created_s=self.created_s)
+
+    @property
     def queued(self) -> QueuedJob:
         """The job's queue entry: one gang, or (InferenceJob) one per replica, admitted whole."""
-        wire = self.spec.model_dump(mode="json", by_alias=True, exclude_none=True)
-        return queued_job(self.kind, self.namespace, self.name, wire, self.seq, self.created_s)
+        if self.read.queued is None:
+            raise InvalidJobError(self.read.error or "invalid spec")
+        return self.read.queued
 
     @property
     def sched_keys(self) -> list[JobKey]:

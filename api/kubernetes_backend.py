@@ -35,7 +35,9 @@ from ultraplane.api.schemas import (
     UltraServerView,
 )
 from ultraplane.api.settings import Settings
+from ultraplane.api.ultraserverpatches import UltraServerPatch, patched
 
+from ultraplane import kubeclients
 from ultraplane.allocator import AllocationConflict, Allocator
 from ultraplane.conversions import (
     GROUP,
@@ -79,17 +81,12 @@ class KubernetesBackend:
         self, settings: Settings, engine: Engine, *, clock: Callable[[], float] = time.time,
         api_client: Any = None,
     ) -> None:
-        from kubernetes import client, config
+        from kubernetes import client
 
         self.settings, self.engine, self.clock = settings, engine, clock
-        if api_client is None:
-            try:
-                config.load_incluster_config()  # type: ignore[no-untyped-call]
-                api_client = client.ApiClient()
-            except config.ConfigException:
-                api_client = config.new_client_from_config(  # type: ignore[no-untyped-call]
-                    config_file=settings.kubeconfig, context=settings.kube_context
-                )
+        if api_client is None:  # the one client set-up: in-cluster, else --kubeconfig/--context
+            api_client = kubeclients.api_client(
+                kubeclients.ClusterAccess(settings.kubeconfig, settings.kube_context))
         self.api_client = api_client
         self.custom = client.CustomObjectsApi(api_client)
         self.lock = threading.RLock()
@@ -307,6 +304,30 @@ class KubernetesBackend:
             self.custom.delete_namespaced_custom_object(
                 GROUP, VERSION, namespace, PLURALS[kind], name)
         return last
+
+    def patch_ultraserver(self, name: str, patch: UltraServerPatch) -> UltraServerView:
+        """A JSON merge patch of the UltraServer's `failedChips` / `cordonedServers`: the
+        object is patched (checked first as the embedded backend checks it); the operator
+        applies the failure policies when it sees the change."""
+        from kubernetes.client.exceptions import ApiException
+
+        with self.lock:
+            current = (self.allocator.topology.ultraserver(name)
+                       if name in self.allocator.topology else None)
+        if current is not None:
+            patched(current, patch)  # a 422 naming the field, before the API server sees it
+        with self._errors("name", "TrainingJob", "", name):
+            try:
+                obj: dict[str, Any] = self.custom.patch_cluster_custom_object(  # type: ignore[assignment]
+                    GROUP, VERSION, "ultraservers", name, {"spec": patch.spec_fields()},
+                    _content_type="application/merge-patch+json")
+            except ApiException as exc:
+                if exc.status == 404:
+                    raise ApiError(404, "NotFound", "name",
+                                   f"UltraServer {name} does not exist") from exc
+                raise
+        us = UltraServer.model_validate(obj)
+        return self._view(us, obj.get("status") or {})
 
     def dry_run(self, request: DryRunRequest) -> DryRunResult:
         with self.lock:

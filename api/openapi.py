@@ -19,7 +19,8 @@ from ultraplane.api.auth import Guard
 from ultraplane.api.errors import ApiError
 
 ERROR = {"content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}}
-FLEET_READS = ("/v1/ultraservers", "/v1/capacity", "/v1/placements")
+# Dry runs (/v1/placements) are not among them: once tokens are on, they need one (CPU).
+FLEET_READS = ("/v1/ultraservers", "/v1/capacity")
 METHODS = ("get", "put", "post", "delete", "patch", "head", "options", "trace")
 
 # Rules the spec models enforce in validators (and the CRDs in CEL), as JSON Schema. The models
@@ -44,6 +45,55 @@ ONE_OF: dict[str, list[dict[str, Any]]] = {
 }
 
 
+# Request examples, shown by Swagger UI and ReDoc and tried by schemathesis' explicit phase:
+# the repository's examples/ manifests as JSON bodies (tests post each one to a real app).
+_TRAINING_SMALL = {
+    "metadata": {"name": "finetune-8b", "labels": {"team": "research"}},
+    "spec": {"chips": 4, "profile": "trn3-gen2", "topology": {"requiredLevel": "server"},
+             "priority": 10, "precision": "BF16",
+             "model": {"name": "llama-3.1-8b", "parametersBillions": 8},
+             "work": {"steps": 2000, "tokensPerStep": 1048576},
+             "checkpointIntervalSeconds": 300, "failurePolicy": "RestartAll"}}
+_TRAINING_BIG = {
+    "metadata": {"name": "pretrain-405b"},
+    "spec": {"chips": 288, "profile": "trn3-gen2",
+             "topology": {"requiredLevel": "network-1", "preferredLevel": "ultraserver",
+                          "wholeServers": True},
+             "priority": 100, "precision": "MXFP8",
+             "model": {"name": "llama-3.1-405b", "parametersBillions": 405},
+             "work": {"steps": 50000, "tokensPerStep": 16777216},
+             "checkpointIntervalSeconds": 1800, "failurePolicy": "ReplaceAffected"}}
+_INFERENCE = {
+    "metadata": {"name": "chat-70b"},
+    "spec": {"replicas": 4, "chipsPerReplica": 16, "profile": "trn3-gen2",
+             "topology": {"requiredLevel": "rack", "wholeServers": True}, "priority": 50,
+             "precision": "FP8", "model": {"name": "llama-3.3-70b", "parametersBillions": 70},
+             "load": {"tokensPerSecond": 20000},
+             "latencySLO": {"timeToFirstTokenMs": 500, "timePerOutputTokenMs": 40}}}
+REQUEST_EXAMPLES: dict[tuple[str, str], dict[str, dict[str, Any]]] = {
+    ("post", "/v1/namespaces/{namespace}/trainingjobs"): {
+        "small": {"summary": "4 chips inside one server, 2,000 steps", "value": _TRAINING_SMALL},
+        "multi-ultraserver": {"summary": "288 chips over two UltraServers of one EFA block",
+                              "value": _TRAINING_BIG}},
+    ("post", "/v1/namespaces/{namespace}/inferencejobs"): {
+        "chat": {"summary": "4 replicas of 16 chips, each inside one rack", "value": _INFERENCE}},
+    ("post", "/v1/placements:dryRun"): {
+        "whole-ultraserver": {"summary": "144 chips that must stay inside one UltraServer",
+                              "value": {"chips": 144, "requiredLevel": "ultraserver",
+                                        "priority": 50, "alternatives": 2}},
+        "small": {"summary": "16 chips on whole servers of one rack",
+                  "value": {"chips": 16, "requiredLevel": "rack", "wholeServers": True}}},
+}
+
+
+def _add_examples(schema: dict[str, Any]) -> None:
+    for (method, path), examples in REQUEST_EXAMPLES.items():
+        op = schema.get("paths", {}).get(path, {}).get(method)
+        media = (op or {}).get("requestBody", {}).get("content", {}).get("application/json")
+        if media is not None:
+            media["examples"] = examples
+
+
 def _error(description: str, **headers: str) -> dict[str, Any]:
     answer: dict[str, Any] = {"description": description, **ERROR}
     if headers:
@@ -52,10 +102,11 @@ def _error(description: str, **headers: str) -> dict[str, Any]:
     return answer
 
 
-def _secured(path: str, guard: Guard) -> bool:
+def _secured(path: str, method: str, guard: Guard) -> bool:
     if not guard.enabled or not path.startswith("/v1/"):
         return False
-    return guard.protect_reads or not path.startswith(FLEET_READS)
+    # only reading the fleet is open (a PATCH of an UltraServer is a write)
+    return guard.protect_reads or method != "get" or not path.startswith(FLEET_READS)
 
 
 def complete(schema: dict[str, Any], guard: Guard, *, kubernetes: bool) -> dict[str, Any]:
@@ -82,13 +133,21 @@ def complete(schema: dict[str, Any], guard: Guard, *, kubernetes: bool) -> dict[
                 "Method not allowed on this path.", Allow="The methods this path serves."))
             if "{" in path:
                 responses.setdefault("404", _error("No such object."))
+            if path.startswith("/v1/"):
+                responses.setdefault("429", _error(
+                    "This client sent more requests of this kind than its rate limit allows.",
+                    **{"Retry-After": "Seconds to wait."}))
+            if path == "/v1/placements:dryRun":
+                responses.setdefault("503", _error(
+                    "The preemption plan would take too long now, or another is running.",
+                    **{"Retry-After": "Seconds to wait."}))
             if any(p.get("name") == "continue" for p in op.get("parameters", [])):
                 responses.setdefault("410", _error("The continue token has expired."))
             if kubernetes and path.startswith("/v1/"):
                 responses.setdefault("502", _error("The API server answered an error."))
                 responses.setdefault("503", _error("The API server is unreachable or refuses "
                                                    "this API's credentials."))
-            if _secured(path, guard):
+            if _secured(path, method, guard):
                 op["security"] = [{"HTTPBearer": []}]
                 responses.setdefault("401", _error(
                     "No bearer token, or one that is not accepted.",
@@ -101,6 +160,7 @@ def complete(schema: dict[str, Any], guard: Guard, *, kubernetes: bool) -> dict[
                 responses.pop("403", None)
     if not guard.enabled:
         components.get("securitySchemes", {}).pop("HTTPBearer", None)
+    _add_examples(schema)
     return schema
 
 

@@ -13,7 +13,7 @@ from starlette.concurrency import run_in_threadpool
 from ultraplane.api.auth import require_access
 from ultraplane.api.backends import Backend
 from ultraplane.api.deps import NAME_PATTERN, BackendDep, NamePath, NamespacePath
-from ultraplane.api.errors import ErrorBody
+from ultraplane.api.errors import ApiError, ErrorBody
 from ultraplane.api.schemas import (
     LIST_LIMIT_DEFAULT,
     LIST_LIMIT_MAX,
@@ -73,6 +73,10 @@ def job_router(kind: JobKind, create_model: type[TrainingJobCreate] | type[Infer
                  summary=f"Create a {kind} (the body's spec is the CRD spec)")
     async def create(namespace: NamespacePath, body: create_model, backend: BackendDep) -> JobResource:  # type: ignore[valid-type]
         created = cast(TrainingJobCreate | InferenceJobCreate, body)
+        if created.metadata.namespace not in (None, namespace):
+            raise ApiError(422, "ValidationError", "body.metadata.namespace",
+                           f"body.metadata.namespace: {created.metadata.namespace} is not the "
+                           f"namespace of the path ({namespace}); leave it out or make them match")
         return await run_in_threadpool(backend.create_job, kind, namespace,
                                        created.metadata.name, created.spec,
                                        created.metadata.labels)

@@ -11,11 +11,20 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_validator,
+)
 from pydantic.alias_generators import to_camel
 
 from ultraplane.resources import InferenceJobSpec, Level, ProfileName, TopologyMode, TrainingJobSpec
 from ultraplane.resources.labels import check_labels, labels_json_schema
+from ultraplane.topology import canonical_level
 
 JobKind = Literal["TrainingJob", "InferenceJob"]
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
@@ -38,18 +47,76 @@ LIST_LIMIT_DEFAULT = 500
 LIST_LIMIT_MAX = 1000
 
 
+API_VERSION = "ultraplane.dev/v1alpha1"
+# A job spec's free-form parts (the pod template) are bounded here, at the request, so nothing
+# later (the store's JSON, the queue's copy of the spec) meets a shape it cannot serialise.
+MAX_SPEC_DEPTH = 32  # a real PodTemplateSpec nests about 12 levels
+MAX_SPEC_NODES = 50_000  # objects, lists and scalars in one spec
+
+
+def check_nesting(value: Any, *, where: str) -> None:
+    """Refuse JSON nested deeper than MAX_SPEC_DEPTH or larger than MAX_SPEC_NODES.
+
+    Walked with an explicit stack, so a body nested thousands deep is measured, not recursed.
+    """
+    stack: list[tuple[Any, tuple[str, ...]]] = [(value, ())]
+    nodes = 0
+    while stack:
+        node, path = stack.pop()
+        nodes += 1
+        if nodes > MAX_SPEC_NODES:
+            raise ValueError(f"has more than {MAX_SPEC_NODES} values; make it smaller")
+        if len(path) > MAX_SPEC_DEPTH:
+            shown = ".".join((where, *path[:6]))
+            raise ValueError(f"nests deeper than {MAX_SPEC_DEPTH} levels (at {shown}...)")
+        if isinstance(node, dict):
+            stack.extend((v, (*path, str(k))) for k, v in node.items())
+        elif isinstance(node, list):
+            stack.extend((v, (*path, str(i))) for i, v in enumerate(node))
+
+
 class ObjectMetaIn(Wire):
     name: str = Field(min_length=1, max_length=63, pattern=DNS_LABEL)
+    namespace: str | None = Field(
+        default=None, min_length=1, max_length=63, pattern=DNS_LABEL,
+        description="Optional, as in a kubectl manifest; must be the path's namespace.")
     labels: Labels = Field(default_factory=dict)
 
 
-class TrainingJobCreate(Wire):
+class _JobCreate(Wire):
+    """A job body: a kubectl manifest as JSON is one, `apiVersion` and `kind` included."""
+
+    api_version: Literal["ultraplane.dev/v1alpha1"] | None = Field(
+        default=None, description=f"Optional; if given, `{API_VERSION}`.")
     metadata: ObjectMetaIn
+
+    @field_validator("spec", mode="before", check_fields=False)
+    @classmethod
+    def _bounded(cls, value: Any) -> Any:
+        check_nesting(value, where="spec")
+        return value
+
+    @model_validator(mode="after")
+    def _storable(self) -> _JobCreate:
+        # The store and the queue keep the spec as JSON: a spec that cannot be written is a
+        # 422 now, not a job half registered that breaks every tick.
+        spec: BaseModel = getattr(self, "spec")  # noqa: B009 (declared by each subclass)
+        try:
+            spec.model_dump_json(by_alias=True, exclude_none=True)
+        except (ValueError, RecursionError) as exc:
+            raise ValueError(f"spec cannot be stored: {exc}") from None
+        return self
+
+
+class TrainingJobCreate(_JobCreate):
+    kind: Literal["TrainingJob"] | None = Field(
+        default=None, description="Optional; if given, `TrainingJob`.")
     spec: TrainingJobSpec
 
 
-class InferenceJobCreate(Wire):
-    metadata: ObjectMetaIn
+class InferenceJobCreate(_JobCreate):
+    kind: Literal["InferenceJob"] | None = Field(
+        default=None, description="Optional; if given, `InferenceJob`.")
     spec: InferenceJobSpec
 
 
@@ -134,14 +201,18 @@ class CapacityView(Wire):
     utilization: float = Field(description="Allocated / usable chips of the fleet.")
 
 
+# Any spelling the CLI's --require takes (`Rack`, `BLOCK`): one level parser for both.
+LevelIn = Annotated[Level, BeforeValidator(canonical_level)]
+
+
 class DryRunRequest(Wire):
     """A gang request. Numbers are JSON integers and flags JSON booleans (no strings)."""
 
     chips: int = Field(ge=1, le=1_048_576, strict=True, description="Chips in the gang.")
-    required_level: Level | None = Field(
+    required_level: LevelIn | None = Field(
         default=None, description="Never cross this level; a network level the fleet does "
                                   "not have is a 422.")
-    preferred_level: Level | None = None
+    preferred_level: LevelIn | None = None
     whole_servers: bool = Field(default=False, strict=True)
     mode: TopologyMode | None = Field(
         default=None, description="Local, SplitWhenItPays or Unconstrained, as a job's "

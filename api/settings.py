@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+if TYPE_CHECKING:
+    from ultraplane.api.ratelimits import Limits
 
 
 def default_db_url() -> str:
@@ -53,6 +56,17 @@ class Settings(BaseSettings):
     kubeconfig: str | None = None
     kube_context: str | None = None
     accounting_interval_seconds: float = Field(default=5.0, ge=0.01, le=86400)
+    dry_run_plan_seconds: float = Field(
+        default=2.0, ge=0.01, le=600,
+        description="Wall seconds a dry run's preemption plan may take before a 503.")
+    rate_limit_dryruns: str = Field(default="600/second", description=(
+        "Dry runs per client (bearer token, else address), as `limits` writes a rate; off: none."))
+    rate_limit_writes: str = Field(default="600/second", description="Creates and deletes per client.")
+    rate_limit_reads: str = Field(default="6000/second", description="Other requests per client.")
+    max_connections: int = Field(default=512, ge=1, le=100_000, description=(
+        "Open connections served at once; past it, new requests get 503."))
+    request_read_seconds: float = Field(default=10.0, gt=0, le=3600, description=(
+        "Wall seconds a client may take to send a request's headers and body."))
     max_body_bytes: int = Field(default=1 << 20, ge=1024, le=1 << 30,
                                 description="Larger request bodies get 413.")
 
@@ -68,6 +82,25 @@ class Settings(BaseSettings):
         if sep and (len(count) > 9 or int(count) > MAX_ULTRASERVERS):
             raise ValueError(f"fleet COUNT must be at most {MAX_ULTRASERVERS} UltraServers")
         return value
+
+    @field_validator("rate_limit_dryruns", "rate_limit_writes", "rate_limit_reads")
+    @classmethod
+    def _rate(cls, value: str) -> str:
+        from limits import parse
+
+        if value.strip().lower() not in ("", "off", "none"):
+            try:
+                parse(value)
+            except ValueError:
+                raise ValueError(f"{value!r} is not a rate like 600/second") from None
+        return value
+
+    def rate_limits(self) -> Limits:
+        """The per-client limits, one per class of request."""
+        from ultraplane.api.ratelimits import Limits
+
+        return Limits(dryruns=self.rate_limit_dryruns, writes=self.rate_limit_writes,
+                      reads=self.rate_limit_reads)
 
     def fleet_profile_and_count(self) -> tuple[str, int]:
         """Split `trn3-gen2:8`; a bare profile name means one UltraServer."""

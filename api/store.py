@@ -16,6 +16,8 @@ from alembic import command
 from alembic.config import Config
 from sqlalchemy import Connection, Engine, Table, delete, event, func, insert
 from sqlalchemy import select as sa_select
+from sqlalchemy.engine import URL
+from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 from sqlmodel import Session, SQLModel, col, create_engine, select
 from ultraplane.api.models import (
     AccountingCreate,
@@ -26,46 +28,80 @@ from ultraplane.api.models import (
     KeyValue,
     NamespaceUsage,
 )
+from ultraplane.api.storeclaims import StoreError, failed, masked, parse_url, reason, sqlite_file
 
 MIGRATIONS = Path(__file__).with_name("migrations")
 
 
 def normalize_url(url: str) -> str:
-    """Map plain `postgresql://` URLs to the psycopg 3 driver that is installed."""
-    for prefix in ("postgresql://", "postgres://"):
-        if url.startswith(prefix):
-            return "postgresql+psycopg://" + url[len(prefix) :]
-    return url
+    """Map plain `postgresql://` URLs to the psycopg 3 driver that is installed.
+
+    Parsed as a URL (sqlalchemy's make_url), so an escaped password (`%40`) stays one.
+    """
+    parsed = parse_url(url)
+    if parsed.drivername in ("postgresql", "postgres"):
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    return parsed.render_as_string(hide_password=False)
 
 
 def make_engine(url: str) -> Engine:
-    """Build an engine; SQLite gets WAL and a busy timeout so the API and the tick can share it."""
-    url = normalize_url(url)
-    if url.startswith("sqlite"):
-        path = url.split("///", 1)[-1]
-        if path and path != ":memory:":
-            Path(path).expanduser().parent.mkdir(parents=True, exist_ok=True)
-        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
+    """Build an engine; SQLite gets WAL, a busy timeout and synchronous commits.
 
-        @event.listens_for(engine, "connect")
-        def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
-            cursor = dbapi_connection.cursor()
+    `synchronous=FULL`: a commit is on disk before the API acknowledges it (NORMAL
+    survives `kill -9` but may lose the last commits to a power cut).
+    Raises StoreError (one sentence, no password) for a URL that is not one.
+    """
+    parsed = parse_url(url)
+    if parsed.drivername in ("postgresql", "postgres"):
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    try:
+        if parsed.drivername.startswith("sqlite"):
+            return _sqlite_engine(parsed)
+        return create_engine(parsed, pool_pre_ping=True)
+    except (ArgumentError, ImportError, ValueError, TypeError) as exc:
+        raise StoreError(f"{masked(parsed)} is not a usable database URL ({reason(exc)}).") from exc
+
+
+def _sqlite_engine(url: URL) -> Engine:
+    path = sqlite_file(url)
+    if path is not None and path.exists() and not path.is_file():
+        raise StoreError(f"the store {path} is not a regular file (a folder or a device); "
+                         "name a database file.")
+    if path is not None:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StoreError(f"cannot create the folder of the store {path}: "
+                             f"{exc.strerror}.") from exc
+    engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
+
+    @event.listens_for(engine, "connect")
+    def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+        cursor = dbapi_connection.cursor()
+        try:
             cursor.execute("PRAGMA journal_mode=WAL")
-            cursor.execute("PRAGMA synchronous=NORMAL")
+            cursor.execute("PRAGMA synchronous=FULL")
+        finally:
             cursor.close()
 
-        return engine
-    return create_engine(url, pool_pre_ping=True)
+    return engine
 
 
 def migrate(engine: Engine) -> None:
-    """Bring the schema to the newest Alembic revision (idempotent; run on every start)."""
+    """Bring the schema to the newest Alembic revision (idempotent; run on every start).
+
+    A store that cannot be opened, read or migrated raises StoreError naming it.
+    The URL is not put in Alembic's config: configparser reads `%` as interpolation,
+    and the connection is handed over anyway.
+    """
     config = Config()
     config.set_main_option("script_location", str(MIGRATIONS))
-    config.set_main_option("sqlalchemy.url", engine.url.render_as_string(hide_password=False))
-    with engine.begin() as connection:
-        config.attributes["connection"] = connection
-        command.upgrade(config, "head")
+    try:
+        with engine.begin() as connection:
+            config.attributes["connection"] = connection
+            command.upgrade(config, "head")
+    except SQLAlchemyError as exc:
+        raise failed(engine.url, "open", exc) from exc
 
 
 # --- jobs (embedded backend) ---------------------------------------------------------------
@@ -129,6 +165,12 @@ def table_of(model: type[SQLModel]) -> Table:
     """The SQLAlchemy table of a `table=True` model (set by SQLModel's metaclass)."""
     table: Table = model.__table__  # type: ignore[attr-defined]
     return table
+
+
+def insert_job(conn: Connection, *, row: dict[str, Any]) -> None:
+    """A new job's row; a second job of the same kind, namespace and name is an
+    IntegrityError (the table's unique constraint), whoever wrote the first."""
+    conn.execute(insert(table_of(Job)), [row])
 
 
 def write_jobs(conn: Connection, *, rows: list[dict[str, Any]], removed: list[str]) -> None:

@@ -7,7 +7,8 @@ A token file line is the token, then optional scope fields:
     viewer     namespaces=*       verbs=get,list
 
 `namespaces` is a comma list of namespaces (or `*` for all), `verbs` a comma list
-of the Kubernetes verbs the API checks (`get`, `list`, `create`, `delete`, or `*`),
+of the Kubernetes verbs the API checks (`get`, `list`, `create`, `delete`, `patch`: an
+UltraServer's failed chips and cordons, which only an every-namespace grant reaches, or `*`),
 `name` the caller's name in logs and 403 messages. Tokens from
 `ULTRAPLANE_API_TOKENS` (comma-separated) have no scope fields: they may do
 everything, as before scopes existed. A malformed line is a startup error.
@@ -22,7 +23,7 @@ from pathlib import Path
 
 from ultraplane.api.settings import Settings
 
-VERBS = frozenset({"get", "list", "create", "delete"})
+VERBS = frozenset({"get", "list", "create", "delete", "patch"})
 
 
 @dataclass(frozen=True)
@@ -96,6 +97,10 @@ def load_tokens(settings: Settings) -> tuple[StaticToken, ...]:
         except (OSError, UnicodeDecodeError) as exc:
             reason = exc.strerror if isinstance(exc, OSError) else "it is not UTF-8 text"
             raise ValueError(f"token file {path} cannot be read: {reason}") from exc
-        tokens.extend(parse_line(line, where=f"token file {path} line {number}")
-                      for number, line in _lines(text))
+        found = [parse_line(line, where=f"token file {path} line {number}")
+                 for number, line in _lines(text)]
+        if not found:  # an empty file must never mean "no authentication" by accident
+            raise ValueError(f"token file {path} holds no token (it is empty or only "
+                             f"comments); add a token, or leave out --token-file to serve open")
+        tokens.extend(found)
     return tuple(tokens)

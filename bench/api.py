@@ -20,6 +20,7 @@ clients at each depth; the empty-queue figures of the same run are the baseline.
 Target: p99 <= 50 ms at every depth.
 
     python bench/api.py [--seconds 5] [--concurrency 8] [--depths 1000,10000]
+    python bench/api.py --chaos [--quick | --chaos-seconds S]   (bench/api_chaos.py)
 
 Ends with ONE JSON line:
 {"read_rps":..., "read_p99_ms":..., "dryrun_rps":..., "dryrun_p99_ms":..., ...,
@@ -202,7 +203,21 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=50_000, help="Max requests per phase.")
     parser.add_argument("--depths", default="1000,10000",
                         help="Queue depths to measure, comma-separated ('' for none).")
+    parser.add_argument("--chaos", action="store_true",
+                        help="Instead: 50 clients create/delete/re-create colliding names for "
+                             "60 s with kill -9 and a restart every 15 s (bench/api_chaos.py).")
+    parser.add_argument("--quick", action="store_true",
+                        help="With --chaos: 15 s with a kill every 7.5 s (for CI).")
+    parser.add_argument("--chaos-seconds", type=float, default=None,
+                        help="With --chaos: how long the clients run [default: 60, quick 15].")
     args = parser.parse_args()
+    if args.chaos:
+        from api_chaos import main as chaos  # beside this file (run as a script)
+
+        seconds = args.chaos_seconds or (15.0 if args.quick else 60.0)
+        chaos(seconds, clients=50, kill_every_s=7.5 if args.quick else 15.0,
+              dry_seconds=5.0 if args.quick else 10.0)
+        return
     depths = [int(d) for d in args.depths.split(",") if d.strip()]
     by_depth: list[dict[str, object]] = []
 

@@ -468,7 +468,7 @@ def main() -> None:
                              "20,000 jobs; skips phases 2 and 3")
     parser.add_argument("--no-gc-freeze", action="store_true",
                         help="leave the operator's collector on CPython's schedule (to see what "
-                             "freezing the heap after each cycle saves; operator/heap.py)")
+                             "freezing the heap after each cycle saves; operator/gctuning.py)")
     args = parser.parse_args()
     global CONCURRENCY
     CONCURRENCY = args.concurrency

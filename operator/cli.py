@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
-import logging
-import sys
-
 import click
+
+from ultraplane.clitypes import FiniteFloat
+from ultraplane.kubeclients import (
+    ClusterAccess,
+    ClusterUnavailable,
+    cluster_options,
+    connect,
+    exit_unavailable,
+)
+from ultraplane.logs import log_level_option
 
 
 @click.command("operator")
@@ -24,7 +31,7 @@ import click
 @click.option("--concurrency", type=click.IntRange(1, 256), default=64, show_default=True,
               help="Status writes in flight at once.")
 @click.option("--no-events", is_flag=True, help="Do not post Kubernetes Events.")
-@click.option("--event-qps", type=click.FloatRange(0, 10_000), default=None,
+@click.option("--event-qps", type=FiniteFloat(0, 10_000), default=None,
               help="Events posted per second at most, after a burst; 0 = no limit. "
               "Status holds every transition; Events beyond the budget are dropped. [default: 5]")
 @click.option("--event-burst", type=click.IntRange(1, 100_000), default=None,
@@ -32,7 +39,7 @@ import click
 @click.option("--no-reservation", is_flag=True,
               help="Plain best-effort FIFO: the first waiting gang of whole UltraServers does "
                    "not reserve the UltraServers it waits for (see docs/operator.md).")
-@click.option("--queue-stretch", type=click.FloatRange(0, 1_000_000), default=None,
+@click.option("--queue-stretch", type=FiniteFloat(0, 1_000_000), default=None,
               help="Inside a priority, queue by target start = creation + STRETCH x the "
               "job's predicted run time (work.durationSeconds; 24 h when absent); gangs of "
               "over half the largest UltraServer (73+ chips on Gen2) by creation. 0 = "
@@ -51,25 +58,32 @@ import click
               show_default=True,
               help="Grace period of a deleted pod (preemption, restart, deletion) when its "
               "template sets no terminationGracePeriodSeconds: the time a checkpoint gets.")
-@click.option("--launch-backlog-seconds", type=click.FloatRange(0, 3600), default=None,
+@click.option("--launch-backlog-seconds", type=FiniteFloat(0, 3600), default=None,
               help="Hold admissions while the pod creates already queued would take longer "
               "than this at the rate the API server answers them (0 = never hold; "
               "docs/operator.md, Pods). [default: 2]")
 @click.option("--cluster-domain", default="svc", show_default=True,
               help="DNS suffix after <namespace> in the coordinator address, e.g. "
               "svc.cluster.local.")
-@click.option("--verbose", "-v", is_flag=True, help="Debug logging.")
+@cluster_options
+@log_level_option(default="info")
 def operator(namespaces: tuple[str, ...], all_namespaces: bool, lease: str | None,
              standalone: bool, lease_namespace: str, fleet: str | None, liveness: str | None, concurrency: int,
              no_events: bool, event_qps: float | None, event_burst: int | None,
              no_reservation: bool, queue_stretch: float | None, ultraservers_from_nodes: bool, ultraserver_label: str | None,
              server_index_label: str | None, launch_pods: bool, pod_grace_seconds: int,
-             launch_backlog_seconds: float | None, cluster_domain: str, verbose: bool) -> None:
+             launch_backlog_seconds: float | None, cluster_domain: str,
+             kubeconfig: str | None, kube_context: str | None) -> None:
     """Run the Kubernetes operator (kopf): admission queue, gang placement, preemption."""
     if namespaces and all_namespaces:
         raise click.UsageError("--namespace and --all-namespaces cannot be used together.")
     if lease and standalone:
         raise click.UsageError("--peering and --standalone cannot be used together.")
+    access = ClusterAccess(kubeconfig, kube_context)
+    try:  # no cluster: one sentence and exit 2, not kopf's retries every minute
+        connect(access)
+    except ClusterUnavailable as exc:
+        exit_unavailable(exc)
     import os
 
     import kopf
@@ -78,6 +92,7 @@ def operator(namespaces: tuple[str, ...], all_namespaces: bool, lease: str | Non
     os.environ["ULTRAPLANE_LAUNCH_PODS"] = "1" if launch_pods else "0"
     from ultraplane.operator import handlers
 
+    handlers.CONFIG.access = access
     handlers.CONFIG.namespaces = list(namespaces)
     handlers.CONFIG.lease = lease
     handlers.CONFIG.lease_namespace = lease_namespace
@@ -104,10 +119,7 @@ def operator(namespaces: tuple[str, ...], all_namespaces: bool, lease: str | Non
         handlers.watch_pods()
     handlers.CONFIG.ultraserver_label = ultraserver_label or handlers.CONFIG.ultraserver_label
     handlers.CONFIG.server_index_label = server_index_label or handlers.CONFIG.server_index_label
-    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
-    logging.getLogger("kopf").setLevel(logging.DEBUG if verbose else logging.WARNING)
-    # Not `kopf.configure`: it adds a second root handler, and every line was printed twice.
-    logging.getLogger("asyncio").setLevel(logging.DEBUG if verbose else logging.WARNING)
+    # Logging is set by --log-level (ultraplane.logs), kopf's and asyncio's kept at warning
+    # unless debug. Not `kopf.configure`: it adds a second root handler (every line twice).
     kopf.run(standalone=True, clusterwide=not namespaces, namespaces=list(namespaces),
              liveness_endpoint=liveness)

@@ -1,5 +1,9 @@
 """The Node discovery loop: keeps the UltraServers it owns equal to what the Nodes say.
 
+The Nodes are those with Ultraplane's UltraServer label or the Neuron device plugin's
+UltraServer ids (on EKS, with no label added by hand: `ultraplane/nodelabels.py` holds the
+table and its sources, `nodes.build` the mapping).
+
 Why a loop of its own (off by default, `ultraplane operator --ultraservers-from-nodes`): Node
 events are many and bursty (a rack powering up, a drain of forty nodes), so the kopf handler only
 records the Node and marks its UltraServer dirty; this loop waits a short batch window and then
@@ -20,6 +24,7 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
+from ultraplane.operator.jobviews import FLEET_LABEL, GROUP, VERSION
 from ultraplane.operator.kube import Gone
 from ultraplane.operator.nodes import (
     DEFAULT_LABELS,
@@ -30,7 +35,6 @@ from ultraplane.operator.nodes import (
     build,
     ultraserver_name,
 )
-from ultraplane.operator.requests import FLEET_LABEL, GROUP, VERSION
 
 log = logging.getLogger("ultraplane.operator.nodes")
 Emit = Callable[[Mapping[str, Any], str, str, str], None]
@@ -113,9 +117,12 @@ class NodeDiscovery:
         """Lists the labelled Nodes and the owned UltraServers (start, or a gained Lease), so an
         UltraServer whose Nodes all went while the operator was down is deleted."""
         selector = ",".join(f"{k}={v}" for k, v in self.owner_labels.items())
-        nodes = await asyncio.to_thread(self.kube.list_nodes, self.labels.ultraserver)
+        nodes: dict[str, dict[str, Any]] = {}
+        for label in self.labels.selectors():  # ours, or the Neuron device plugin's ids
+            for body in await asyncio.to_thread(self.kube.list_nodes, label):
+                nodes[_name(body)] = body
         owned = await asyncio.to_thread(self.kube.list_owned_ultraservers, selector)
-        for body in nodes:
+        for body in nodes.values():
             self.observe_node(body, listed=True)
         self.owned = {_name(us): {k: (us.get("spec") or {}).get(k) for k in OWNED_FIELDS}
                       for us in owned}

@@ -25,16 +25,17 @@ from datetime import UTC, datetime
 from typing import Any
 
 import kopf
-from ultraplane.operator.admission import Controller
-from ultraplane.operator.budgets import EventDigests, Notice, TokenBucket
 from ultraplane.operator.discovery import NodeDiscovery
-from ultraplane.operator.heap import DEFAULT_FULL_SECONDS
-from ultraplane.operator.kube import KubeClient
+from ultraplane.operator.eventbudgets import EventDigests, Notice, TokenBucket
+from ultraplane.operator.gctuning import DEFAULT_FULL_SECONDS
+from ultraplane.operator.jobviews import GROUP, INFERENCE, TRAINING, ULTRASERVERS, VERSION
+from ultraplane.operator.kube import KubeClient, connection_info
 from ultraplane.operator.leases import LeaseElector
+from ultraplane.operator.loops import Controller
 from ultraplane.operator.nodes import NodeLabels
 from ultraplane.operator.pods import PodPlane
-from ultraplane.operator.requests import GROUP, INFERENCE, TRAINING, ULTRASERVERS, VERSION
 
+from ultraplane.kubeclients import ClusterAccess
 from ultraplane.queueorder import DEFAULT_STRETCH
 
 log = logging.getLogger("ultraplane.operator")
@@ -58,7 +59,7 @@ class Config:
     event_burst: int = int(os.environ.get("ULTRAPLANE_EVENT_BURST", "50"))
     event_digest_seconds: float = float(os.environ.get("ULTRAPLANE_EVENT_DIGEST_SECONDS", "10"))
     stats_seconds: float = float(os.environ.get("ULTRAPLANE_CYCLE_STATS_SECONDS", "30"))
-    # 0: leave the cyclic collector on CPython's schedule (see operator/heap.py)
+    # 0: leave the cyclic collector on CPython's schedule (see operator/gctuning.py)
     gc_full_seconds: float = float(os.environ.get("ULTRAPLANE_GC_FULL_SECONDS",
                                                   str(DEFAULT_FULL_SECONDS)))
     reservation: bool = os.environ.get("ULTRAPLANE_RESERVATION", "1") != "0"
@@ -73,6 +74,8 @@ class Config:
     launch_backlog_seconds: float = float(os.environ.get("ULTRAPLANE_LAUNCH_BACKLOG_SECONDS",
                                                          "2"))
     cluster_domain: str = os.environ.get("ULTRAPLANE_CLUSTER_DOMAIN", "svc")
+    # --kubeconfig / --context (ultraplane/kubeclients.py); None: in-cluster, else the defaults
+    access: ClusterAccess = field(default_factory=ClusterAccess)
 
 
 CONFIG = Config()
@@ -99,7 +102,7 @@ def _digests() -> EventDigests:
 
 def post_event(body: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
     """A Kubernetes Event on the job (kopf batches and posts them in the background), or its
-    share of a digest once the Event budget runs dry (`budgets.EventDigests`)."""
+    share of a digest once the Event budget runs dry (`eventbudgets.EventDigests`)."""
     if not CONFIG.events:
         return
     now = _digests().add(body, type_, reason, message)
@@ -175,6 +178,12 @@ def new_controller(kube: KubeClient) -> Controller:
                       gc_full_seconds=CONFIG.gc_full_seconds or None)
 
 
+@kopf.on.login()
+def login(**_: Any) -> Any:
+    """kopf connects as the operator's own client does (`--kubeconfig`, `--context`)."""
+    return connection_info(CONFIG.access)
+
+
 @kopf.on.startup()
 async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     settings.posting.level = logging.WARNING  # our own Events are posted explicitly
@@ -182,7 +191,8 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     settings.persistence.finalizer = "ultraplane.dev/kopf"
     settings.persistence.diffbase_storage = NoDiffBase()
     # one pooled connection per worker: the writers', the pod plane's (PodPlane `slots`)
-    kube = KubeClient(pool_size=CONFIG.concurrency + (48 if CONFIG.launch_pods else 0))
+    kube = KubeClient(pool_size=CONFIG.concurrency + (48 if CONFIG.launch_pods else 0),
+                      access=CONFIG.access)
     controller = new_controller(kube)
     memo["controller"] = controller
     tasks = [asyncio.create_task(controller.run(), name="ultraplane-admission")]

@@ -12,7 +12,7 @@ import logging
 from collections.abc import Iterator, Mapping
 from typing import Any, cast
 
-from ultraplane.operator.requests import (
+from ultraplane.operator.jobviews import (
     FINALIZER,
     FLEET_LABEL,
     GROUP,
@@ -20,6 +20,9 @@ from ultraplane.operator.requests import (
     ULTRASERVERS,
     VERSION,
 )
+
+from ultraplane import kubeclients
+from ultraplane.kubeclients import ClusterAccess
 
 MERGE = "application/merge-patch+json"
 APPLY = "application/apply-patch+yaml"
@@ -47,6 +50,22 @@ def _release(response: object) -> None:
     if drain is not None:
         drain()
         response.release_conn()  # type: ignore[attr-defined]  # urllib3.HTTPResponse
+
+
+def connection_info(access: ClusterAccess) -> Any:
+    """kopf's credentials from the same set-up as the operator's own client, so its watches
+    follow --kubeconfig and --context too (kopf's default login reads only the defaults)."""
+    import kopf
+
+    config = kubeclients.configuration(access)
+    header = (config.get_api_key_with_prefix("BearerToken")
+              or config.get_api_key_with_prefix("authorization"))
+    scheme, _, token = (header or "").rpartition(" ")
+    return kopf.ConnectionInfo(
+        server=config.host, ca_path=config.ssl_ca_cert, insecure=not config.verify_ssl,
+        username=config.username or None, password=config.password or None,
+        scheme=scheme or None, token=token or None, certificate_path=config.cert_file,
+        private_key_path=config.key_file)
 
 
 class Conflict(Exception):
@@ -86,16 +105,13 @@ class KubeClient:
     """Thin wrapper over `CustomObjectsApi` for the kinds the operator touches; job calls name
     the job's plural (`trainingjobs` or `inferencejobs`)."""
 
-    def __init__(self, *, pool_size: int = 16) -> None:
+    def __init__(self, *, pool_size: int = 16, access: ClusterAccess | None = None,
+                 api_client: Any = None) -> None:
         import kubernetes
 
-        try:
-            kubernetes.config.load_incluster_config()  # type: ignore[no-untyped-call]
-        except kubernetes.config.ConfigException:
-            kubernetes.config.load_kube_config()  # type: ignore[no-untyped-call]
-        config = kubernetes.client.Configuration.get_default_copy()
-        config.connection_pool_maxsize = pool_size
-        self._api_client = kubernetes.client.ApiClient(config)
+        # the one client set-up (`ultraplane/kubeclients.py`): --kubeconfig, --context
+        self._api_client: kubernetes.client.ApiClient = (
+            api_client or kubeclients.api_client(access, pool_size=pool_size))
         self.custom = kubernetes.client.CustomObjectsApi(self._api_client)
         self.coordination = kubernetes.client.CoordinationV1Api(self._api_client)
         self.core = kubernetes.client.CoreV1Api(self._api_client)

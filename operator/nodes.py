@@ -7,11 +7,13 @@ label wins, what a cordoned or NotReady node means, what happens to a missing se
 part worth testing with tables, so they live here with no API client; `discovery.py` feeds this
 module from the Node watch and writes what it returns.
 
-The label keys and the profile rule are the core's (`ultraplane/nodelabels.py`), shared with
-the simulator's fake device plugin. The mapping, per UltraServer id (the value of
-`NodeLabels.ultraserver`):
-  - each Node is one server; its index is the `NodeLabels.server_index` label, or else the
-    Nodes without one fill the free indexes in node-name order;
+The label table and its sources are the core's (`ultraplane/nodelabels.py`), shared with
+the pod plane and the simulator's fake device plugin. The mapping, per UltraServer id (the
+`NodeLabels.ultraserver` label, else the Neuron device plugin's
+`neuron.amazonaws.com/ultraserver-server-id-4` or `-2`, see `nodelabels.membership`):
+  - each Node is one server; its index is the `NodeLabels.server_index` label, else the
+    Neuron `ultraserver-node-id-N` beside the id it was grouped by, or else the Nodes without
+    one fill the free indexes in node-name order;
   - the profile is the `NodeLabels.profile` label, else the instance type through
     `INSTANCE_PROFILES`; the group takes the most common one and skips Nodes that disagree;
   - `spec.network` is the `topology.k8s.aws/network-node-layer-N` values, highest N first
@@ -34,12 +36,12 @@ from typing import Any
 from ultraplane.nodelabels import DEFAULT_LABELS as DEFAULT_LABELS
 from ultraplane.nodelabels import INSTANCE_PROFILES as INSTANCE_PROFILES
 from ultraplane.nodelabels import INSTANCE_TYPE_LABEL as INSTANCE_TYPE_LABEL
+from ultraplane.nodelabels import NETWORK_LAYER_LABEL as NETWORK_LAYER_LABEL
+from ultraplane.nodelabels import NETWORK_LAYERS as NETWORK_LAYERS
 from ultraplane.nodelabels import NodeLabels as NodeLabels
-from ultraplane.nodelabels import labelled_profile
+from ultraplane.nodelabels import labelled_profile, membership, network
 from ultraplane.profiles import UnknownProfileError, load_profile
 
-NETWORK_LAYER_LABEL = "topology.k8s.aws/network-node-layer-{}"
-NETWORK_LAYERS = 4
 MANAGED_BY_LABEL = "ultraplane.dev/managed-by"
 MANAGED_BY = "nodes"
 
@@ -81,12 +83,12 @@ def _labels(body: Body) -> Mapping[str, str]:
 
 
 def ultraserver_name(body: Body, labels: NodeLabels) -> str | None:
-    """The UltraServer object name for a Node: its id label lowercased, `_` as `-`; None when
-    the Node has no id label. May be an invalid name (`build` then skips the Node)."""
-    value = _labels(body).get(labels.ultraserver)
-    if not value:
+    """The UltraServer object name for a Node: its id (`nodelabels.membership`) lowercased, `_`
+    as `-`; None when the Node has no id. May be an invalid name (`build` then skips it)."""
+    found = membership(_labels(body), labels)
+    if found is None:
         return None
-    return str(value).strip().lower().replace("_", "-")
+    return found.ultraserver.strip().lower().replace("_", "-")
 
 
 def valid_name(name: str) -> bool:
@@ -100,9 +102,7 @@ def node_profile(body: Body, labels: NodeLabels) -> str | None:
 
 def node_network(body: Body) -> tuple[str, ...]:
     """The EFA network groups above the Node, nearest first (highest layer number first)."""
-    node_labels = _labels(body)
-    layers = (node_labels.get(NETWORK_LAYER_LABEL.format(n)) for n in range(NETWORK_LAYERS, 0, -1))
-    return tuple(str(v) for v in layers if v)
+    return network(_labels(body))
 
 
 def out_of_service(body: Body) -> bool:
@@ -164,14 +164,15 @@ def build(name: str, bodies: Iterable[Body],
     by_index: dict[int, Body] = {}
     unindexed: list[Body] = []
     for body in usable:
-        raw = _labels(body).get(labels.server_index)
-        if raw is None:
+        found = membership(_labels(body), labels)
+        raw = found.index if found is not None else None
+        if raw is None or found is None:
             unindexed.append(body)
             continue
         try:
             index = int(str(raw))
         except ValueError:
-            skips.append(Skip(_name(body), f"label {labels.server_index}={raw!r} is not a number"))
+            skips.append(Skip(_name(body), f"label {found.index_source}={raw!r} is not a number"))
             continue
         if not 0 <= index < servers:
             skips.append(Skip(_name(body), f"server index {index} is outside 0..{servers - 1} "

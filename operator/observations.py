@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ultraplane.operator.inventory import Inventory, InventoryChange, ultraserver_from_body
-from ultraplane.operator.requests import (
+from ultraplane.operator.jobviews import (
     FLEET_LABEL,
     HOLDING_PHASES,
     TERMINAL_PHASES,
@@ -28,7 +28,7 @@ from ultraplane.operator.requests import (
 )
 from ultraplane.operator.transitions import Transition, reservation_said
 
-from ultraplane.admissions import Admissions, Admitted, Requeued
+from ultraplane.admissions import Admissions, Failed, Replaced, Requeued
 from ultraplane.allocator import AllocationConflict, Allocator
 from ultraplane.ids import ChipId, JobKey, kind_of_job_key
 from ultraplane.scheduling import QueuedJob, Scheduler
@@ -142,6 +142,11 @@ class Observations:
                 self.submitted[key] = view.queued
                 self.admissions.submit(view.queued)
             return
+        pending_write = self.outbox.get(key)
+        if pending_write is not None and pending_write.kind == "fail":
+            # Failed by a decision whose write is on its way: a heartbeat written before it
+            # (the runtime's Running, with the old allocation) must not re-adopt the chips.
+            return
         if view.phase in HOLDING_PHASES and view.chips:
             chips = view.replica_chips if view.queued.replicas is not None else (view.chips,)
             outcome = self.admissions.readopt(view.queued, chips)
@@ -238,21 +243,18 @@ class Observations:
             self._evict(job, "preempt", "Drained", f"UltraServer {change.name} was cordoned.")
 
     def _chip_failed(self, job: JobKey, parts: Mapping[JobKey, list[ChipId]]) -> None:
-        # with no cached body, the kind's default policy (what an empty spec reads as)
+        """The core applies the job's failure policy (`Admissions.chip_failed`); this only
+        queues the write of what it decided. With no cached body, the kind's default policy
+        (what an empty spec reads as)."""
         policy = view_job(self.bodies.get(job) or {}, kind_of_job_key(job)).failure_policy
-        chips = [c for lost in parts.values() for c in lost]
-        message = f"Chip(s) {', '.join(chips)} failed under the job ({policy})."
-        if policy == "Fail":
-            self._evict(job, "fail", "ChipFailed", message)
-            return
-        if policy == "ReplaceAffected":
-            replaced = self.admissions.replace(job, parts)
-            if isinstance(replaced, Admitted):
-                self.outbox[job] = Transition("replace", "ChipReplaced", message,
-                                              replaced.placements)
-                return
-            message += f" No replacement: {replaced}"
-        self._evict(job, "restart", "ChipFailed", message)
+        decided = self.admissions.chip_failed(job, parts, policy)
+        if isinstance(decided, Replaced):
+            self.outbox[job] = Transition("replace", decided.reason, decided.message,
+                                          decided.placements)
+        elif isinstance(decided, Failed):
+            self.outbox[job] = Transition("fail", decided.reason, decided.message)
+        else:
+            self.outbox[job] = Transition("restart", decided.reason, decided.message)
 
     def _evict(self, job: JobKey, kind: str, reason: str, message: str) -> None:
         if kind == "fail":

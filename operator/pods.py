@@ -27,6 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from ultraplane.operator.jobviews import HOLDING_PHASES, TERMINAL_PHASES, kind_of, view_job
 from ultraplane.operator.kube import Conflict, Gone, Rejected
 from ultraplane.operator.nodes import (
     DEFAULT_LABELS,
@@ -36,7 +37,6 @@ from ultraplane.operator.nodes import (
     ultraserver_name,
 )
 from ultraplane.operator.podwatch import PodWatch
-from ultraplane.operator.requests import HOLDING_PHASES, TERMINAL_PHASES, kind_of, view_job
 
 from ultraplane import launches
 from ultraplane.admissions import Admitted
@@ -53,7 +53,7 @@ from ultraplane.outcomes import PodState, outcome
 from ultraplane.profiles import UnknownProfileError, load_profile
 
 if TYPE_CHECKING:
-    from ultraplane.operator.admission import Controller
+    from ultraplane.operator.loops import Controller
 
 log = logging.getLogger("ultraplane.operator.pods")
 RATE_WINDOW = 5.0  # seconds over which the pod create rate is measured (`PodPlane.held`)
@@ -627,7 +627,7 @@ class PodPlane:
                        *, release: bool = False) -> None:
         """Write Running or Succeeded now, not in the next admission cycle: the status write
         refuses a job evicted meanwhile, so it never races an eviction's write."""
-        from ultraplane.operator.admission import Transition
+        from ultraplane.operator.loops import Transition
 
         queued = self.controller.outbox.get(key)
         if queued is not None and queued.kind != "pending":
@@ -666,7 +666,7 @@ class PodPlane:
                      message: str, servers: tuple[ServerId, ...]) -> None:
         """The job's failure policy, as for a failed chip: Fail, RestartAll, or ReplaceAffected
         (the failed servers' chips swapped for others; the other pods keep running)."""
-        from ultraplane.operator.admission import Transition
+        from ultraplane.operator.loops import Transition
 
         controller = self.controller
         policy = view_job(body).failure_policy

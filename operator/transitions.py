@@ -12,22 +12,14 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from ultraplane.operator import statuses
-
+from ultraplane import jobstatuses
 from ultraplane.allocator import Placement
+from ultraplane.decisions import Admitted, Failed, Pending, Replaced, Restarted
+from ultraplane.ids import JobKey
+from ultraplane.jobstatuses import RESERVED_MARK, moved, reservation_said
 
-__all__ = ["RESERVED_MARK", "Transition", "event_type", "moved", "reservation_said", "status_of", "total_chips"]
-
-# In the Pending message of the job a backfill reservation is for (`Scheduler._reserve`).
-RESERVED_MARK = "reserved for it"
-
-
-def reservation_said(message: str) -> str | None:
-    """The part of a Pending message that names the reserved UltraServers (None when it names
-    none). The predicted start after it changes with the clock, so it is left out: comparing
-    it would rewrite the job every cycle."""
-    return message.split(RESERVED_MARK, 1)[0] if RESERVED_MARK in message else None
-
+__all__ = ["RESERVED_MARK", "Transition", "decision_of", "event_type", "moved", "reservation_said",
+           "status_of", "total_chips"]
 
 @dataclass(frozen=True)
 class Transition:
@@ -54,41 +46,40 @@ def total_chips(spec: Mapping[str, Any]) -> int | None:
     return None
 
 
-def moved(old: int | None, new: int) -> bool:
-    """Whether a written queue position is worth rewriting: exact near the head of the queue,
-    within 10% further back (a queue of thousands would otherwise rewrite every job per cycle)."""
-    if old is None:
-        return True
-    if new <= 50 or old <= 50:
-        return old != new
-    return abs(new - old) >= max(10, old // 10)
+def decision_of(key: JobKey, change: Transition,
+                replicated: bool) -> jobstatuses.StatusDecision | None:
+    """The core decision an outbox entry persists (None for what the pods said: run, finish)."""
+    if change.kind == "admit":
+        return Admitted(key, change.placements, replicated, change.message)
+    if change.kind == "replace":
+        return Replaced(key, change.placements, replicated, change.reason, change.message, ())
+    if change.kind == "pending":
+        return Pending(key, change.reason, change.message, change.position or 0)
+    if change.kind == "fail":
+        return Failed(key, change.reason, change.message)
+    if change.kind == "restart":
+        return Restarted(key, change.reason, change.message)
+    return None
 
 
 def status_of(current: Mapping[str, Any], change: Transition, now: datetime, *,
               replicated: bool = False) -> dict[str, Any]:
-    """The status merge patch of `change` on a job whose status is `current`."""
-    if change.kind in ("admit", "replace"):
-        assert change.placements
-        if replicated:
-            status = statuses.admitted_replicas(current, change.placements, now, change.reason)
-        else:
-            status = statuses.admitted(current, change.placements[0], now, change.reason,
-                                       change.message)
-        if change.kind == "replace":
-            status["restarts"] = int(current.get("restarts") or 0) + 1
+    """The status merge patch of `change` on a job whose status is `current`, from the core's
+    one status builder (`ultraplane.jobstatuses`)."""
+    decision = decision_of(JobKey(""), change, replicated)
+    if decision is not None:
+        status = jobstatuses.status_of(current, decision, now, replicated=replicated)
+        if change.kind == "pending":
+            status["queuePosition"] = change.position
         return status
-    if change.kind == "pending":
-        return statuses.pending(current, change.reason, change.message, change.position, now)
-    if change.kind == "fail":
-        return statuses.failed(current, change.reason, change.message, now)
     if change.kind == "finish":
-        return statuses.finished(current)
+        return jobstatuses.finished(current)
     if change.kind == "run":
-        return statuses.running(current, change.reason, change.message, now)
+        return jobstatuses.running(current, change.reason, change.message, now)
     if change.kind == "succeed":
-        return statuses.succeeded(current, change.reason, change.message, now)
-    return statuses.preempted(current, change.reason, change.message, now,
-                              restart=change.kind == "restart")
+        return jobstatuses.succeeded(current, change.reason, change.message, now)
+    # preempt (a victim, or a drained job): its message names who or why
+    return jobstatuses.preempted(current, change.reason, change.message, now)
 
 
 def event_type(change: Transition, phase_before: str) -> str | None:

@@ -18,15 +18,15 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from ultraplane.operator import statuses
-from ultraplane.operator.kube import Conflict, Gone
-from ultraplane.operator.observations import Observations
-from ultraplane.operator.requests import (
+from ultraplane.operator.jobviews import (
     HOLDING_PHASES,
     INFERENCE,
     TERMINAL_PHASES,
     plural_of_key,
     view_job,
 )
+from ultraplane.operator.kube import Conflict, Gone
+from ultraplane.operator.observations import Observations
 from ultraplane.operator.transitions import (
     Transition,
     event_type,

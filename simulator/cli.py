@@ -13,8 +13,22 @@ from typing import Any
 
 import click
 from ultraplane.simulator.faults import MAX_CHIP_RATE_PER_HOUR, MAX_SERVER_RATE_PER_HOUR
-from ultraplane.simulator.traces import MAX_TIME_S, TraceError, TraceJob, load_trace
+from ultraplane.simulator.traces import (
+    MAX_BAD_ROWS_KEPT,
+    MAX_TIME_S,
+    BadRow,
+    TraceJob,
+    load_trace,
+)
 
+from ultraplane.clitypes import FiniteFloat
+from ultraplane.kubeclients import (
+    ClusterAccess,
+    ClusterUnavailable,
+    cluster_options,
+    exit_unavailable,
+)
+from ultraplane.logs import log_level_option
 from ultraplane.neurondevices import MAX_CHIPS, PLUGIN_DIR, PLUGIN_SOCKET
 
 
@@ -45,21 +59,38 @@ def parse_fault(value: str) -> tuple[float, str]:
     return seconds, target if sep else ""
 
 
-def _load_traces(paths: tuple[Path, ...], skip_bad: bool) -> tuple[list[TraceJob], list[str]]:
+def _load_traces(paths: tuple[Path, ...], skip_bad: bool,
+                 precisions: dict[str, frozenset[str]]) -> tuple[list[TraceJob], list[str]]:
+    """Every trace's jobs, or exit 2 listing the bad rows; `precisions` maps each of the fleet's
+    profiles to the precisions its chip has: a row asking for one that some UltraServer lacks is
+    a bad row here, not a traceback in the middle of the replay."""
     jobs: list[TraceJob] = []
-    bad: list[str] = []
+    bad: list[str] = []  # the first MAX_BAD_ROWS_KEPT of all files, then a count
+    total = 0
     for path in paths:
         prefix = f"{path.stem}/" if len(paths) > 1 else ""
         try:
             got, rows = load_trace(path, prefix=prefix)
-        except TraceError as exc:
-            raise click.BadParameter(str(exc), param_hint="'--trace'") from None
         except (OSError, UnicodeDecodeError) as exc:
             raise click.BadParameter(f"cannot read {path}: {exc}", param_hint="'--trace'") from None
-        jobs.extend(got)
-        bad.extend(f"{path}:{r.line}: {r.message}" for r in rows)
+        except ValueError as exc:  # TraceError, or not a regular file of bounded size
+            raise click.BadParameter(str(exc), param_hint="'--trace'") from None
+        for job in got:
+            lacking = sorted(p for p, have in precisions.items() if job.precision not in have)
+            if lacking:
+                rows.add(BadRow(job.line, (
+                    f"precision {job.precision} is not supported by {', '.join(lacking)} "
+                    f"(supported: {', '.join(sorted(frozenset.intersection(*precisions.values())))})"
+                )))
+            else:
+                jobs.append(job)
+        rows.sort(key=lambda r: r.line)
+        total += rows.total
+        bad.extend([f"{path}:{r.line}: {r.message}" for r in rows][:MAX_BAD_ROWS_KEPT - len(bad)])
+    if total > len(bad):
+        bad.append(f"... and {total - len(bad)} more bad row(s)")
     if bad and not skip_bad:
-        click.echo(f"Error: {len(bad)} bad row(s) in --trace (fix them or pass --skip-bad-rows):",
+        click.echo(f"Error: {total} bad row(s) in --trace (fix them or pass --skip-bad-rows):",
                    err=True)
         for line in bad:
             click.echo(f"  {line}", err=True)
@@ -119,20 +150,20 @@ def _check_out(out_dir: Path) -> None:
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--failure-policy", type=click.Choice(["RestartAll", "ReplaceAffected", "Fail"]),
               default="RestartAll", show_default=True)
-@click.option("--chip-failure-rate", type=click.FloatRange(min=0, max=MAX_CHIP_RATE_PER_HOUR),
+@click.option("--chip-failure-rate", type=FiniteFloat(min=0, max=MAX_CHIP_RATE_PER_HOUR),
               default=0.0,
               help="Random chip failures per chip-hour (seeded).")
-@click.option("--server-failure-rate", type=click.FloatRange(min=0, max=MAX_SERVER_RATE_PER_HOUR),
+@click.option("--server-failure-rate", type=FiniteFloat(min=0, max=MAX_SERVER_RATE_PER_HOUR),
               default=0.0,
               help="Random server failures per server-hour (seeded).")
 @click.option("--fail", "scripted", multiple=True, help="Scripted failure SECONDS:CHIP-or-SERVER id.")
-@click.option("--checkpoint-interval", type=click.FloatRange(min=60, max=MAX_TIME_S), default=600.0,
+@click.option("--checkpoint-interval", type=FiniteFloat(min=60, max=MAX_TIME_S), default=600.0,
               show_default=True, help="Seconds between checkpoints (60 s to the longest trace).")
 @click.option("--skip-bad-rows", is_flag=True, help="Replay the good rows; still report the bad ones.")
 @click.option("--no-reservation", is_flag=True,
               help="Plain best-effort FIFO: no backfill reservation for waiting gangs of whole "
                    "UltraServers (see docs/operator.md).")
-@click.option("--queue-stretch", type=click.FloatRange(min=0, max=1_000_000), default=None,
+@click.option("--queue-stretch", type=FiniteFloat(min=0, max=1_000_000), default=None,
               help="Inside a priority, queue by target start = submit + STRETCH x run time; "
                    "gangs of over half the largest UltraServer (73+ chips on Gen2) by submit "
                    "time. 0 = arrival order (FIFO). [default: 10]")
@@ -142,6 +173,7 @@ def _check_out(out_dir: Path) -> None:
                    "each job's queue. Without it, a trace with tenants gives each an equal "
                    "nominal share of the fleet in one cohort.")
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
+@log_level_option(default="warning")
 def simulate(fleet: str | None, cluster_file: Path | None, traces: tuple[Path, ...], out_dir: Path,
              policies: tuple[str, ...], chips_per_gpu: int, seed: int, failure_policy: str,
              chip_failure_rate: float, server_failure_rate: float, scripted: tuple[str, ...],
@@ -177,7 +209,11 @@ def simulate(fleet: str | None, cluster_file: Path | None, traces: tuple[Path, .
                          tuple(parse_fault(s) for s in scripted))
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="'--fail'") from None
-    jobs, bad = _load_traces(traces, skip_bad_rows)
+    from ultraplane.profiles import load_profile
+
+    precisions = {name: frozenset(str(p) for p in load_profile(name).chip.tflops)
+                  for name in topology.profiles}
+    jobs, bad = _load_traces(traces, skip_bad_rows, precisions)
     queues = _queues(queues_file, jobs, topology)
     _check_out(out_dir)
     configs = [ReplayConfig(policy=p, chips_per_gpu=chips_per_gpu, seed=seed,
@@ -195,12 +231,23 @@ def simulate(fleet: str | None, cluster_file: Path | None, traces: tuple[Path, .
     def ratio(v: float | None) -> str:
         return "n/a" if v is None else f"{v:.2f}"
 
+    from ultraplane.simulator.verdicts import compare
+
+    def idle_share(s: dict[str, Any]) -> str:
+        share = s.get("energy_idle_share")
+        return "" if share is None else f" ({share:.0%} of it idle draw)"
+
+    verdict = compare(summary)
+    click.echo(verdict.headline)
+    for point in verdict.points:
+        click.echo(f"  {point}")
     for policy, s in summary.items():
         click.echo(f"{policy:>10}: {s['jobs_completed']}/{s['jobs_submitted']} completed, "
                    f"useful utilization {s['useful_utilization']:.1%} (allocated "
                    f"{s['allocated_utilization']:.1%}), JCT p50 {s['jct_p50_s'] / 3600:.2f} h, "
                    f"queue delay mean {s['queue_delay_mean_s'] / 60:.1f} min, "
-                   f"energy {s['energy_kwh'] / 1000:,.1f} MWh, rejected {s['jobs_rejected']}, "
+                   f"energy {s['energy_kwh'] / 1000:,.1f} MWh{idle_share(s)}, "
+                   f"rejected {s['jobs_rejected']}, "
                    f"split {s['split_jobs_that_fit_one_ultraserver']} of "
                    f"{s['jobs_that_fit_one_ultraserver']} jobs that fit one UltraServer")
         for ref, name in (("greedy", "greedy in one domain"), ("fluid", "fluid (no topology)")):
@@ -208,23 +255,27 @@ def simulate(fleet: str | None, cluster_file: Path | None, traces: tuple[Path, .
                        f"large-job wait x{ratio(s.get(f'large_wait_vs_{ref}'))}, "
                        f"useful utilization x{ratio(s.get(f'useful_util_vs_{ref}'))}")
     first: dict[str, Any] = next(iter(summary.values()), {})
-    click.echo(f"{first.get('large_job_threshold', '')}")
+    click.echo(f"{first.get('large_job_threshold', '')}; xN = the policy's figure over the "
+               "reference's (JCT and waits: lower is better; utilization: higher is better); "
+               "times are simulated")
     if bad:
         click.echo(f"{len(bad)} bad row(s) skipped (listed in summary.json)", err=True)
     click.echo(f"wrote {out_dir}/report.html ({wall:.1f} s)")
 
 
 @click.group("simulator", invoke_without_command=True)
-@click.option("--time-scale", type=click.FloatRange(min=0, min_open=True), default=1.0,
+@click.option("--time-scale", type=FiniteFloat(min=0, min_open=True), default=1.0,
               show_default=True, help="Simulated seconds per wall second.")
 @click.option("--metrics-port", type=click.IntRange(0, 65535), default=9102, show_default=True,
               help="Prometheus metrics port (0: do not serve).")
-@click.option("--heartbeat-s", type=click.FloatRange(min=0.1), default=2.0, show_default=True,
+@click.option("--heartbeat-s", type=FiniteFloat(min=0.1), default=2.0, show_default=True,
               help="Seconds between status writes.")
 @click.option("--namespace", default=None, help="Watch one namespace only (default: all).")
+@cluster_options
+@log_level_option(default="info")
 @click.pass_context
 def simulator(ctx: click.Context, time_scale: float, metrics_port: int, heartbeat_s: float,
-              namespace: str | None) -> None:
+              namespace: str | None, kubeconfig: str | None, kube_context: str | None) -> None:
     """Run virtual chips for admitted jobs in a Kubernetes cluster (like a kubelet).
 
     With a subcommand, run that instead: `device-plugin` is the fake Neuron device plugin.
@@ -233,8 +284,11 @@ def simulator(ctx: click.Context, time_scale: float, metrics_port: int, heartbea
         return
     from ultraplane.simulator.cluster import run_cluster
 
-    run_cluster(time_scale=time_scale, metrics_port=metrics_port, heartbeat_s=heartbeat_s,
-                namespace=namespace)
+    try:
+        run_cluster(time_scale=time_scale, metrics_port=metrics_port, heartbeat_s=heartbeat_s,
+                    namespace=namespace, access=ClusterAccess(kubeconfig, kube_context))
+    except ClusterUnavailable as exc:
+        exit_unavailable(exc)
 
 
 @simulator.command("device-plugin")
@@ -252,16 +306,16 @@ def simulator(ctx: click.Context, time_scale: float, metrics_port: int, heartbea
               help="The kubelet's device plugin directory (holds kubelet.sock).")
 @click.option("--socket-name", default=PLUGIN_SOCKET, show_default=True,
               help="File name of this plugin's socket in --plugin-dir.")
-@click.option("--poll-seconds", type=click.FloatRange(0.01, 60), default=1.0, show_default=True,
+@click.option("--poll-seconds", type=FiniteFloat(0.01, 60), default=1.0, show_default=True,
               help="Seconds between checks that both sockets are still the ones registered.")
-@click.option("--resync-seconds", type=click.FloatRange(0, 86_400), default=60.0,
+@click.option("--resync-seconds", type=FiniteFloat(0, 86_400), default=60.0,
               show_default=True, help="Seconds between re-reads of the Node's labels (0: never).")
-@click.option("--verbose", "-v", is_flag=True, help="Debug logging.")
+@cluster_options
+@log_level_option(default="info")
 def device_plugin(node_name: str | None, chips: int | None, ultraserver_label: str | None,
                   plugin_dir: Path, socket_name: str, poll_seconds: float, resync_seconds: float,
-                  verbose: bool) -> None:
+                  kubeconfig: str | None, kube_context: str | None) -> None:
     """Fake AWS Neuron device plugin: advertise a Trainium server's chips to this kubelet."""
-    import logging
     import signal
     import threading
 
@@ -278,8 +332,6 @@ def device_plugin(node_name: str | None, chips: int | None, ultraserver_label: s
     if chips is None and not node_name:
         raise click.UsageError("give --node-name (or set NODE_NAME from the downward API) to "
                                "read the Node's labels, or --chips N")
-    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
-                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
     config = PluginConfig(plugin_dir=plugin_dir, socket_name=socket_name, poll_s=poll_seconds,
                           resync_s=0.0 if chips is not None else resync_seconds)
     try:
@@ -296,7 +348,10 @@ def device_plugin(node_name: str | None, chips: int | None, ultraserver_label: s
         else:
             assert node_name
             keys = NodeLabels(ultraserver=ultraserver_label or DEFAULT_LABELS.ultraserver)
-            run_plugin(config, node_source(node_name, keys), stop)
+            source = node_source(node_name, keys, ClusterAccess(kubeconfig, kube_context))
+            run_plugin(config, source, stop)
+    except ClusterUnavailable as exc:
+        exit_unavailable(exc)
     except PluginError as exc:
         click.echo(f"Error: {exc}", err=True)
         sys.exit(1)

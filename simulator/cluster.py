@@ -19,19 +19,19 @@ from typing import Any
 from ultraplane.simulator.kubelets import Patch, VirtualKubelet
 from ultraplane.simulator.metrics import SimulatorMetrics
 
+from ultraplane import kubeclients
 from ultraplane.conversions import GROUP, PLURALS, VERSION
+from ultraplane.kubeclients import ClusterAccess
 
 log = logging.getLogger("ultraplane.simulator")
 
 
-def _client() -> Any:
-    from kubernetes import client, config
+def _client(access: ClusterAccess | None = None) -> Any:
+    """The custom-objects API through the one client set-up (`ultraplane/kubeclients.py`);
+    `ClusterUnavailable` when the API server does not answer."""
+    from kubernetes import client
 
-    try:
-        config.load_incluster_config()  # type: ignore[no-untyped-call]
-    except config.ConfigException:
-        config.load_kube_config()  # type: ignore[no-untyped-call]
-    return client.CustomObjectsApi()
+    return client.CustomObjectsApi(kubeclients.connect(access))
 
 
 def _list(api: Any, plural: str, namespace: str | None) -> list[dict[str, Any]]:
@@ -79,13 +79,14 @@ def heartbeat(api: Any, kubelet: VirtualKubelet, namespace: str | None,
 
 def run_cluster(*, time_scale: float, metrics_port: int, heartbeat_s: float,
                 namespace: str | None = None, clock: Callable[[], float] = time.time,
-                stop: threading.Event | None = None) -> None:
+                stop: threading.Event | None = None,
+                access: ClusterAccess | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     stop = stop or threading.Event()
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, lambda *_: stop.set())
         signal.signal(signal.SIGINT, lambda *_: stop.set())
-    api = _client()
+    api = _client(access)
     kubelet = VirtualKubelet(clock=clock, time_scale=time_scale)
     metrics = SimulatorMetrics()
     if metrics_port:

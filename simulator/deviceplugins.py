@@ -37,6 +37,8 @@ import grpc
 from ultraplane.simulator.deviceplugin import services
 from ultraplane.simulator.deviceplugin import v1beta1_pb2 as pb
 
+from ultraplane import kubeclients
+from ultraplane.kubeclients import ClusterAccess
 from ultraplane.neurondevices import (
     ENV_DEVICE_IDS,
     HEALTHY,
@@ -319,22 +321,16 @@ def run_plugin(config: PluginConfig, source: Callable[[], NodeDevices],
     log.info("stopped")
 
 
-def node_source(node: str, keys: NodeLabels = DEFAULT_LABELS) -> Callable[[], NodeDevices]:
+def node_source(node: str, keys: NodeLabels = DEFAULT_LABELS,
+                access: ClusterAccess | None = None) -> Callable[[], NodeDevices]:
     """Reads the labels of the Node `node` (the pod's own, through the downward API) on each
-    call; a first read that fails is a `PluginError` naming the cause."""
-    from kubernetes import client, config
+    call; `ClusterUnavailable` when there is no cluster to ask (the one client set-up,
+    `ultraplane/kubeclients.py`), and a first read that fails is a `PluginError` naming the
+    cause."""
+    from kubernetes import client
     from kubernetes.client.exceptions import ApiException
 
-    try:
-        config.load_incluster_config()  # type: ignore[no-untyped-call]
-    except config.ConfigException:
-        try:
-            config.load_kube_config()  # type: ignore[no-untyped-call]
-        except (config.ConfigException, OSError) as exc:
-            raise PluginError(f"no Kubernetes API to read Node {node} from (not in a pod and "
-                              f"no kubeconfig: {exc}); pass --chips to advertise a fixed "
-                              "count") from None
-    api: Any = client.CoreV1Api()
+    api: Any = client.CoreV1Api(kubeclients.connect(access))
 
     def read() -> NodeDevices:
         body = api.read_node(node)

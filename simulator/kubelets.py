@@ -25,9 +25,10 @@ from ultraplane.simulator.runtime import JobRuntime, JobRuntimeStatus
 
 from ultraplane import conversions
 from ultraplane.ids import job_key, local_ref, parse_chip_id
+from ultraplane.jobstatuses import runtime_conditions
 from ultraplane.topology import Topology, UltraServer
 
-ACTIVE = ("Admitted", "Running")
+ACTIVE = conversions.HOLDING_PHASES
 
 
 def _iso(t: float) -> str:
@@ -57,21 +58,10 @@ def ultraserver_of(body: Mapping[str, Any]) -> UltraServer | None:
 
 
 def _conditions(current: list[Mapping[str, Any]], s: JobRuntimeStatus, now: float) -> list[dict[str, Any]]:
-    """The operator's conditions as they are, plus the simulator's Running and Finished."""
-    done = s.phase != "Running"
-    want = {
-        "Running": ("False" if done else "True", s.phase if done else "Running",
-                    s.message or ("running on virtual chips" if not done else "work finished")),
-        "Finished": ("True" if done else "False", s.phase if done else "Running",
-                     s.message or ("all work done" if s.phase == "Succeeded" else "not finished")),
-    }
-    out = [dict(c) for c in current if c.get("type") not in want]
-    for type_, (status, reason, message) in want.items():
-        prev = next((c for c in current if c.get("type") == type_), None)
-        since = prev.get("lastTransitionTime") if prev and prev.get("status") == status else _iso(now)
-        out.append({"type": type_, "status": status, "reason": reason, "message": message,
-                    "lastTransitionTime": since})
-    return out
+    """The operator's conditions as they are, plus the runtime's Running and Finished, from the
+    core's one status builder (the embedded REST backend writes the very same)."""
+    return runtime_conditions({"conditions": current}, s.phase, s.message or None,
+                              datetime.fromtimestamp(now, tz=UTC))
 
 
 @dataclass

@@ -34,16 +34,17 @@ from ultraplane.simulator.records import JobRecord, ReplayResult, Series
 from ultraplane.simulator.tenants import TenantLedger
 from ultraplane.simulator.traces import TraceJob
 
-from ultraplane.admissions import Admissions, Admitted
+from ultraplane.admissions import Admissions, Failed, Replaced
 from ultraplane.allocator import Allocator, NoFit, Placement, PlacementRequest
 from ultraplane.ids import ChipId, JobKey
 from ultraplane.placements import request_from_topology
 from ultraplane.queueorder import DEFAULT_STRETCH, QueueOrder
 from ultraplane.quotas import QueueSpec, QuotaBook
+from ultraplane.resources.trainingjobs import FailurePolicy
 from ultraplane.scheduling import QueuedJob
 
 POLICIES = ("ultraplane", "first-fit")
-FAILURE_POLICIES = ("RestartAll", "ReplaceAffected", "Fail")
+FAILURE_POLICIES = tuple(p.value for p in FailurePolicy)
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,8 @@ class ReplayConfig:
     seed: int = 0
     checkpoint_interval_s: float = 600.0
     failure_policy: str = "RestartAll"
+    # (job id, policy) for jobs whose policy is not `failure_policy` (a scripted scenario's)
+    failure_policies: tuple[tuple[str, str], ...] = ()
     faults: FaultPlan = field(default_factory=FaultPlan)
     tokens_per_step: float = 4_194_304.0  # assumption for trace rows that name a model
     heatmap_bins: int = 240
@@ -69,8 +72,9 @@ class ReplayConfig:
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
             raise ValueError(f"policy must be one of {', '.join(POLICIES)}, got {self.policy!r}")
-        if self.failure_policy not in FAILURE_POLICIES:
-            raise ValueError(f"failure policy must be one of {', '.join(FAILURE_POLICIES)}")
+        for policy in (self.failure_policy, *(p for _, p in self.failure_policies)):
+            if policy not in FAILURE_POLICIES:
+                raise ValueError(f"failure policy must be one of {', '.join(FAILURE_POLICIES)}")
         if self.chips_per_gpu < 1:
             raise ValueError("chips-per-gpu must be >= 1")
 
@@ -118,6 +122,7 @@ class Replay:
         self.faults = FaultSource(config.faults, self.shape, self.engine, self.allocator)
         self.jobs = jobs
         self.progress = progress
+        self._policies = dict(config.failure_policies)
         self.runs: dict[str, _Run] = {}
         self.series = Series()
         self.result = ReplayResult(config.policy, self.shape.total_chips, list(self.shape.names))
@@ -437,26 +442,26 @@ class Replay:
         self._done()
 
     def _fault(self, run: _Run, lost: Sequence[str], t: float) -> None:
+        """The core decides (`Admissions.chip_failed`, the one place failure policies live);
+        the replay only executes: replaced in place, requeued, or failed."""
         key = JobKey(run.job.job_id)
-        policy = self.cfg.failure_policy
+        queued = self.admissions.running().get(key)
         self._stop(run, t, released=True)
-        if policy == "Fail":
-            self.admissions.withdraw(key)
+        policy = self._policies.get(key, self.cfg.failure_policy)
+        decided = self.admissions.chip_failed(key, {key: [ChipId(c) for c in lost]}, policy)
+        if isinstance(decided, Failed):
             run.record.end_s, run.record.status = t, "failed"
-            run.record.reason = f"chip {lost[0]} failed and the failure policy is Fail"
+            run.record.reason = decided.message
             self._done()
             return
-        if policy == "ReplaceAffected":
-            placed = self.admissions.replace(key, {key: [ChipId(c) for c in lost]})
-            if isinstance(placed, Admitted):
-                self._start(run, placed.placements[0], t)
-                return
-        again = self.admissions.requeue(key)  # keeps its rank inside the Scheduler
-        self._waiting[key] = run.chips
+        if isinstance(decided, Replaced):
+            self._start(run, decided.placements[0], t)
+            return
+        self._waiting[key] = run.chips  # Restarted: queued again with its rank
         if self.tenants is not None and run.job.tenant is not None:
             self.tenants.wait(key, run.job.tenant, run.chips)
-        if again is not None and run.chips >= self._whole_chips:
-            self._whole[key] = again.order()
+        if queued is not None and run.chips >= self._whole_chips:
+            self._whole[key] = queued.order()
 
     def _reclaimed(self, run: _Run, by: _Run, t: float) -> None:
         """A preempted job waits again; a preemption across tenants is a reclaim, and the

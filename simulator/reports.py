@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -33,14 +34,24 @@ def _ratio(a: float, b: float) -> float | None:
 
 
 def summarize(r: ReplayResult, *, large_job_chips: int = 144, one_domain_chips: int = 144,
-              bounds: Mapping[str, BoundResult] | None = None) -> dict[str, Any]:
+              bounds: Mapping[str, BoundResult] | None = None,
+              idle_power_w: float | None = None,
+              idle_watts_per_chip: float | None = None) -> dict[str, Any]:
     """The per-policy figures of summary.json (issue 5's keys first, then context).
 
     `utilization` is *useful* utilization: the trace's chip-seconds of the jobs that completed
     over the fleet's chip-seconds in the makespan. `allocated_utilization` counts every
     chip-second chips were held, including the slowdown of split jobs, checkpoints and lost
     work, so a policy that wastes more does not look better. `bounds` are the reference
-    replays of the same trace (`simulator.bounds`); the `*_vs_*` keys are ratios to them."""
+    replays of the same trace (`simulator.bounds`); the `*_vs_*` keys are ratios to them.
+
+    `idle_power_w` (the fleet's draw with every chip idle) splits `energy_kwh` exactly, since
+    the power model is idle + dynamic per chip (`models.Hardware.chip_power`):
+    `energy_idle_kwh` is the idle floor of every chip over the makespan, `energy_busy_kwh` the
+    extra drawn by chips running jobs. With `idle_watts_per_chip` (a fleet of one idle
+    power), `energy_idle_unallocated_kwh` is the part of the idle floor spent by chips that
+    held no job (busy chip-seconds are exact, from the ledger). Every time is simulated (`simulated: true`): seconds on
+    the trace's own clock (its submission times), never wall-clock time."""
     done = [x for x in r.records if x.status == "completed"]
     jct = [x.jct_s for x in done if x.jct_s is not None]
     delays = [x.queue_delay_s for x in r.records if x.queue_delay_s is not None]
@@ -51,6 +62,8 @@ def summarize(r: ReplayResult, *, large_job_chips: int = 144, one_domain_chips: 
     capacity = r.total_chips * span
     useful = sum(x.chips * x.duration_s for x in done) / capacity if r.total_chips else 0.0
     allocated = r.busy_chip_s / capacity if r.total_chips else 0.0
+    unallocated_kwh = (None if idle_watts_per_chip is None or not r.total_chips else
+                       idle_watts_per_chip * max(capacity - r.busy_chip_s, 0.0) / 3.6e6)
     fits = [x for x in r.records if x.chips <= one_domain_chips and x.max_ultraservers]
     split = [x for x in fits if x.max_ultraservers > 1]
     stretch = [x.stretch for x in split if x.stretch is not None]
@@ -84,6 +97,10 @@ def summarize(r: ReplayResult, *, large_job_chips: int = 144, one_domain_chips: 
         "fleet_chips": r.total_chips,
         "makespan_s": span,
         "events": r.events,
+        "simulated": True,
+        **_energy_split(energy, span, idle_power_w),
+        # the part of the idle draw spent by chips that held no job (uniform fleets only)
+        "energy_idle_unallocated_kwh": unallocated_kwh,
     }
     for short, bound in (bounds or {}).items():
         out[f"jct_mean_vs_{short}"] = _ratio(out["jct_mean_s"], bound.jct_mean_s)
@@ -97,6 +114,27 @@ def summarize(r: ReplayResult, *, large_job_chips: int = 144, one_domain_chips: 
 
         out.update(tenant_summary(r))
     return out
+
+
+def _energy_split(energy_kwh: float, span_s: float, idle_power_w: float | None
+                  ) -> dict[str, float | None]:
+    if idle_power_w is None or energy_kwh <= 0:
+        return {"energy_idle_kwh": None, "energy_busy_kwh": None, "energy_idle_share": None}
+    # the idle floor never exceeds the integral it is part of (float rounding aside)
+    idle = min(idle_power_w * span_s / 3.6e6, energy_kwh)
+    return {"energy_idle_kwh": idle, "energy_busy_kwh": energy_kwh - idle,
+            "energy_idle_share": idle / energy_kwh}
+
+
+def finite(value: Any) -> Any:
+    """`value` with every NaN or infinity (nested) turned into None: summary.json stays JSON."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [finite(v) for v in value]
+    return value
 
 
 def write_tables(out: Path, results: Sequence[ReplayResult]) -> None:
@@ -125,13 +163,19 @@ def write_report(out: Path, results: Sequence[ReplayResult], *, meta: dict[str, 
                  bounds: Mapping[str, BoundResult] | None = None) -> dict[str, Any]:
     """Write every output file; returns the summary dict."""
     out.mkdir(parents=True, exist_ok=True)
-    summary = {r.policy: {**summarize(r, large_job_chips=large_job_chips,
-                                      one_domain_chips=one_domain_chips, bounds=bounds), **meta}
+    idle_kw = meta.get("idle_power_kw")
+    idle_w = None if idle_kw is None else float(idle_kw) * 1e3
+    summary = {r.policy: finite({**summarize(r, large_job_chips=large_job_chips,
+                                             one_domain_chips=one_domain_chips, bounds=bounds,
+                                             idle_power_w=idle_w,
+                                             idle_watts_per_chip=meta.get("idle_watts_per_chip")),
+                       **meta})
                for r in results}
-    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    (out / "summary.json").write_text(json.dumps(summary, indent=2, allow_nan=False) + "\n")
     write_tables(out, results)
-    from ultraplane.simulator import plots  # matplotlib only when writing a report
+    # matplotlib and Jinja2 only when writing a report
+    from ultraplane.simulator import plots, reportpages
 
-    images = plots.write_plots(out, results, meta)
-    plots.write_html(out, summary, images, meta)
+    figures = plots.write_plots(out, results, meta)
+    reportpages.write_html(out, summary, figures)
     return summary

@@ -50,13 +50,21 @@ def run_policies(topology: Any, jobs: Sequence[TraceJob], configs: Sequence[Repl
     peak = sum(shape.hardware_of[n].peak_watts * shape.chips_of[n] for n in shape.names)
     cfg = configs[0]
     largest = max((shape.chips_of[n] for n in shape.names), default=0)
+    idle_watts = {shape.hardware_of[n].idle_watts for n in shape.names}
     meta = {
         "fleet": fleet_name,
         "trace": ", ".join(traces),
         "chips_per_gpu": cfg.chips_per_gpu,
         "gpu_to_chip": f"one trace GPU = {cfg.chips_per_gpu} Trainium chip(s)",
         "seed": cfg.seed,
+        "policies": [c.policy for c in configs],
+        "jobs_in_trace": len(jobs),
+        "ultraservers": len(shape.names),
         "failure_policy": cfg.failure_policy,
+        "chip_failure_rate_per_hour": cfg.faults.chip_rate_per_hour,
+        "server_failure_rate_per_hour": cfg.faults.server_rate_per_hour,
+        "scripted_failures": [f"{t:g} s: {target}" for t, target in cfg.faults.scripted],
+        "repair_s": cfg.faults.repair_s,
         "checkpoint_interval_s": cfg.checkpoint_interval_s,
         "reservation": cfg.reservation,
         "queue_order": ("arrival order (FIFO) inside a priority" if cfg.queue_stretch == 0 else
@@ -64,6 +72,9 @@ def run_policies(topology: Any, jobs: Sequence[TraceJob], configs: Sequence[Repl
                         f"run time; gangs of {QueueOrder().large_from(largest)}+ chips (over "
                         "half the largest UltraServer) by submit time"),
         "idle_power_kw": shape.idle_watts() / 1e3,
+        # one figure when every chip idles at the same power (the summary then says how much
+        # of the idle draw was chips with no job); None for a fleet of mixed profiles
+        "idle_watts_per_chip": min(idle_watts) if len(idle_watts) == 1 else None,
         "peak_power_kw_all_busy": peak / 1e3,
         "held_allocations": len(held or {}),
         "bad_rows": list(bad_rows),

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
+from ultraplane.jobreads import failure_policy_of
+
 OUTPUT_TOKENS_PER_REQUEST = 256  # assumption: turns a requests/s load into tokens/s
 
 
@@ -66,8 +68,7 @@ def read_spec(spec: Any) -> JobShape:
         slo = field(spec, "latencySLO") or field(spec, "latency_slo")
         duration = field(spec, "durationSeconds")
         return JobShape("inference", precision, _opt(params_b), 0, None, _opt(duration), 0.0,
-                        str(field(spec, "failurePolicy", "RestartAll")),
-                        int(field(spec, "replicas", 1)), _opt(tps),
+                        _policy("InferenceJob", spec), int(field(spec, "replicas", 1)), _opt(tps),
                         _opt(field(slo, "timePerOutputTokenMs")), _opt(field(slo, "timeToFirstTokenMs")))
     work = field(spec, "work")
     steps = field(work, "steps")
@@ -79,8 +80,14 @@ def read_spec(spec: Any) -> JobShape:
     return JobShape(
         "training", precision, _opt(params_b), int(steps or 0), _opt(field(work, "tokensPerStep")),
         _opt(duration), float(field(spec, "checkpointIntervalSeconds", 600.0)),
-        str(field(spec, "failurePolicy", "RestartAll")), 1, None, None, None,
+        _policy("TrainingJob", spec), 1, None, None, None,
     )
+
+
+def _policy(kind: str, spec: Any) -> str:
+    """The failure policy as the core reads it (`ultraplane.jobreads`: an InferenceJob's is
+    ReplaceAffected, per replica), so the runtime never reads it another way."""
+    return str(failure_policy_of(kind, {"failurePolicy": field(spec, "failurePolicy")}).value)
 
 
 def _opt(v: Any) -> float | None:

@@ -236,31 +236,22 @@ def tenant_summary(result: Any) -> dict[str, Any]:
     return {**f.fleet(), "tenants": per}
 
 
-def tenants_html(summary: Mapping[str, Any]) -> str:
-    """The report's per-tenant table, one block per policy with tenant figures ('' if none)."""
-    import html
-
-    blocks = []
-    for policy, s in summary.items():
-        if "tenants" not in s:
-            continue
-        rows = "".join(
-            f"<tr><td>{html.escape(t)}</td><td>{v['nominal_chips']:,}</td>"
-            f"<td>{v['chips_used_mean']:,.0f}</td><td>{v['chips_borrowed_mean']:,.0f}</td>"
-            f"<td>{_h(v['jct_mean_s'])}</td><td>{_h(v['queue_delay_mean_s'])}</td>"
-            f"<td>{v['chip_hours_lost_to_reclaim']:,.1f}</td></tr>"
-            for t, v in s["tenants"].items())
-        blocks.append(
-            f"<h3>{html.escape(policy)}: guarantee p99 {s['guarantee_p99_s']:,.0f} s, fair share "
-            f"(Jain) {s['fair_share_jain']:.3f}, lost to reclaim "
-            f"{s['reclaim_lost_fraction']:.2%}</h3><table><tr><th>tenant</th><th>nominal chips"
-            "</th><th>chips used (mean)</th><th>chips borrowed (mean)</th><th>JCT mean (h)</th>"
-            f"<th>wait mean (h)</th><th>chip-hours lost to reclaim</th></tr>{rows}</table>")
-    if not blocks:
-        return ""
-    return ("<h2>Tenants</h2><p>guarantee p99: the 99th percentile, over the jobs that ever "
-            "waited while they would have fit in their tenant's unused nominal quota, of that "
-            "time.</p>" + "".join(blocks))
+def tenant_rows(summary: Mapping[str, Mapping[str, Any]],
+                policies: Sequence[str]) -> list[tuple[str, list[str]]]:
+    """The report's rows of per-tenant figures (a row per tenant, a cell per policy)."""
+    names = sorted({t for p in policies for t in summary[p].get("tenants", {})})
+    rows = []
+    for tenant in names:
+        cells = []
+        for p in policies:
+            v = summary[p].get("tenants", {}).get(tenant)
+            cells.append("n/a" if v is None else (
+                f"nominal {v['nominal_chips']:,}, used {v['chips_used_mean']:,.0f}, borrowed "
+                f"{v['chips_borrowed_mean']:,.0f} (mean chips); JCT {_h(v['jct_mean_s'])} h, "
+                f"wait {_h(v['queue_delay_mean_s'])} h; "
+                f"{v['chip_hours_lost_to_reclaim']:,.1f} chip-h lost to reclaim"))
+        rows.append((f"tenant {tenant}", cells))
+    return rows
 
 
 def _h(v: float | None) -> str:

@@ -16,12 +16,18 @@ at most 1,048,576 GPUs a job, a priority within +-1,000,000. A UTF-8 byte-order
 mark (every spreadsheet export has one) is skipped; broken quoting (an
 unterminated quote, a NUL byte, a field over 128 KiB) stops the parse at that row,
 named by its line, since nothing after it can be trusted.
+
+A trace is a regular file of at most `MAX_TRACE_BYTES` (a device or a pipe would be read
+forever), and only the first `MAX_BAD_ROWS_KEPT` bad rows are kept and shown, with the
+count of all of them: a million bad rows are one screen, not 85 MB of errors.
 """
 
 from __future__ import annotations
 
 import csv
 import math
+import os
+import stat
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +38,8 @@ MAX_GPUS = 1_048_576
 MAX_PRIORITY = 1_000_000
 MAX_MODEL_B = 100_000
 MAX_NETWORK_DEPTH = 16
+MAX_TRACE_BYTES = 1 << 30  # 1 GiB: about 20 million rows
+MAX_BAD_ROWS_KEPT = 20
 REQUIRED = ("job_id", "submission_time", "duration", "num_gpu")
 OPTIONAL = ("kind", "priority", "topology", "model", "precision", "tenant")
 KINDS = ("training", "inference")
@@ -61,6 +69,17 @@ class BadRow:
 
     def __str__(self) -> str:
         return f"line {self.line}: {self.message}"
+
+
+class BadRows(list[BadRow]):
+    """The first MAX_BAD_ROWS_KEPT bad rows of a trace; `total` counts all of them."""
+
+    total = 0
+
+    def add(self, row: BadRow) -> None:
+        self.total += 1
+        if len(self) < MAX_BAD_ROWS_KEPT:
+            self.append(row)
 
 
 class TraceError(ValueError):
@@ -140,8 +159,8 @@ def parse_row(row: dict[str, str], line: int) -> TraceJob:
                     model, precision, line, tenant)
 
 
-def parse_rows(lines: Iterable[str], path: str = "<trace>") -> tuple[list[TraceJob], list[BadRow]]:
-    """Parse CSV text; returns the good jobs and every bad row (never raises for rows)."""
+def parse_rows(lines: Iterable[str], path: str = "<trace>") -> tuple[list[TraceJob], BadRows]:
+    """Parse CSV text; returns the good jobs and the bad rows (never raises for rows)."""
     reader = csv.DictReader(lines, strict=True)
     try:
         fieldnames = reader.fieldnames or []
@@ -153,7 +172,7 @@ def parse_rows(lines: Iterable[str], path: str = "<trace>") -> tuple[list[TraceJ
         raise TraceError(path, [BadRow(1, f"header lacks column(s) {', '.join(missing)}")])
     reader.fieldnames = header
     jobs: list[TraceJob] = []
-    bad: list[BadRow] = []
+    bad = BadRows()
     seen: set[str] = set()
     rows = iter(reader)
     while True:
@@ -163,30 +182,45 @@ def parse_rows(lines: Iterable[str], path: str = "<trace>") -> tuple[list[TraceJ
         except StopIteration:
             break
         except csv.Error as exc:  # broken quoting: nothing after this row can be trusted
-            bad.append(BadRow(starts, f"broken CSV quoting or data ({exc}); "
+            bad.add(BadRow(starts, f"broken CSV quoting or data ({exc}); "
                                       "the rows after it were not read"))
             break
         line = reader.line_num
         if None in row:
-            bad.append(BadRow(line, "row has more fields than the header"))
+            bad.add(BadRow(line, "row has more fields than the header"))
             continue
         try:
             job = parse_row(row, line)
         except ValueError as exc:
-            bad.append(BadRow(line, str(exc)))
+            bad.add(BadRow(line, str(exc)))
             continue
         if job.job_id in seen:
-            bad.append(BadRow(line, f"job_id {job.job_id!r} appears twice"))
+            bad.add(BadRow(line, f"job_id {job.job_id!r} appears twice"))
             continue
         seen.add(job.job_id)
         jobs.append(job)
     return jobs, bad
 
 
-def load_trace(path: str | Path, *, prefix: str = "") -> tuple[list[TraceJob], list[BadRow]]:
+def check_trace_file(path: Path) -> None:
+    """A regular file of bounded size, or ValueError in one sentence (checked before the open:
+    opening a FIFO blocks, and reading a device never ends)."""
+    info = path.stat()
+    if not stat.S_ISREG(info.st_mode):
+        raise ValueError(f"{path} is not a regular file; a trace must be a CSV file")
+    if info.st_size > MAX_TRACE_BYTES:
+        raise ValueError(f"{path} is {info.st_size} bytes; a trace may have at most "
+                         f"{MAX_TRACE_BYTES} bytes")
+
+
+def load_trace(path: str | Path, *, prefix: str = "") -> tuple[list[TraceJob], BadRows]:
     """Read a trace file; `prefix` keeps job ids unique when several files are merged."""
     p = Path(path)
-    with p.open(newline="", encoding="utf-8-sig") as fh:
+    check_trace_file(p)
+    fd = os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))  # swapped for a FIFO: no wait
+    with open(fd, newline="", encoding="utf-8-sig", closefd=True) as fh:
+        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+            raise ValueError(f"{p} is not a regular file; a trace must be a CSV file")
         jobs, bad = parse_rows(fh, str(p))
     if prefix:
         jobs = [TraceJob(prefix + j.job_id, *_rest(j)) for j in jobs]

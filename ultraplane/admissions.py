@@ -1,4 +1,5 @@
-"""The scheduling driver: one cycle and everything that follows from it, as typed transitions.
+"""The scheduling driver: every trigger (a cycle, a job observed, a chip failed, a job finished
+or deleted) and every consequence of it, as the typed decisions of `ultraplane.decisions`.
 
 Why a driver on top of `Scheduler`: the operator, the REST API's embedded fleet and the trace
 replay each used to take a `CycleResult` apart themselves (who was preempted, who is admitted,
@@ -18,8 +19,12 @@ The rules, all here:
 - The backfill reservation, if any, is `Decisions.reservation`.
 - After a restart, `readopt` puts a job back on its persisted chips, all replicas or none; when
   that is impossible the job is queued again and the caller is told why (`Requeued`).
-- A failed chip under a `ReplaceAffected` job: `replace` swaps the lost chips in place, or
-  places the affected gang afresh when it needs whole servers or is one replica of several.
+- A failed chip under a job (`chip_failed`): its failure policy is applied here and nowhere
+  else. `Fail` fails it; `ReplaceAffected` (always an InferenceJob's, per replica) swaps the
+  lost chips in place, or places the affected gang afresh when it needs whole servers or is one
+  replica of several, and restarts the job only when no replacement fits; `RestartAll`
+  requeues it whole.
+- The clock is required by `cycle`: no adapter can run without the predictions.
 """
 
 from __future__ import annotations
@@ -28,6 +33,21 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ultraplane.allocator import AllocationConflict, Allocator, NoFit, Placement
+from ultraplane.decisions import (
+    Admitted,
+    Decision,
+    Deleted,
+    Failed,
+    Finished,
+    Observed,
+    Pending,
+    Preempted,
+    Readopted,
+    Replaced,
+    Requeued,
+    Reserved,
+    Restarted,
+)
 from ultraplane.ids import ChipId, JobKey
 from ultraplane.queueorder import TARGET_START, QueueOrder
 from ultraplane.quotas import QuotaBook
@@ -36,71 +56,20 @@ from ultraplane.scheduling import QueuedJob, Scheduler
 __all__ = [
     "Admissions",
     "Admitted",
+    "Decision",
     "Decisions",
+    "Deleted",
     "Failed",
+    "Finished",
+    "Observed",
     "Pending",
     "Preempted",
     "Readopted",
+    "Replaced",
     "Requeued",
     "Reserved",
-    "Transition",
+    "Restarted",
 ]
-
-
-@dataclass(frozen=True, slots=True)
-class Admitted:
-    """`key` holds chips now: one placement, or one per replica in index order."""
-
-    key: JobKey
-    placements: tuple[Placement, ...]
-    replicated: bool = False
-    # Why it was placed so, when a prediction decided it (a split that pays, a backfill onto
-    # reserved UltraServers), with the numbers; empty otherwise.
-    message: str = ""
-
-    @property
-    def chip_ids(self) -> tuple[ChipId, ...]:
-        return tuple(c for p in self.placements for c in p.chip_ids)
-
-
-@dataclass(frozen=True, slots=True)
-class Preempted:
-    """`key` lost its chips to `by` and waits again (with its original FIFO rank)."""
-
-    key: JobKey
-    by: JobKey
-
-
-@dataclass(frozen=True, slots=True)
-class Pending:
-    """`key` waits: `reason` is the NoFit kind (`NoCapacity`), `position` is 1-based."""
-
-    key: JobKey
-    reason: str
-    message: str
-    position: int
-
-
-@dataclass(frozen=True, slots=True)
-class Failed:
-    """`key` left the queue for good (`reason` `Unsatisfiable`: it can never fit the fleet)."""
-
-    key: JobKey
-    reason: str
-    message: str
-
-
-@dataclass(frozen=True, slots=True)
-class Reserved:
-    """The UltraServers held back for the waiting job `key` until it starts."""
-
-    key: JobKey
-    domains: str
-    ultraservers: tuple[str, ...]
-    start: float | None = None  # predicted start (EASY), when the cycle had a clock
-
-
-Transition = Admitted | Preempted | Pending | Failed
 
 
 @dataclass
@@ -118,7 +87,7 @@ class Decisions:
     reservation: Reserved | None = None
     deferred: list[JobKey] = field(default_factory=list)  # not tried: the launch budget was spent
 
-    def __iter__(self) -> Iterator[Transition]:
+    def __iter__(self) -> Iterator[Admitted | Preempted | Pending | Failed]:
         yield from self.preempted
         yield from self.failed
         yield from self.admitted
@@ -129,22 +98,6 @@ class Decisions:
         if self.reservation is None:
             return {}
         return dict.fromkeys(self.reservation.ultraservers, self.reservation.key)
-
-
-@dataclass(frozen=True, slots=True)
-class Readopted:
-    """`key` holds its persisted chips again."""
-
-    key: JobKey
-    placements: tuple[Placement, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class Requeued:
-    """`key`'s persisted chips could not be re-adopted (`message` says why); it waits again."""
-
-    key: JobKey
-    message: str
 
 
 class Admissions:
@@ -176,6 +129,42 @@ class Admissions:
         """`job` ranked by this queue's order on this fleet (its largest UltraServer decides
         which gangs rank by creation alone, `ultraplane.queueorder`)."""
         return self.order.ranked(job, self.allocator.largest_ultraserver())
+
+    def observe(self, job: QueuedJob) -> Observed:
+        """Trigger: a job was seen (created, or a waiting job's spec edited)."""
+        return Observed(job.key, self.submit(job))
+
+    def finished(self, key: JobKey, phase: str, message: str = "") -> Finished:
+        """Trigger: the job ended on its own (its runtime or pods said so); its chips are free."""
+        self.scheduler.cancel(key)
+        return Finished(key, phase, message)
+
+    def deleted(self, key: JobKey) -> Deleted:
+        """Trigger: the job was deleted; out of the queue, its chips released."""
+        return Deleted(key, self.scheduler.cancel(key))
+
+    def chip_failed(self, key: JobKey, lost: Mapping[JobKey, Sequence[ChipId]],
+                    policy: str) -> Replaced | Restarted | Failed:
+        """Trigger: chips `lost` (allocator key -> chips) failed under the running job `key`.
+
+        The failure policy is applied here, once, for every adapter: `Fail` ends the job;
+        `ReplaceAffected` moves only the affected gang (each affected replica of an
+        InferenceJob, whose policy it always is) and restarts the job whole only when no
+        replacement fits; `RestartAll` (and anything else) requeues the job whole, to resume
+        from its checkpoint. The message is the same sentence in every adapter."""
+        chips = [c for part in lost.values() for c in part]
+        message = f"Chip(s) {', '.join(chips)} failed under the job ({policy})."
+        if policy == "Fail":
+            self.scheduler.cancel(key)
+            return Failed(key, "ChipFailed", message)
+        if policy == "ReplaceAffected":
+            replaced = self.replace(key, lost)
+            if isinstance(replaced, Admitted):
+                return Replaced(key, replaced.placements, replaced.replicated, "ChipReplaced",
+                                message, tuple(chips))
+            message += f" No replacement: {replaced}"
+        self.scheduler.requeue(key)
+        return Restarted(key, "ChipFailed", message)
 
     def withdraw(self, key: JobKey) -> frozenset[ChipId]:
         """The job finished, failed or was deleted: forget it; returns the chips released."""
@@ -237,9 +226,10 @@ class Admissions:
         estimates it from progress and work), for EASY backfilling and SplitWhenItPays."""
         self.scheduler.expect_end(key, end)
 
-    def cycle(self, now: float | None = None, launch_budget: int | None = None) -> Decisions:
-        """Run one scheduling cycle and say what follows from it (`now`: the caller's clock,
-        which turns on the predictions; `launch_budget`: pods its admissions may start; see
+    def cycle(self, now: float, launch_budget: int | None = None) -> Decisions:
+        """Trigger: run one scheduling cycle and say what follows from it (`now`: the caller's
+        clock, required so no adapter runs without the predictions: EASY backfill by predicted
+        ends, SplitWhenItPays pricing, the notes in `Admitted.message`; `launch_budget`: pods its admissions may start; see
         `Scheduler.cycle`). A job deferred by the budget is in `deferred`, not in `pending`:
         its written status stays as it is, and it keeps its place in the positions."""
         result = self.scheduler.cycle(now, launch_budget)

@@ -20,6 +20,15 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "simulator": ("ultraplane.simulator.cli:simulator", "Run virtual chips for admitted jobs in a cluster."),
     "simulate": ("ultraplane.simulator.cli:simulate", "Replay a job trace offline and write a report."),
     "serve": ("ultraplane.api.cli:serve", "Serve the REST API (embedded fleet by default)."),
+    # the client (also the kubectl plugin `kubectl-ultraplane`): ultraplane.api.client
+    "get": ("ultraplane.api.client.commands:get", "List jobs or UltraServers."),
+    "describe": ("ultraplane.api.client.commands:describe", "Show one job in detail."),
+    "apply": ("ultraplane.api.client.commands:apply", "Submit job manifests (-f FILE)."),
+    "delete": ("ultraplane.api.client.commands:delete", "Delete jobs."),
+    "top": ("ultraplane.api.client.commands:top", "Chips, utilization and power now."),
+    "why": ("ultraplane.api.client.commands:why", "Why a job is pending, and when it starts."),
+    "accounting": ("ultraplane.api.client.commands:accounting",
+                   "Per-job usage with sacct's columns."),
 }
 
 

@@ -21,7 +21,7 @@ from typing import Any
 from ultraplane.allocator import PlacementRequest
 from ultraplane.ids import ChipId, JobKey, UltraServerName, job_key
 from ultraplane.placements import request_from_topology
-from ultraplane.resources.commons import API_VERSION, GROUP, VERSION
+from ultraplane.resources.commons import API_VERSION, GROUP, VERSION, Phase
 from ultraplane.resources.ultraservers import UltraServerSpec
 from ultraplane.scheduling import QueuedJob, replica_key
 from ultraplane.topology import UltraServer
@@ -53,8 +53,9 @@ TRAINING = "trainingjobs"
 INFERENCE = "inferencejobs"
 PLURALS: dict[str, str] = {"TrainingJob": TRAINING, "InferenceJob": INFERENCE}
 ULTRASERVERS = "ultraservers"
-TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
-HOLDING_PHASES = frozenset({"Admitted", "Running"})
+# The phase sets, once, from the CRD's own enum (a StrEnum: `"Failed" in TERMINAL_PHASES`).
+TERMINAL_PHASES: frozenset[str] = frozenset({Phase.SUCCEEDED, Phase.FAILED})
+HOLDING_PHASES: frozenset[str] = frozenset({Phase.ADMITTED, Phase.RUNNING})
 
 Body = Mapping[str, Any]
 

@@ -8,7 +8,8 @@ gives a container for the ids the kubelet picked, and which ids to prefer. They 
 server only moves these values over the wire.
 
 The contract (docs/install.md, "A Trainium-like kind cluster"):
-  - a Node labelled as one server of an UltraServer (`NodeLabels.ultraserver`) whose profile is
+  - a Node labelled as one server of an UltraServer (`NodeLabels.ultraserver`, or the Neuron
+    device plugin's UltraServer id, `nodelabels.membership`) whose profile is
     known (`ultraplane/nodelabels.py`) advertises the profile's `chips_per_server` devices; any
     other Node advertises none. An explicit chip count overrides both;
   - device ids are `neuron0` .. `neuron{N-1}`, always `Healthy` (the fake chips never fail here;
@@ -26,7 +27,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from ultraplane.launches import NEURON_RESOURCE, index_core_range
-from ultraplane.nodelabels import DEFAULT_LABELS, NodeLabels, labelled_profile
+from ultraplane.nodelabels import DEFAULT_LABELS, NodeLabels, labelled_profile, membership
 from ultraplane.profiles import UnknownProfileError, load_profile
 
 RESOURCE_NAME = NEURON_RESOURCE
@@ -82,10 +83,12 @@ def devices_for_node(node: str, labels: Mapping[str, str], *, keys: NodeLabels =
         if not 0 <= chips <= MAX_CHIPS:
             raise ValueError(f"chips must be 0..{MAX_CHIPS}, got {chips}")
         return NodeDevices(chips, cores, f"{chips} chip(s) as given (--chips)")
-    ultraserver = labels.get(keys.ultraserver)
-    if not ultraserver:
-        return NodeDevices(0, cores, f"Node {node} has no label {keys.ultraserver}: it is not a "
-                                     "server of an UltraServer, so it advertises no chips")
+    found = membership(labels, keys)
+    if found is None:
+        return NodeDevices(0, cores, f"Node {node} has no label {keys.ultraserver} (nor a Neuron "
+                                     "UltraServer id): it is not a server of an UltraServer, "
+                                     "so it advertises no chips")
+    ultraserver = found.ultraserver
     if profile is None:
         return NodeDevices(0, cores, f"Node {node} of UltraServer {ultraserver} has no known "
                                      f"profile (label {keys.profile}="

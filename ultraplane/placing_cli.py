@@ -12,10 +12,12 @@ import json
 from typing import Any
 
 import click
+from pydantic.alias_generators import to_camel
 
 from ultraplane.allocator import AllocationConflict, Allocator, NoFit, PlacementRequest
 from ultraplane.clusterfiles import ClusterFileError, load_cluster_file
 from ultraplane.ids import parse_chip_id
+from ultraplane.logs import log_level_option
 from ultraplane.placements import Placement
 from ultraplane.profiles import Precision, UnknownProfileError, load_profile, profile_names
 from ultraplane.topology import Topology, build_fleet, level_problem, parse_level
@@ -78,9 +80,15 @@ def _ranges(numbers: list[int]) -> str:
 
 
 def _placement_json(p: Placement) -> dict[str, Any]:
+    """The REST API's placement vocabulary (camelCase: `chipIds`, `ultraServers`)."""
     return {"placed": True, "chips": p.chips, "level": p.level, "score": p.score,
-            "ultraservers": list(p.ultraservers), "servers": list(p.servers),
-            "chip_ids": list(p.chip_ids)}
+            "ultraServers": list(p.ultraservers), "servers": list(p.servers),
+            "chipIds": list(p.chip_ids)}
+
+
+def _camel(row: dict[str, Any]) -> dict[str, Any]:
+    """snake_case keys -> camelCase, as the REST API writes them (values left alone)."""
+    return {to_camel(k): v for k, v in row.items()}
 
 
 def _placement_table(p: Placement) -> str:
@@ -115,6 +123,7 @@ def _placement_table(p: Placement) -> str:
 @click.option("--policy", type=click.Choice(["ultraplane", "first-fit"]), default="ultraplane",
               show_default=True)
 @click.option("-o", "--output", type=_OUTPUT, default="table", show_default=True)
+@log_level_option(default="warning")
 def place(fleet: str | None, cluster: str | None, chips: int, required: str | None,
           preferred: str | None, whole_servers: bool, mode: str | None, profile: str | None,
           policy: str, output: str) -> None:
@@ -172,11 +181,13 @@ def _profile_row(name: str) -> dict[str, Any]:
 
 @click.command("profiles")
 @click.option("-o", "--output", type=_OUTPUT, default="table", show_default=True)
+@log_level_option(default="warning")
 def profiles(output: str) -> None:
     """List the hardware profiles with their UltraServer aggregates."""
     rows = [_profile_row(n) for n in profile_names()]
     if output == "json":
-        click.echo(json.dumps(rows, indent=2))
+        click.echo(json.dumps([_camel({**r, "chip": _camel(r["chip"])}) for r in rows],
+                              indent=2))
         return
     head = (f"{'PROFILE':<16}{'LAYOUT':<12}{'CHIPS':>6}{'MXFP8 PF':>10}{'BF16 PF':>9}"
             f"{'HBM GiB':>9}{'HBM TB/s':>10}{'PEAK kW':>9}  NOTE")

@@ -26,6 +26,7 @@ __all__ = [
     "Topology",
     "UltraServer",
     "build_fleet",
+    "canonical_level",
     "level_problem",
     "network_from_labels",
     "parse_level",
@@ -94,6 +95,17 @@ def parse_level(value: str | Level) -> Level:
         f"unknown topology level {str(value)[:40]!r}; use server, rack, ultraserver, block, "
         f"network-N (1 <= N <= {MAX_NETWORK_DEPTH}) or cluster"
     )
+
+
+def canonical_level(value: object) -> object:
+    """A level as the CRDs and the API spell it (`Rack` -> `rack`, `block` -> `network-1`),
+    read by `parse_level`: the one level parser of the CLI and the API's request models
+    (a pydantic before-validator): any letter case and the `block` alias. What is not a
+    bare word (not a string, or padded with spaces) is returned as it is, for the model to
+    refuse; an unknown level raises `parse_level`'s ValueError."""
+    if not isinstance(value, str) or value != value.strip():
+        return value
+    return parse_level(value).name
 
 
 def level_problem(topology: Topology, level: Level) -> str | None:

@@ -51,7 +51,8 @@ def _call(client: TestClient, call: tuple[str, str, Any], token: str | None = No
         (LIST, None, 401),  # job reads are authorized too: they name other teams' work
         (LIST, "s3cret", 200),
         (READ, None, 200),  # reads stay open by default
-        (DRY, None, 200),  # a dry run takes nothing, so it is a read
+        (DRY, None, 401),  # a dry run costs CPU: once tokens are on, it needs one
+        (DRY, "s3cret", 200),
     ],
 )
 def test_tokens_guard_mutations(locked: TestClient, call: tuple[str, str, Any],
@@ -178,7 +179,7 @@ def test_lists_across_namespaces_need_an_all_namespace_grant(scoped: TestClient)
 @pytest.mark.parametrize(
     ("line", "message"),
     [
-        ("t verbs=get,patch", "unknown verb 'patch'"),
+        ("t verbs=get,watch", "unknown verb 'watch'"),  # patch is a verb (UltraServer writes)
         ("t namespace=a", "unknown field 'namespace'"),
         ("t verbs", "is not KEY=VALUE"),
     ],

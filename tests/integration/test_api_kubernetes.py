@@ -192,3 +192,21 @@ def test_limits_hold_in_kubernetes_mode(
     assert sorted(j["metadata"]["name"] for j in first["items"] + rest["items"]) == ["p0", "p1", "p2"]
     r = client.get(base, params={"continue": "not-a-token"})
     assert r.status_code in (410, 422) and r.json()["field"] == "continue", r.text
+
+
+def test_patch_ultraserver_marks_failed_chips_on_the_object(
+        api: tuple[TestClient, Any], ultraserver: str, kube_env: Any) -> None:
+    client, backend = api
+    backend.poll()
+    r = client.patch(f"/v1/ultraservers/{ultraserver}",
+                     json={"spec": {"failedChips": ["s01/c02"], "cordonedServers": [3]}})
+    assert r.status_code == 200, r.text
+    assert r.json()["failedChips"] == ["s01/c02"]
+    obj = json.loads(kube_env.kubectl("get", "ultraserver", ultraserver, "-o", "json").stdout)
+    assert obj["spec"]["failedChips"] == ["s01/c02"] and obj["spec"]["cordonedServers"] == [3]
+    assert obj["spec"]["profile"] == "trn3-gen2"  # a merge patch: the rest of the spec stays
+    bad = client.patch(f"/v1/ultraservers/{ultraserver}",
+                       json={"spec": {"failedChips": ["s99/c00"]}})
+    assert bad.status_code == 422, bad.text
+    gone = client.patch("/v1/ultraservers/api-missing", json={"spec": {"failedChips": []}})
+    assert gone.status_code == 404, gone.text

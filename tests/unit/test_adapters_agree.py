@@ -23,6 +23,20 @@ from ultraplane.api.store import make_engine, migrate
 from ultraplane.simulator.replay import Replay, ReplayConfig
 from ultraplane.simulator.traces import TraceJob
 
+from tests.unit.adapter_drivers import (
+    Arrive,
+    Delete,
+    EmbeddedDriver,
+    FailChip,
+    OperatorDriver,
+    Script,
+    Seen,
+    Wait,
+    outcome,
+    project,
+    replay_at,
+)
+from tests.unit.adapter_drivers import Job as DJob
 from tests.unit.operator_fakes import FakeKube, controller, settle
 from ultraplane.resources import InferenceJobSpec, TrainingJobSpec
 from ultraplane.topology import build_fleet
@@ -176,3 +190,97 @@ def test_replicas_are_admitted_all_or_nothing_by_operator_and_embedded_api(
     assert operator == embedded
     assert operator["wide"] == ("waiting", ())  # two of three replicas fit: it holds nothing
     assert operator["serve"][0] == "running" and len(operator["serve"][1]) == 72
+
+
+# -- every trigger, through all three adapters ------------------------------------------------
+#
+# t=0     long (144) takes one UltraServer; a, b, c (32 each, one per failure policy) the other.
+# t=60    whole (288 = both UltraServers) waits and holds both (EASY: predicted to start when
+#         long, a, b and c end); short (16 chips, 10 min) is predicted to end long before:
+#         it backfills beside them.
+# t=120   a chip under a (ReplaceAffected): only that chip is swapped.
+# t=180   a chip under b (RestartAll): b is requeued whole and placed again.
+# t=240   a chip under c (Fail): c fails.
+# t=300   urgent (144, priority 5) preempts long: the only UltraServer with no failed chip.
+# t=1800  short has finished; (embedded and operator only) t=1860 a is deleted.
+EVERY_TRIGGER: Script = (
+    (0.0, Arrive((DJob("long", 144), DJob("a", 32, policy="ReplaceAffected"),
+                  DJob("b", 32, policy="RestartAll"), DJob("c", 32, policy="Fail")))),
+    (60.0, Arrive((DJob("whole", 288, level="cluster", duration=3_600.0),
+                   DJob("short", 16, duration=600.0)))),
+    (120.0, FailChip("a")),
+    (180.0, FailChip("b")),
+    (240.0, FailChip("c")),
+    (300.0, Arrive((DJob("urgent", 144, priority=5),))),
+    (1800.0, Wait()),
+)
+DELETION: Script = ((1860.0, Delete("a")),)
+
+# Inference (operator and embedded API): t 144 on one UltraServer, serve 2 x 36 on the other;
+# wide 3 x 36 does not fit the 72 chips left, so it holds nothing; a chip under serve's second
+# replica moves that replica alone; deleting serve lets wide in, all three replicas at once.
+REPLICAS: Script = (
+    (0.0, Arrive((DJob("t", 144), DJob("serve", 36, replicas=2)))),
+    (60.0, Arrive((DJob("wide", 36, replicas=3),))),
+    (120.0, FailChip("serve", replica=1)),
+    (180.0, Delete("serve")),
+)
+
+
+def play(script: Script, tmp_path: Path) -> tuple[list[Seen], list[dict[str, Any]],
+                                                   list[dict[str, Any]], dict[int, str]]:
+    """Play `script` through the operator and the embedded API; after every step their
+    decisions and projected status documents. Returns (decisions, operator docs, embedded
+    docs, step -> failed chip)."""
+    op, api = OperatorDriver(), EmbeddedDriver(tmp_path)
+    decided: list[Seen] = []
+    docs_op: list[dict[str, Any]] = []
+    docs_api: list[dict[str, Any]] = []
+    chips: dict[int, str] = {}
+    try:
+        for i, (t, action) in enumerate(script):
+            if isinstance(action, FailChip):
+                chips[i] = op.chip(action)
+            op.step(t, action)
+            api.step(t, action)
+            a, b = op.statuses(), api.statuses()
+            seen = {name: outcome(s) for name, s in a.items()}
+            assert seen == {name: outcome(s) for name, s in b.items()}, (t, action)
+            decided.append(seen)
+            docs_op.append({name: project(s) for name, s in a.items()})
+            docs_api.append({name: project(s) for name, s in b.items()})
+            assert docs_op[-1] == docs_api[-1], (t, action)
+    finally:
+        op.close()
+        api.close()
+    return decided, docs_op, docs_api, chips
+
+
+def test_every_trigger_is_decided_alike_by_operator_embedded_api_and_replay(
+        tmp_path: Path) -> None:
+    decided, docs, _, chips = play(EVERY_TRIGGER + DELETION, tmp_path)
+    assert decided[:-1] == replay_at(EVERY_TRIGGER, chips)
+    at = dict(zip([t for t, _ in EVERY_TRIGGER + DELETION], docs, strict=True))
+    assert at[60.0]["whole"]["phase"] == "Pending" and "predicted to start in" in \
+        at[60.0]["whole"]["message"]
+    assert "Backfilled onto UltraServers reserved" in at[60.0]["short"]["message"]
+    assert at[120.0]["a"]["reason"] == "ChipReplaced" and at[120.0]["a"]["restarts"] == 1
+    # b restarted whole (RestartAll), from its checkpoint, and was placed again at once
+    assert at[180.0]["b"]["restarts"] == 1 and at[180.0]["b"]["attempt"] == 2
+    assert ("Preempted", "False", "ChipFailed") in {c[:3] for c in at[180.0]["b"]["conditions"]}
+    assert at[240.0]["c"]["phase"] == "Failed" and at[240.0]["c"]["reason"] == "ChipFailed"
+    assert at[300.0]["urgent"]["phase"] == "Running" and at[300.0]["long"]["phase"] == "Pending"
+    assert ("Preempted", "True") in {c[:2] for c in at[300.0]["long"]["conditions"]}
+    assert at[1800.0]["short"]["phase"] == "Succeeded"
+    assert "a" not in at[1860.0]
+
+
+def test_a_replica_on_a_failed_chip_moves_alone_in_operator_and_embedded_api(
+        tmp_path: Path) -> None:
+    decided, docs, _, _ = play(REPLICAS, tmp_path)
+    before, after = docs[1]["serve"]["allocation"], docs[2]["serve"]["allocation"]
+    assert after["replicas"][0] == before["replicas"][0]
+    assert after["replicas"][1] != before["replicas"][1]
+    assert docs[2]["serve"]["reason"] == "ChipReplaced"
+    assert decided[1]["wide"] == ("waiting", ()) and decided[3]["wide"][0] == "running"
+    assert len(decided[3]["wide"][1]) == 108

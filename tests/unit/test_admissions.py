@@ -25,11 +25,11 @@ def test_unsatisfiable_fails_and_is_not_counted_in_queue_positions() -> None:
     # gen2-0000 [full: a 144]   queue: never (500 > fleet), b (100), c (100)
     d = driver()
     d.submit(job("a", 144))
-    d.cycle()
+    d.cycle(0.0)
     d.submit(job("never", 500, seq=1, level="cluster"))
     d.submit(job("b", 100, seq=2))
     d.submit(job("c", 100, seq=3))
-    decisions = d.cycle()
+    decisions = d.cycle(0.0)
     assert decisions.failed == [Failed(JobKey("never"), "Unsatisfiable",
                                        decisions.failed[0].message)]
     assert [(p.key, p.position) for p in decisions.pending] == [("b", 1), ("c", 2)]
@@ -41,16 +41,16 @@ def test_an_empty_fleet_fails_nothing() -> None:
     d = Admissions(Allocator(build_fleet("trn3-gen2", 1)))
     d.allocator.remove_ultraserver("gen2-0000")
     d.submit(job("a", 4))
-    decisions = d.cycle()
+    decisions = d.cycle(0.0)
     assert not decisions.failed and [p.key for p in decisions.pending] == ["a"]
 
 
 def test_preemption_comes_before_the_admission_that_reuses_the_chips() -> None:
     d = driver()
     d.submit(job("low", 144))
-    d.cycle()
+    d.cycle(0.0)
     d.submit(job("high", 144, priority=5, seq=1))
-    decisions = d.cycle()
+    decisions = d.cycle(0.0)
     kinds = [type(t).__name__ for t in decisions]
     assert kinds == ["Preempted", "Admitted"]
     assert decisions.preempted[0].by == "high" and d.is_waiting(JobKey("low"))
@@ -59,7 +59,7 @@ def test_preemption_comes_before_the_admission_that_reuses_the_chips() -> None:
 def test_replicas_admitted_together_with_one_placement_each() -> None:
     d = driver(2)
     d.submit(job("serve", 100, replicas=2))
-    (admitted,) = d.cycle().admitted
+    (admitted,) = d.cycle(0.0).admitted
     assert admitted.replicated and len(admitted.placements) == 2
     assert len(set(admitted.chip_ids)) == 200
 
@@ -68,18 +68,18 @@ def test_submit_replaces_a_waiting_jobs_spec_but_not_a_running_one() -> None:
     # gen2-0000 [a 100 | 44 free]; w waits for 100 chips, then is edited to 40: it fits.
     d = driver()
     d.submit(job("a", 100))
-    d.cycle()
+    d.cycle(0.0)
     d.submit(job("w", 100, seq=1))
-    assert [p.key for p in d.cycle().pending] == ["w"]
+    assert [p.key for p in d.cycle(0.0).pending] == ["w"]
     assert d.submit(job("w", 40, seq=1))
-    assert [a.key for a in d.cycle().admitted] == ["w"]
+    assert [a.key for a in d.cycle(0.0).admitted] == ["w"]
     assert not d.submit(job("w", 4, seq=1))  # it holds chips now: the edit waits
 
 
 def test_readopt_all_replicas_or_requeue() -> None:
     d = driver(2)
     d.submit(job("serve", 100, replicas=2))
-    (admitted,) = d.cycle().admitted
+    (admitted,) = d.cycle(0.0).admitted
     chips = [p.chip_ids for p in admitted.placements]
     fresh = driver(2)
     assert isinstance(fresh.readopt(job("serve", 100, replicas=2), chips), Readopted)
@@ -96,9 +96,9 @@ def test_replace_affected_keeps_whole_servers_whole() -> None:
     # a whole-server job is placed afresh on whole servers instead.
     d = driver()
     d.submit(job("w", 8, whole=True))
-    d.cycle()
+    d.cycle(0.0)
     d.submit(job("o", 1, seq=1))
-    d.cycle()
+    d.cycle(0.0)
     lost = ChipId("gen2-0000/s00/c00")
     d.allocator.set_chip_failed(lost, True)
     replaced = d.replace(JobKey("w"), {JobKey("w"): [lost]})
@@ -118,12 +118,12 @@ def test_reservation_skips_an_ultraserver_that_can_never_host_the_gang() -> None
     # backfills on gen2-0001.
     d = driver(2)
     d.submit(job("a", 36))
-    (a,) = d.cycle().admitted
+    (a,) = d.cycle(0.0).admitted
     assert a.placements[0].ultraservers == ("gen2-0000",)
     d.allocator.set_chip_failed(ChipId("gen2-0001/s00/c00"), True)
     d.submit(job("big", 144, seq=1))
     d.submit(job("small", 36, seq=2))
-    decisions = d.cycle()
+    decisions = d.cycle(0.0)
     assert decisions.reservation is not None
     assert decisions.reservation.ultraservers == ("gen2-0000",)
     (small,) = decisions.admitted
@@ -139,6 +139,6 @@ def test_a_pending_message_offers_no_release_where_no_job_runs() -> None:
                      cordoned_servers=frozenset(range(9)))
     d = Admissions(Allocator(Topology((us,))))
     d.submit(job("w", 120))
-    (waiting,) = d.cycle().pending
+    (waiting,) = d.cycle(0.0).pending
     assert "releasing its jobs" not in waiting.message
     assert "runs no jobs" in waiting.message

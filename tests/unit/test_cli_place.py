@@ -25,8 +25,8 @@ def test_places_on_a_fleet_as_json() -> None:
     code, out = run("--fleet", "trn3-gen2:8", "--chips", "72", "-o", "json")
     assert code == 0
     body = json.loads(out)
-    assert body["placed"] and body["chips"] == 72 and len(body["chip_ids"]) == 72
-    assert body["level"] == "rack" and body["ultraservers"] == ["gen2-0000"]
+    assert body["placed"] and body["chips"] == 72 and len(body["chipIds"]) == 72
+    assert body["level"] == "rack" and body["ultraServers"] == ["gen2-0000"]
 
 
 def test_table_output_and_big_gang() -> None:
@@ -45,7 +45,7 @@ def test_cluster_file_with_allocations() -> None:
                     "--profile", "trn3-gen2", "-o", "json")
     assert code == 0
     body = json.loads(out)
-    assert body["ultraservers"] == ["gen2-0000"] and "gen2-0000/s03/c01" not in body["chip_ids"]
+    assert body["ultraServers"] == ["gen2-0000"] and "gen2-0000/s03/c01" not in body["chipIds"]
 
 
 def test_does_not_fit_json_names_the_blockers(tmp_path: Path) -> None:
@@ -94,8 +94,9 @@ def test_profiles_table_and_json() -> None:
     assert result.exit_code == 0 and "trn3-gen2" in result.output and "projected" in result.output
     result = CliRunner().invoke(profiles, ["-o", "json"])
     rows = {r["name"]: r for r in json.loads(result.output)}
-    assert rows["trn3-gen2"]["ultraserver_tflops"]["MXFP8"] == 362_448
-    assert rows["trn3-gen1"]["ultraserver_hbm_gib"] == 9_216
+    assert rows["trn3-gen2"]["ultraserverTflops"]["MXFP8"] == 362_448
+    assert rows["trn3-gen1"]["ultraserverHbmGib"] == 9_216
+    assert rows["trn3-gen2"]["chip"]["peakWatts"] > 0  # one camelCase vocabulary with the API
 
 
 @pytest.mark.skipif(shutil.which("ultraplane") is None, reason="console script not installed")

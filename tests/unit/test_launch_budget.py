@@ -58,12 +58,12 @@ def test_admissions_report_deferred_jobs_apart_from_the_pending_ones() -> None:
     a.submit(job("wide", 12, 1))  # does not fit: waits, first in the queue
     a.submit(job("first", 8, 2))  # fits and spends the budget of 1
     a.submit(job("next", 4, 3, launches=False))
-    decisions = a.cycle(launch_budget=1)
+    decisions = a.cycle(0.0, launch_budget=1)
     assert [x.key for x in decisions.admitted] == ["keeper", "first"]
     assert [(p.key, p.reason, p.position) for p in decisions.pending] == [
         ("wide", "NoCapacity", 1)]
     assert decisions.deferred == ["next"]  # its written status is left as it is
-    again = a.cycle()  # tried again: no room left, so now it waits with a reason
+    again = a.cycle(0.0)  # tried again: no room left, so now it waits with a reason
     assert not again.deferred and not again.admitted
     assert [(p.key, p.reason, p.position) for p in again.pending] == [
         ("wide", "NoCapacity", 1), ("next", "NoCapacity", 2)]

@@ -1,4 +1,4 @@
-"""The operator's collector policy (operator/heap.py) and the cycle summary that reports it."""
+"""The operator's collector policy (operator/gctuning.py) and the cycle summary that reports it."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import weakref
 from collections.abc import Iterator
 
 import pytest
-from ultraplane.operator.admission import CycleStats
-from ultraplane.operator.heap import PAUSES, GcPauses, HeapKeeper
+from ultraplane.operator.gctuning import PAUSES, GcPauses, HeapKeeper
+from ultraplane.operator.loops import CycleStats
 
 
 @pytest.fixture(autouse=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from ultraplane.operator.requests import expected_end
+from ultraplane.operator.jobviews import expected_end
 from ultraplane.operator.statuses import admitted
 
 from ultraplane.allocator import Allocator, PlacementRequest

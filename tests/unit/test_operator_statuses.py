@@ -6,9 +6,9 @@ from datetime import UTC, datetime
 
 import pytest
 from ultraplane.operator import statuses
-from ultraplane.operator.admission import moved
 from ultraplane.operator.inventory import Inventory, ultraserver_from_body
-from ultraplane.operator.requests import view_job
+from ultraplane.operator.jobviews import view_job
+from ultraplane.operator.loops import moved
 
 from ultraplane.allocator import Allocator, Placement, PlacementRequest
 from ultraplane.ids import JobKey

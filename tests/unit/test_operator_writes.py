@@ -8,8 +8,8 @@ import copy
 import threading
 from typing import Any
 
-from ultraplane.operator.admission import Controller
-from ultraplane.operator.budgets import EventDigests, TokenBucket
+from ultraplane.operator.eventbudgets import EventDigests, TokenBucket
+from ultraplane.operator.loops import Controller
 from ultraplane.operator.transitions import Transition
 
 from tests.unit.operator_fakes import FakeKube, controller, settle, stopped, until

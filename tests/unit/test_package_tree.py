@@ -34,6 +34,6 @@ def test_every_source_file_is_linked_under_its_installed_name(tmp_path: Path) ->
                 expected[installed] = source.resolve()
     linked = {p.relative_to(tree): p.resolve() for p in tree.rglob("*.py")}
     assert linked == expected
-    for name in ("operator/admission.py", "api/jobruns.py", "simulator/replay.py"):
+    for name in ("operator/loops.py", "api/jobruns.py", "simulator/replay.py"):
         assert Path("ultraplane", name) in linked
     assert (tree / "ultraplane" / "py.typed").exists()

@@ -1,12 +1,12 @@
 """The launch backlog: admissions wait while the pod creates already queued would take longer
 than `--launch-backlog-seconds` at the rate the API server answers them (operator/pods.py
-`PodPlane.held`, operator/admission.py `Controller._hold_for_launches`)."""
+`PodPlane.held`, operator/loops.py `Controller._hold_for_launches`)."""
 
 from __future__ import annotations
 
 import asyncio
 
-from ultraplane.operator.admission import Controller
+from ultraplane.operator.loops import Controller
 from ultraplane.operator.pods import RATE_WINDOW, JobPods, PodInfo, PodPlane
 from ultraplane.operator.transitions import Transition
 

@@ -134,7 +134,7 @@ def test_a_short_job_passes_an_older_long_one_but_not_an_old_enough_one() -> Non
     admissions.submit(job("short", ROOM, 5 * HOUR, HOUR))         # rank 15 h: passes
     admissions.submit(job("late", ROOM, 96 * HOUR, 0.5 * HOUR))   # rank 101 h: does not
     admissions.withdraw(JobKey("busy0"))
-    got = admissions.cycle()
+    got = admissions.cycle(0.0)
     assert [a.key for a in got.admitted] == ["short"]
     assert [(p.key, p.position) for p in got.pending] == [("long", 1), ("late", 2)]
 
@@ -145,7 +145,7 @@ def test_fifo_order_keeps_arrival_order() -> None:
     admissions.submit(job("long", ROOM, 0.0, 10 * HOUR, seq=1))
     admissions.submit(job("short", ROOM, 5 * HOUR, HOUR, seq=2))
     admissions.withdraw(JobKey("busy0"))
-    assert [a.key for a in admissions.cycle().admitted] == ["long"]
+    assert [a.key for a in admissions.cycle(0.0).admitted] == ["long"]
 
 
 def test_a_job_without_an_estimate_never_passes_one_with_it() -> None:
@@ -154,7 +154,7 @@ def test_a_job_without_an_estimate_never_passes_one_with_it() -> None:
     admissions.submit(job("guessed", ROOM, 0.0, 20 * HOUR))
     admissions.submit(job("unknown", ROOM, -1.0, None))  # older, but 24 h counted
     admissions.withdraw(JobKey("busy0"))
-    assert [a.key for a in admissions.cycle().admitted] == ["guessed"]
+    assert [a.key for a in admissions.cycle(0.0).admitted] == ["guessed"]
 
 
 def test_priority_still_comes_first() -> None:
@@ -163,17 +163,17 @@ def test_priority_still_comes_first() -> None:
     admissions.submit(job("short", ROOM, 0.0, 60.0))
     admissions.submit(job("urgent-long", ROOM, 10 * HOUR, 100 * HOUR, priority=5))
     admissions.withdraw(JobKey("busy0"))
-    assert [a.key for a in admissions.cycle().admitted] == ["urgent-long"]
+    assert [a.key for a in admissions.cycle(0.0).admitted] == ["urgent-long"]
 
 
 def test_a_requeued_job_keeps_its_rank() -> None:
     admissions = one_slot()
     admissions.submit(job("first", ROOM, 0.0, HOUR))
-    assert [a.key for a in admissions.cycle().admitted] == ["first"]
+    assert [a.key for a in admissions.cycle(0.0).admitted] == ["first"]
     admissions.submit(job("second", ROOM, 1.0, HOUR))
     again = admissions.requeue(JobKey("first"))
     assert again is not None and again.rank == 10 * HOUR
-    assert [a.key for a in admissions.cycle().admitted] == ["first"]
+    assert [a.key for a in admissions.cycle(0.0).admitted] == ["first"]
 
 
 def test_a_readopted_job_that_is_requeued_keeps_its_rank() -> None:
@@ -183,7 +183,7 @@ def test_a_readopted_job_that_is_requeued_keeps_its_rank() -> None:
     admissions.submit(job("new", ROOM, 2.0, HOUR))
     again = admissions.requeue(JobKey("old"))
     assert again is not None and again.rank == 10 * HOUR
-    assert [a.key for a in admissions.cycle().admitted] == ["old"]
+    assert [a.key for a in admissions.cycle(0.0).admitted] == ["old"]
 
 
 # -- the replay's backlog uses the same order ----------------------------------------------

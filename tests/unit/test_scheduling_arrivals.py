@@ -174,7 +174,8 @@ def test_carrying_the_last_cycle_over_decides_what_a_full_cycle_would(
             keys.append(JobKey(f"j{len(keys)}"))
         if isinstance(op, Cycle):
             clock += 100.0
-            now = clock if op.timed else None
+            # `Admissions.cycle` always takes a clock (no adapter may run without predictions)
+            now = clock
             full.scheduler._standing = None  # the twin always runs the full cycle
             got = carried.cycle(now)
             assert decided(got) == decided(full.cycle(now))
@@ -268,7 +269,8 @@ def test_the_cycles_shortcuts_decide_what_the_whole_path_for_every_job_would(
             keys.append(JobKey(f"j{len(keys)}"))
         if isinstance(op, Cycle):
             clock += 100.0
-            now = clock if op.timed else None
+            # `Admissions.cycle` always takes a clock (no adapter may run without predictions)
+            now = clock
             slow.scheduler._standing = None  # and no carried-over cycle either
             assert decided(fast.cycle(now)) == decided(slow.cycle(now))
             assert dict(fast.allocator.allocations()) == dict(slow.allocator.allocations())

@@ -49,11 +49,14 @@ def test_outputs_for_both_policies(tmp_path: Path) -> None:
     lines = [json.loads(x) for x in (out / "placements.jsonl").read_text().splitlines()]
     assert {tuple(sorted(x)) for x in lines} == {("chips", "event", "job_id", "policy", "t_s")}
     assert sum(x["event"] == "start" for x in lines) == sum(x["event"] == "end" for x in lines) == 6
-    for name in ("utilization.png", "power.png", "queue.png", "heatmap_ultraplane.png",
+    for name in ("utilization.png", "power.png", "heatmap_ultraplane.png",
                  "heatmap_first-fit.png"):
         assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # no job ever waited: the queue plot would be a flat zero, so a sentence stands instead
+    assert not (out / "queue.png").exists()
     html = (out / "report.html").read_text()
-    assert html.count("data:image/png;base64,") == 5
+    assert html.count("data:image/png;base64,") == 4
+    assert "No job ever waited in the queue" in html
 
 
 def test_one_policy_and_chips_per_gpu(tmp_path: Path) -> None:
@@ -83,6 +86,21 @@ def test_skip_bad_rows_still_reports_them(tmp_path: Path) -> None:
     s = json.loads((out / "summary.json").read_text())["ultraplane"]
     assert s["jobs_submitted"] == 1 and len(s["bad_rows"]) == 1 and ":3:" in s["bad_rows"][0]
 
+
+
+def test_a_precision_the_fleets_chip_lacks_is_a_bad_row_not_a_traceback(tmp_path: Path) -> None:
+    trace = tmp_path / "jobs.csv"
+    trace.write_text("job_id,submission_time,duration,num_gpu,kind,priority,topology,model,precision\n"
+                     "a,0,100,1,training,0,,70b,BF16\nb,5,100,1,training,0,,70b,MXFP8\n")
+    res = run("--fleet", "trn2:1", "--trace", str(trace), "--out", str(tmp_path / "o"))
+    assert res.exit_code == 2 and isinstance(res.exception, SystemExit | None)
+    assert ":3: precision MXFP8 is not supported by trn2" in res.output
+    assert "Traceback" not in res.output and not (tmp_path / "o").exists()
+    out = tmp_path / "skipped"
+    res = run("--fleet", "trn2:1", "--trace", str(trace), "--out", str(out), "--skip-bad-rows",
+              "--no-progress")
+    assert res.exit_code == 0, res.output
+    assert json.loads((out / "summary.json").read_text())["ultraplane"]["jobs_submitted"] == 1
 
 @pytest.mark.parametrize(
     ("args", "field"),

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 from ultraplane.conversions import (
@@ -26,17 +25,16 @@ from ultraplane.conversions import (
     ULTRASERVERS,
     VERSION,
     InvalidJobError,
-    creation_seconds,
     creation_seq,
     placement_request,
-    queued_job,
     replica_chips,
 )
-from ultraplane.ids import ChipId, JobKey, job_key, kind_of_job_key
+from ultraplane.ids import ChipId, JobKey, kind_of_job_key
+from ultraplane.jobreads import expected_end, read_body
+from ultraplane.resources.trainingjobs import FailurePolicy
 from ultraplane.scheduling import QueuedJob
 
 __all__ = [
-    "FAILURE_POLICIES",
     "FINALIZER",
     "FLEET_LABEL",
     "GROUP",
@@ -60,7 +58,6 @@ __all__ = [
 
 FINALIZER = "ultraplane.dev/release-chips"
 FLEET_LABEL = "ultraplane.dev/fleet"
-FAILURE_POLICIES = ("RestartAll", "ReplaceAffected", "Fail")
 
 Body = Mapping[str, Any]
 
@@ -84,7 +81,7 @@ class JobView:
     has_finalizer: bool
     chips: tuple[ChipId, ...]
     replica_chips: tuple[tuple[ChipId, ...], ...]
-    failure_policy: str
+    failure_policy: FailurePolicy
     queued: QueuedJob | None
     error: str | None
 
@@ -100,62 +97,25 @@ def kind_of(body: Body, default: str = "TrainingJob") -> str:
 
 
 def view_job(body: Body, kind: str | None = None) -> JobView:
-    """Read a TrainingJob or InferenceJob body; never raises (a bad spec is in `error`)."""
+    """Read a TrainingJob or InferenceJob body through the core's one reader
+    (`ultraplane.jobreads`); never raises (a bad spec is in `error`)."""
     kind = kind or kind_of(body)
     meta = body.get("metadata") or {}
-    spec = body.get("spec") or {}
     status = body.get("status") or {}
-    namespace, name = str(meta.get("namespace", "")), str(meta.get("name", ""))
-    key = job_key(kind, namespace, name)
-    allocation = status.get("allocation") or {}
-    queued: QueuedJob | None = None
-    error: str | None = None
-    try:
-        queued = queued_job(kind, namespace, name, spec, creation_seq(meta),
-                            creation_seconds(meta))
-    except InvalidJobError as exc:
-        error = str(exc)
-    # An InferenceJob has no failurePolicy: a replica on a failed chip is replaced, and the
-    # job restarts only when no replacement fits.
-    policy = str(spec.get("failurePolicy") or "RestartAll") if kind == "TrainingJob" \
-        else "ReplaceAffected"
-    per_replica = replica_chips(allocation) if kind == "InferenceJob" else ()
-    chips = tuple(ChipId(c) for c in allocation.get("chips") or [])
-    if per_replica:
-        chips = tuple(dict.fromkeys(c for r in per_replica for c in r))
+    read = read_body(body, kind)
     return JobView(
-        key=key,
+        key=read.key,
         kind=kind,
-        namespace=namespace,
-        name=name,
+        namespace=read.namespace,
+        name=read.name,
         uid=str(meta.get("uid", "")),
         resource_version=str(meta.get("resourceVersion", "")),
         phase=str(status.get("phase") or ""),
         deleting=bool(meta.get("deletionTimestamp")),
         has_finalizer=FINALIZER in (meta.get("finalizers") or []),
-        chips=chips,
-        replica_chips=per_replica,
-        failure_policy=policy if policy in FAILURE_POLICIES else "RestartAll",
-        queued=queued,
-        error=error,
+        chips=read.chips,
+        replica_chips=read.replica_chips,
+        failure_policy=read.failure_policy,
+        queued=read.queued,
+        error=read.error,
     )
-
-
-def expected_end(status: Mapping[str, Any], now: datetime) -> float | None:
-    """A running job's predicted end (epoch seconds) from its progress: the time since
-    `startTime` scaled by what is left of `progressPercent`. None before any progress (the
-    scheduler then keeps its admission-time prediction from `work`, if it made one)."""
-    start, percent = status.get("startTime"), status.get("progressPercent")
-    if not isinstance(start, str) or not isinstance(percent, int | float) or not 0 < percent <= 100:
-        return None
-    try:
-        began = datetime.fromisoformat(start.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    if began.tzinfo is None:
-        began = began.replace(tzinfo=UTC)
-    clock = now if now.tzinfo is not None else now.replace(tzinfo=UTC)
-    elapsed = (clock - began).total_seconds()
-    if elapsed <= 0:
-        return None
-    return clock.timestamp() + elapsed * (100.0 - float(percent)) / float(percent)

@@ -27,9 +27,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
-from ultraplane.operator.heap import PAUSES, HeapKeeper
+from ultraplane.operator.gctuning import PAUSES, HeapKeeper
 from ultraplane.operator.inventory import Inventory
-from ultraplane.operator.requests import expected_end, view_job
+from ultraplane.operator.jobviews import expected_end, view_job
 from ultraplane.operator.transitions import Transition, moved, reservation_said
 from ultraplane.operator.writers import Kube, Writers
 
@@ -136,7 +136,7 @@ class Controller(Writers):
         self.wake = asyncio.Event()
         self.cycles = 0
         self.cycle_stats = CycleStats(every=stats_seconds)
-        self.heap = HeapKeeper(gc_full_seconds)  # see operator/heap.py; None: CPython's own
+        self.heap = HeapKeeper(gc_full_seconds)  # see operator/gctuning.py; None: CPython's own
         self.positions_due: dict[JobKey, Transition] = {}
         self._position_heap: list[tuple[int, int, JobKey, Transition]] = []
         self._position_seq = itertools.count()

@@ -1,0 +1,171 @@
+"""What the client commands print about jobs and UltraServers: table rows, describe, why.
+
+Why apart from the commands: the rows are read from documents in the REST API's vocabulary
+(camelCase), whichever transport fetched them, and can be checked without a server.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ultraplane.api.client.tables import age, span
+
+Rows = tuple[list[str], list[list[Any]]]
+
+
+def _chips(job: dict[str, Any]) -> int:
+    spec, status = job.get("spec") or {}, job.get("status") or {}
+    if status.get("chips"):
+        return int(status["chips"])
+    if job.get("kind") == "InferenceJob":
+        return int(spec.get("chipsPerReplica") or 0) * int(spec.get("replicas") or 1)
+    return int(spec.get("chips") or 0)
+
+
+def _ultraservers(status: dict[str, Any]) -> str:
+    allocation = status.get("allocation") or {}
+    names = list(allocation.get("ultraServers") or [])
+    for replica in allocation.get("replicas") or []:
+        names += [n for n in replica.get("ultraServers") or [] if n not in names]
+    return ",".join(names)
+
+
+def job_rows(jobs: list[dict[str, Any]], *, now_s: float, wide: bool, namespaces: bool,
+             kinds: bool) -> Rows:
+    headers = (["NAMESPACE"] if namespaces else []) + ["NAME"] + (["KIND"] if kinds else []) \
+        + ["PHASE", "CHIPS", "QUEUE", "AGE"] + (["PROGRESS", "ULTRASERVERS", "REASON"]
+                                                 if wide else [])
+    rows = []
+    for job in jobs:
+        meta, status = job.get("metadata") or {}, job.get("status") or {}
+        progress = status.get("progressPercent")
+        row: list[Any] = ([meta.get("namespace")] if namespaces else []) + [meta.get("name")]
+        row += [job.get("kind")] if kinds else []
+        row += [status.get("phase") or "Pending", _chips(job), status.get("queuePosition"),
+                age(meta.get("creationTimestamp"), now_s)]
+        if wide:
+            row += [None if progress is None else f"{float(progress):.0f}%",
+                    _ultraservers(status), status.get("reason")]
+        rows.append(row)
+    return headers, rows
+
+
+def ultraserver_rows(servers: list[dict[str, Any]], *, wide: bool = False,
+                     top: bool = False) -> Rows:
+    if top:
+        headers = ["NAME", "CHIPS(USED)", "CHIPS%", "UTILIZATION", "POWER(kW)"]
+        return headers, [
+            [s["name"], f"{s.get('allocatedChips', 0)}/{s.get('chips', 0)}",
+             f"{100 * s.get('allocatedChips', 0) / max(1, s.get('chips', 0)):.0f}%",
+             f"{100 * float(s.get('utilization') or 0):.0f}%",
+             f"{float(s.get('powerWatts') or 0) / 1000:.1f}"] for s in servers]
+    headers = ["NAME", "PROFILE", "CHIPS", "ALLOCATED", "FREE", "FAILED", "JOBS",
+               "RESERVED-FOR"] + (["SCHEDULABLE", "POWER(kW)", "NETWORK"] if wide else [])
+    rows = []
+    for s in servers:
+        row: list[Any] = [s["name"], s.get("profile"), s.get("chips"), s.get("allocatedChips"),
+                          s.get("freeChips"), len(s.get("failedChips") or ()),
+                          len(s.get("jobs") or ()), _short(s.get("reservedFor"))]
+        if wide:
+            row += [str(bool(s.get("schedulable", True))).lower(),
+                    f"{float(s.get('powerWatts') or 0) / 1000:.1f}",
+                    ",".join(s.get("network") or [])]
+        rows.append(row)
+    return headers, rows
+
+
+def top_rows(jobs: list[dict[str, Any]], *, namespaces: bool) -> Rows:
+    headers = (["NAMESPACE"] if namespaces else []) + ["NAME", "KIND", "CHIPS", "UTILIZATION",
+                                                       "POWER(kW)", "PROGRESS"]
+    rows = []
+    for job in jobs:
+        meta, status = job.get("metadata") or {}, job.get("status") or {}
+        if status.get("phase") not in ("Running", "Admitted"):
+            continue
+        row: list[Any] = [meta.get("namespace")] if namespaces else []
+        row += [meta.get("name"), job.get("kind"), _chips(job),
+                f"{100 * float(status.get('utilization') or 0):.0f}%",
+                f"{float(status.get('powerWatts') or 0) / 1000:.1f}",
+                f"{float(status.get('progressPercent') or 0):.0f}%"]
+        rows.append(row)
+    return headers, rows
+
+
+def _short(key: str | None) -> str | None:
+    """`tj/ns/name` -> `ns/name` (the job key a reservation names)."""
+    return None if not key else "/".join(key.split("#", 1)[0].split("/")[-2:])
+
+
+def describe_job(job: dict[str, Any], *, now_s: float, why: str | None) -> str:
+    meta, spec, status = (job.get(k) or {} for k in ("metadata", "spec", "status"))
+    lines = [f"Name:         {meta.get('name')}", f"Namespace:    {meta.get('namespace')}",
+             f"Kind:         {job.get('kind')}", f"API Version:  {job.get('apiVersion')}",
+             f"Labels:       {_pairs(meta.get('labels'))}",
+             f"Created:      {meta.get('creationTimestamp') or '<unknown>'} "
+             f"({age(meta.get('creationTimestamp'), now_s)} ago)", "Spec:"]
+    lines += _tree(spec, 2)
+    lines.append("Status:")
+    shown = {k: v for k, v in status.items() if k != "allocation"}
+    lines += _tree(shown, 2) or ["  <none>"]
+    allocation = status.get("allocation")
+    if allocation:
+        lines.append("Allocation:")
+        lines.append(f"  UltraServers:  {_ultraservers(status)}")
+        chips = list(allocation.get("chips") or []) + [
+            c for r in allocation.get("replicas") or [] for c in r.get("chips") or []]
+        lines.append(f"  Chips:         {len(set(chips))}")
+        if allocation.get("level"):
+            lines.append(f"  Level:         {allocation['level']}")
+    if why:
+        lines.append("Why pending:")
+        lines += ["  " + line for line in why.splitlines()]
+    return "\n".join(lines)
+
+
+def _pairs(labels: Any) -> str:
+    return ",".join(f"{k}={v}" for k, v in (labels or {}).items()) or "<none>"
+
+
+def _tree(value: dict[str, Any], indent: int) -> list[str]:
+    out = []
+    for key, item in value.items():
+        pad = " " * indent
+        if isinstance(item, dict) and item:
+            out.append(f"{pad}{key}:")
+            out += _tree(item, indent + 2)
+        elif isinstance(item, list) and len(item) > 8:
+            out.append(f"{pad}{key}:  {', '.join(map(str, item[:8]))} ... ({len(item)} in all)")
+        elif isinstance(item, list):
+            out.append(f"{pad}{key}:  {', '.join(map(str, item)) or '<none>'}")
+        else:
+            out.append(f"{pad}{key}:  {item}")
+    return out
+
+
+def explanation_text(doc: dict[str, Any], *, now_s: float) -> str:
+    """`why`'s text: summary, blockers, nearest UltraServers and predicted start."""
+    lines = [doc.get("summary") or f"{doc.get('kind')} {doc.get('job')}"]
+    blockers = doc.get("blockers") or []
+    if blockers:
+        lines.append("Blocked by:")
+        lines += [f"  - {b['kind']}: {b['message']}" for b in blockers]
+    nearest = doc.get("nearestUltraServers") or []
+    if nearest:
+        lines.append("Nearest UltraServers:")
+        for n in nearest:
+            held = ", ".join(f"{h['job']} ({h['chips']} chips"
+                             + (f", ends in {span(h['predictedEndSeconds'] - doc['asOfSeconds'])}"
+                                if h.get("predictedEndSeconds") and doc.get("asOfSeconds")
+                                else "") + ")"
+                             for h in n.get("holders") or []) or "nothing"
+            short = f", {n['missingChips']} chips short" if n.get("missingChips") else ""
+            reserved = f", reserved for {n['reservedFor']}" if n.get("reservedFor") else ""
+            lines.append(f"  {n['name']}: {n['freeChips']} free{short}{reserved}; held by {held}")
+    start = doc.get("predictedStartSeconds")
+    if doc.get("phase") in ("Pending", "Preempted"):
+        if start is not None and doc.get("asOfSeconds") is not None:
+            lines.append(f"Predicted start: {doc.get('predictedStart')} "
+                         f"(in {span(max(0.0, start - doc['asOfSeconds']))}; {doc.get('basis')})")
+        else:
+            lines.append(f"Predicted start: unknown ({doc.get('basis')})")
+    return "\n".join(lines)
