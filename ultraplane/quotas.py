@@ -328,8 +328,9 @@ class QuotaBook:
 
     def _reclaim_key(self, job: QueuedJob) -> tuple[object, ...]:
         used = self._total.get(job.queue, 0) if job.queue is not None else 0
+        # (the jobs admitted this cycle are no victims in it, but are in the next)
         return (job.queue, job.priority, job.request, used, self._grow, self._freed,
-                self._free_at_start)
+                self._free_at_start, len(self._fresh))
 
 
 def _chips(job: QueuedJob) -> int:
