@@ -265,19 +265,28 @@ class QuotaBook:
                    for p in self._profiles_for(spec))
 
     def arrange(self, queue: Sequence[QueuedJob]) -> list[QueuedJob]:
-        """The cycle's try order: jobs within their queue's nominal quota first (in `queue`'s
-        order), then borrowers by their queue's borrowed chips after them over its weight."""
+        """The cycle's try order: jobs that fit their queue's unused nominal quota first (in
+        `queue`'s order), then borrowers by their queue's borrowed chips once it and every job
+        of its queue ahead of it are admitted, over its weight (water-filling)."""
         ahead: dict[str | None, int] = {}
+        guaranteed: dict[str | None, int] = {}
         keyed: list[tuple[int, float, int, QueuedJob]] = []
         for index, job in enumerate(queue):
             spec = self.queues.get(job.queue) if job.queue is not None else None
             if spec is None:
                 keyed.append((0, 0.0, index, job))
                 continue
-            cum = ahead.get(job.queue, 0) + _chips(job)
+            chips = _chips(job)
+            nominal = sum(spec.nominal.values())
+            left = nominal - self.used(spec.name) - guaranteed.get(job.queue, 0)
+            cum = ahead.get(job.queue, 0) + chips
             ahead[job.queue] = cum
-            over = self.used(spec.name) + cum - sum(spec.nominal.values())
-            if over <= 0:
+            over = self.used(spec.name) + cum - nominal
+            # a job that fits what its queue's unused nominal quota has left after the
+            # guaranteed jobs ahead of it goes ahead of every borrower (and of a borrower's
+            # reservation), even behind a queue-mate too large for it
+            if chips <= left:
+                guaranteed[job.queue] = guaranteed.get(job.queue, 0) + chips
                 keyed.append((0, 0.0, index, job))
             else:
                 keyed.append((1, over / spec.weight, index, job))
