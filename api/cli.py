@@ -142,6 +142,7 @@ def _print_banner(settings: Any, host: str, port: int) -> None:
     where = (f"fleet {fleet}, simulated time at {settings.time_scale:g}x: job times are simulated"
              if settings.backend == "embedded" else "cluster")
     click.echo(f"Ultraplane API ({settings.backend} backend, {where}) on {url}")
+    click.echo(f"  ui:    {url}/ (live dashboard)")
     click.echo(f"  docs:  {url}/docs")
     from ultraplane.api.storeclaims import masked
 

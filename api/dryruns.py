@@ -34,6 +34,7 @@ from ultraplane.topology import level_problem, parse_level
 PROBE = "__dry-run-probe-{}__"
 RETRY_AFTER_S = 5
 INLINE_BUDGET_S = 0.02  # a plan tried on the live allocator first, under the lock, this long
+INLINE_MAX_CANDIDATES = 64  # ... when it has at most this many possible victims
 SHARED_PLANNERS = Planners()  # for callers that bring none (the Kubernetes backend)
 
 
@@ -106,7 +107,11 @@ class _Bounded:
 def plan_inline(allocator: Allocator, body: DryRunRequest, *, running: Mapping[JobKey, int],
                 reservation: tuple[Sequence[str], int] | None) -> PreemptionPlan | NoFit | None:
     """The plan if it takes under INLINE_BUDGET_S on the live allocator (call under the
-    owner's lock), else None: most plans are that quick, and need no child process."""
+    owner's lock), else None: most plans are that quick, and need no child process. With
+    more than INLINE_MAX_CANDIDATES possible victims it is not tried (it would only spend
+    its whole budget holding the lock)."""
+    if sum(1 for p in running.values() if p < body.priority) > INLINE_MAX_CANDIDATES:
+        return None
     bounded = cast(Allocator, _Bounded(allocator, time.monotonic() + INLINE_BUDGET_S))
     try:
         with allocator.held_back(_held(body, reservation)):

@@ -142,11 +142,12 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(SQLAlchemyError)
     async def _store(request: Request, exc: SQLAlchemyError) -> JSONResponse:
         """The store failed under a request (full, read-only, gone): 503, never a 500."""
-        from ultraplane.api.storeclaims import unavailable
+        from ultraplane.api.storeclaims import reason, unavailable
 
-        log.warning("store error on %s %s: %s", request.method, request.url.path,
-                    str(getattr(exc, "orig", exc)).splitlines()[0] if str(exc) else exc)
-        return await _api_error(request, unavailable(request.app.state.engine.url, exc))
+        log.warning("store error on %s %s: %s", request.method, request.url.path, reason(exc))
+        saving = request.method not in ("GET", "HEAD", "OPTIONS")
+        return await _api_error(request, unavailable(request.app.state.engine.url, exc,
+                                                     saving=saving))
 
     @app.exception_handler(Exception)
     async def _bug(request: Request, exc: Exception) -> JSONResponse:

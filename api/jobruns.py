@@ -109,29 +109,41 @@ class JobRunner:
                                            "The API restarted; the job waits again."), now)
             self.submit(job)
 
-    # -- one tick --------------------------------------------------------------------------
-    def step(self, now: float) -> None:
+    # -- one tick: advance, sample (a chunk at a time), decide ------------------------------
+    def advance(self, now: float) -> int:
+        """The runtime's events up to `now` (finishes, chip failures), applied; their count."""
         events = 0
         for event in self.b.runtime.advance():
             events += 1
             job = self._by_sched_key(event.key)
             if job is not None and job.running:
                 self._on_event(job, event, now)
+        return events
+
+    def sample(self, job: JobState, now: float) -> None:
+        """A running job's progress, power and usage as of `now` (state lock held)."""
+        self._sample(job, now)
+
+    def decide(self, now: float, *, events: int) -> None:
+        """The scheduling cycles this tick needs, after every running job was sampled: the
+        cycle predicts running jobs' ends from their progress, as the operator does from what
+        the runtime last wrote."""
         # A cycle over an unchanged queue and fleet decides what the last one did; skipping it
         # keeps a deep queue from holding the fleet lock (and every request) each tick.
-        # Progress first: the cycle predicts running jobs' ends from it, as the operator does
-        # from what the runtime last wrote.
-        for job in list(self.b.live.values()):
-            self._sample(job, now)
-        if self.b.cycle_due(changed=events > 0) and self._cycle(now):
-            self._cycle(now)  # the victims wait again: their places in the queue, at once
+        if self.b.cycle_due(changed=events > 0):
+            # Until nothing moves (at most 3), as the operator's cycles follow its own writes:
+            # victims get their places in the queue, and waiting jobs' reasons say what the
+            # fleet looks like after this tick's admissions.
+            for _ in range(3):
+                if not self._cycle(now):
+                    break
 
     def _cycle(self, now: float) -> bool:
-        """One cycle, persisted; True when it preempted (the victims are queued again, and
-        the next cycle says where, as the operator's next cycle does)."""
+        """One cycle, persisted; True when it preempted or admitted (the next cycle may say
+        something new of the jobs still waiting)."""
         # Predicted ends of running jobs from their progress, as the operator reads them.
-        for job in self.b.live.values():
-            self.b.admissions.expect_end(job.key, expected_end(job.status, moment(now)))
+        for live in self.b.live.values():
+            self.b.admissions.expect_end(live.key, expected_end(live.status, moment(now)))
         decisions = self.b.admissions.cycle(now)
         self.b.reserved = decisions.held_for()
         holder = None if decisions.reservation is None else self._by_sched_key(
@@ -156,7 +168,7 @@ class JobRunner:
             job = self._by_sched_key(waiting.key)
             if job is not None:
                 self._pending(job, waiting, now)
-        return bool(decisions.preempted)
+        return bool(decisions.preempted or decisions.admitted)
 
     def _on_event(self, job: JobState, event: Any, now: float) -> None:
         """The runtime says a job ended (Succeeded or Failed): the core releases its chips and

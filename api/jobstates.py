@@ -63,6 +63,22 @@ class JobState:
         return requests_of(self.spec)  # the spec never changes after creation
 
     @cached_property
+    def spec_wire(self) -> dict[str, Any]:
+        """The spec as the wire and the row have it, dumped once (it never changes): saving
+        every running job dumped each spec again under the fleet lock."""
+        return self.spec.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+    def snapshot(self) -> JobState:
+        """A copy that later changes to this job do not reach (status, chips and usage
+        copied; the spec and what is read from it shared), to be saved outside the lock."""
+        copy = object.__new__(JobState)  # no __init__: a thousand of these under the lock
+        copy.__dict__.update(self.__dict__)
+        copy.status = dict(self.status)
+        copy.held = {k: list(v) for k, v in self.held.items()}
+        copy.days = {d: list(v) for d, v in self.days.items()}
+        return copy
+
+    @cached_property
     def read(self) -> JobRead:
         """The core's one reading of the job (key, queue entry, failure policy, parts)."""
         return read_job(self.kind, self.namespace, self.name, self.spec, seq=self.seq,
@@ -123,7 +139,7 @@ class JobState:
                 creation_timestamp=rfc3339(self.created_s),
                 labels=self.labels,
             ),
-            spec=self.spec.model_dump(mode="json", by_alias=True, exclude_none=True),
+            spec=self.spec_wire,
             # an InferenceJob's size, every replica together, as the CRD's Chips column shows it
             status=self.status if self.kind == "TrainingJob" else {**self.status,
                                                                    "chips": self.chips},
@@ -156,7 +172,7 @@ class JobState:
             "priority": self.priority,
             "chips": self.chips,
             "seq": self.seq,
-            "spec": self.spec.model_dump(mode="json", by_alias=True, exclude_none=True),
+            "spec": self.spec_wire,
             "status": {"status": self.status, "internal": internal},
             "allocated_chips": sorted(c for chips in self.held.values() for c in chips),
             "created_s": self.created_s,

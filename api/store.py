@@ -14,6 +14,7 @@ from typing import Any
 
 from alembic import command
 from alembic.config import Config
+from alembic.util.exc import CommandError
 from sqlalchemy import Connection, Engine, Table, delete, event, func, insert
 from sqlalchemy import select as sa_select
 from sqlalchemy.engine import URL
@@ -28,7 +29,15 @@ from ultraplane.api.models import (
     KeyValue,
     NamespaceUsage,
 )
-from ultraplane.api.storeclaims import StoreError, failed, masked, parse_url, reason, sqlite_file
+from ultraplane.api.storeclaims import (
+    StoreError,
+    describe,
+    failed,
+    masked,
+    parse_url,
+    reason,
+    sqlite_file,
+)
 
 MIGRATIONS = Path(__file__).with_name("migrations")
 
@@ -102,6 +111,9 @@ def migrate(engine: Engine) -> None:
             command.upgrade(config, "head")
     except SQLAlchemyError as exc:
         raise failed(engine.url, "open", exc) from exc
+    except CommandError as exc:  # e.g. a schema revision this version does not know
+        raise StoreError(f"cannot migrate {describe(engine.url)}: {reason(exc)} (was it "
+                         "written by a newer ultraplane?).") from exc
 
 
 # --- jobs (embedded backend) ---------------------------------------------------------------

@@ -192,11 +192,13 @@ class Claim:
         self.release()
 
 
-def unavailable(url: URL, exc: BaseException) -> Any:
-    """The 503 a request gets when the store did not commit its change."""
+def unavailable(url: URL, exc: BaseException, *, saving: bool = True) -> Any:
+    """The 503 a request gets when the store did not commit its change (or, `saving`
+    False, could not be read)."""
     from ultraplane.api.errors import ApiError
 
+    what = "did not save the change" if saving else "could not be read"
+    after = "; nothing was changed" if saving else ""
     return ApiError(503, "StoreUnavailable", None,
-                    f"{describe(url)} did not save the change ({reason(exc)}); nothing was "
-                    f"changed, retry in {RETRY_AFTER_S} s",
+                    f"{describe(url)} {what} ({reason(exc)}){after}; retry in {RETRY_AFTER_S} s",
                     headers={"Retry-After": str(RETRY_AFTER_S)})

@@ -14,24 +14,22 @@ server -> Node map) and runs its own watch of the pods it created (label
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import logging
 import os
 import socket
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 import kopf
+from ultraplane.operator.controllers import Controller
 from ultraplane.operator.discovery import NodeDiscovery
-from ultraplane.operator.eventbudgets import EventDigests, Notice, TokenBucket
+from ultraplane.operator.eventposters import EventPoster
 from ultraplane.operator.gctuning import DEFAULT_FULL_SECONDS
 from ultraplane.operator.jobviews import GROUP, INFERENCE, TRAINING, ULTRASERVERS, VERSION
 from ultraplane.operator.kube import KubeClient, connection_info
 from ultraplane.operator.leases import LeaseElector
-from ultraplane.operator.loops import Controller
 from ultraplane.operator.nodes import NodeLabels
 from ultraplane.operator.pods import PodPlane
 
@@ -85,71 +83,25 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
-# kopf's event poster lives in context variables that are set for handlers only; the first
-# handler call captures that context so the admission loop can post through the same queue.
-_POSTING: list[contextvars.Context] = []
-_EARLY: list[tuple[dict[str, Any], str, str, str]] = []
-_DIGESTS: list[EventDigests] = []
-_FLUSH: list[asyncio.TimerHandle] = []  # the timer that posts the next digest due
+_POSTER: list[EventPoster] = []  # built at the first Event, once `CONFIG` is set
 
 
-def _digests() -> EventDigests:
-    if not _DIGESTS:
-        bucket = TokenBucket(CONFIG.event_qps, CONFIG.event_burst, time.monotonic)
-        _DIGESTS.append(EventDigests(bucket, seconds=CONFIG.event_digest_seconds))
-    return _DIGESTS[0]
+def poster() -> EventPoster:
+    """The operator's Event poster (`eventposters.EventPoster`), as `CONFIG` sets it up."""
+    if not _POSTER:
+        _POSTER.append(EventPoster(enabled=CONFIG.events, qps=CONFIG.event_qps,
+                                   burst=CONFIG.event_burst,
+                                   digest_seconds=CONFIG.event_digest_seconds))
+    return _POSTER[0]
 
 
 def post_event(body: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
-    """A Kubernetes Event on the job (kopf batches and posts them in the background), or its
-    share of a digest once the Event budget runs dry (`eventbudgets.EventDigests`)."""
-    if not CONFIG.events:
-        return
-    now = _digests().add(body, type_, reason, message)
-    if now is not None:
-        _send(now)
-    _arm_flush()
-
-
-def _arm_flush() -> None:
-    """Post the digests when they are due (one timer, for the oldest)."""
-    wait = _digests().next_due()
-    if wait is None or (_FLUSH and not _FLUSH[0].cancelled()):
-        return
-    try:
-        loop = asyncio.get_running_loop()
-    except RuntimeError:  # no loop (a unit test calling directly): the next call arms it
-        return
-    _FLUSH[:] = [loop.call_later(wait + 0.01, _flush)]
-
-
-def _flush() -> None:
-    _FLUSH.clear()
-    for notice in _digests().due():
-        _send(notice)
-    _arm_flush()
-
-
-def _send(notice: Notice) -> None:
-    body, type_, reason, message = notice
-    if not _POSTING:  # before the first watch event: keep it until the poster is reachable
-        if len(_EARLY) < 10_000:
-            _EARLY.append((dict(body), type_, reason, message))
-        return
-    try:
-        _POSTING[0].run(kopf.event, dict(body), type=type_, reason=reason,  # type: ignore[arg-type]
-                        message=message[:1000])
-    except Exception as exc:  # events are best effort; never block an admission on them
-        log.debug("event not posted: %s", exc)
+    """A Kubernetes Event on the object, within the Event budget (`EventPoster.post`)."""
+    poster().post(body, type_, reason, message)
 
 
 def _capture_posting() -> None:
-    if not _POSTING:
-        _POSTING.append(contextvars.copy_context())
-        early, _EARLY[:] = list(_EARLY), []
-        for body, type_, reason, message in early:  # already paid for by the budget
-            _POSTING[0].run(kopf.event, body, type=type_, reason=reason,  # type: ignore[arg-type]
-                            message=message[:1000])
+    poster().capture()
 
 
 class NoDiffBase(kopf.DiffBaseStorage):
@@ -217,11 +169,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
             discovery.leader = False
 
         async def gain() -> None:
-            fresh = new_controller(kube)
-            controller.__dict__.update({k: v for k, v in fresh.__dict__.items()
-                                        if k not in ("wake", "_limit", "_pool", "on_written",
-                                                     "launches")})
-            controller.leader = True
+            await controller.take_over()  # fresh state, rebuilt from the API server below
             if discovery is not None:
                 await discovery.sync()
                 discovery.set_leader(True)
@@ -230,8 +178,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
             await controller.sync()
 
         def loss() -> None:
-            controller.leader = False
-            controller.ready = False
+            controller.step_down()
             if discovery is not None:
                 discovery.set_leader(False)
 
@@ -255,7 +202,7 @@ async def cleanup(memo: kopf.Memo, **_: Any) -> None:
         task.cancel()
     controller: Controller | None = memo.get("controller")
     if controller is not None:
-        controller.heap.release()
+        controller.loop.heap.release()
     plane: PodPlane | None = memo.get("pods")
     if plane is not None:
         plane.watch.close()

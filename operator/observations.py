@@ -26,7 +26,8 @@ from ultraplane.operator.jobviews import (
     TERMINAL_PHASES,
     view_job,
 )
-from ultraplane.operator.transitions import Transition, reservation_said
+from ultraplane.operator.outboxes import Outbox
+from ultraplane.operator.transitions import Transition
 
 from ultraplane.admissions import Admissions, Failed, Replaced, Requeued
 from ultraplane.allocator import AllocationConflict, Allocator
@@ -43,27 +44,30 @@ def newer(a: str, b: str) -> bool:
     return False
 
 
-class Observations:
-    """Event intake, mixed into `Controller`."""
+class ObservationCache:
+    """What the watch events said: job bodies, the inventory, and the core driver they feed.
 
-    inventory: Inventory
-    allocator: Allocator
-    scheduler: Scheduler
-    admissions: Admissions
-    bodies: dict[JobKey, dict[str, Any]]
-    outbox: dict[JobKey, Transition]
-    unfinalize: set[JobKey]
-    ghosts: set[str]
-    written_positions: dict[JobKey, tuple[str, int | None]]
-    reserved_messages: dict[JobKey, str]
-    buffered: dict[JobKey, tuple[dict[str, Any], bool]]
-    ready: bool
-    wake: asyncio.Event
+    Composed by `controllers.Controller`; it never calls the API. What an event decides to
+    write goes to the `outbox`; `wake` tells the admission loop there is something new."""
 
-    removing: dict[JobKey, dict[str, Any]]
-    submitted: dict[JobKey, QueuedJob]  # what each job was last queued as, from its spec
-    emit: Callable[[Mapping[str, Any], str, str, str], None]
-    fleet: str | None
+    def __init__(self, admissions: Admissions, inventory: Inventory, outbox: Outbox, *,
+                 wake: asyncio.Event, emit: Callable[[Mapping[str, Any], str, str, str], None],
+                 fleet: str | None = None) -> None:
+        self.admissions = admissions
+        self.scheduler: Scheduler = admissions.scheduler
+        self.allocator: Allocator = admissions.allocator
+        self.inventory = inventory
+        self.outbox = outbox
+        self.wake = wake
+        self.emit = emit
+        self.fleet = fleet
+        self.bodies: dict[JobKey, dict[str, Any]] = {}
+        self.submitted: dict[JobKey, QueuedJob] = {}  # what each job was last queued as
+        self.buffered: dict[JobKey, tuple[dict[str, Any], bool]] = {}  # before `ready`
+        self.removing: dict[JobKey, dict[str, Any]] = {}
+        self.unfinalize: set[JobKey] = set()  # deleting jobs still carrying our old finalizer
+        self.ghosts: set[str] = set()  # deleted UltraServers kept until their jobs finish
+        self.ready = False
 
     # -- jobs --------------------------------------------------------------------------
     def remember(self, key: JobKey, body: Mapping[str, Any]) -> None:
@@ -78,8 +82,7 @@ class Observations:
         self.scheduler.cancel(key)
         self.submitted.pop(key, None)
         self.bodies.pop(key, None)
-        self.outbox.pop(key, None)
-        self.written_positions.pop(key, None)
+        self.outbox.forget(key)
 
     def observe_job(self, body: Mapping[str, Any], *, deleted: bool = False,
                     kind: str | None = None) -> None:
@@ -122,17 +125,17 @@ class Observations:
             self.emit(body, "Normal", "Running", "The job is running on its chips.")
         if view.phase in TERMINAL_PHASES:
             self.scheduler.cancel(key)
-            self.outbox.pop(key, None)
+            self.outbox.discard(key)
             if (body.get("status") or {}).get("allocation"):
                 # Its chips are free: a finished job no longer names them (the write posts the
                 # Succeeded or Failed Event).
-                self.outbox[key] = Transition("finish", view.phase)
+                self.outbox.put(key, Transition("finish", view.phase))
             return
         if self.scheduler.is_running(key):
             return
         if view.queued is None:
             self.scheduler.cancel(key)
-            self.outbox[key] = Transition("fail", "InvalidSpec", view.error or "invalid spec")
+            self.outbox.put(key, Transition("fail", "InvalidSpec", view.error or "invalid spec"))
             return
         if self.scheduler.is_queued(key):
             # A waiting job's spec may have been edited (priority, size): the newest counts.
@@ -153,20 +156,19 @@ class Observations:
             if isinstance(outcome, Requeued):
                 log.warning("cannot re-adopt %s's chips (%s); requeueing it", key,
                             outcome.message)
-                self.outbox[key] = Transition("restart", "AllocationLost", outcome.message)
+                self.outbox.put(key, Transition("restart", "AllocationLost", outcome.message))
             return
         status = body.get("status") or {}
         if view.phase == "Pending" and status.get("reason"):
             # What an earlier run wrote still stands; rewrite it only when it changes (a restart
             # would otherwise rewrite every waiting job at once).
-            self.written_positions[key] = (str(status["reason"]), status.get("queuePosition"))
-            said = reservation_said(str(status.get("message") or ""))
-            if said is not None:  # it was told of a reservation: compare, not rewrite
-                self.reserved_messages[key] = said
+            self.outbox.found_written(key, str(status["reason"]), status.get("queuePosition"),
+                                      str(status.get("message") or ""))
         self.submitted[key] = view.queued
         self.admissions.submit(view.queued)
 
-    def _owner(self, part: JobKey) -> JobKey:
+    def owner(self, part: JobKey) -> JobKey:
+        """The job an allocator key belongs to (a replica key names its InferenceJob)."""
         return self.admissions.owner(part)
 
     # -- UltraServers ------------------------------------------------------------------
@@ -195,13 +197,13 @@ class Observations:
         entry = self.inventory.remove(name)
         if name not in self.allocator.topology:
             return
-        holders = dict.fromkeys(self._owner(p) for p in self.allocator.jobs_in([name]))
+        holders = dict.fromkeys(self.owner(p) for p in self.allocator.jobs_in([name]))
         if holders and (entry is None or entry.drain_policy == "Wait"):
             self.allocator.set_schedulable(name, False)
             self.ghosts.add(name)  # removed once its last job finishes
             return
         for job in holders:
-            self._evict(job, "restart", "Drained", f"UltraServer {name} was deleted.")
+            self.evict(job, "restart", "Drained", f"UltraServer {name} was deleted.")
         self.allocator.remove_ultraserver(name)
 
     def enforce_health(self, name: str, *, full: bool = False) -> None:
@@ -225,7 +227,7 @@ class Observations:
             except (KeyError, ValueError):
                 continue
             if holder is not None:
-                lost.setdefault(self._owner(holder), {}).setdefault(holder, []).append(chip)
+                lost.setdefault(self.owner(holder), {}).setdefault(holder, []).append(chip)
         for job, parts in lost.items():
             self._chip_failed(job, parts)
         entry = self.inventory.get(change.name)
@@ -233,14 +235,14 @@ class Observations:
             return
         drained: set[JobKey] = set()
         if change.became_unschedulable:
-            drained.update(self._owner(p) for p in self.allocator.jobs_in([change.name]))
+            drained.update(self.owner(p) for p in self.allocator.jobs_in([change.name]))
         prefixes = tuple(f"{change.name}/s{s:02d}" for s in change.newly_cordoned)
         if prefixes:
             for part, placement in self.allocator.allocations().items():
                 if any(srv in prefixes for srv in placement.servers):
-                    drained.add(self._owner(part))
+                    drained.add(self.owner(part))
         for job in sorted(drained - set(lost)):
-            self._evict(job, "preempt", "Drained", f"UltraServer {change.name} was cordoned.")
+            self.evict(job, "preempt", "Drained", f"UltraServer {change.name} was cordoned.")
 
     def _chip_failed(self, job: JobKey, parts: Mapping[JobKey, list[ChipId]]) -> None:
         """The core applies the job's failure policy (`Admissions.chip_failed`); this only
@@ -249,16 +251,25 @@ class Observations:
         policy = view_job(self.bodies.get(job) or {}, kind_of_job_key(job)).failure_policy
         decided = self.admissions.chip_failed(job, parts, policy)
         if isinstance(decided, Replaced):
-            self.outbox[job] = Transition("replace", decided.reason, decided.message,
-                                          decided.placements)
+            self.outbox.put(job, Transition("replace", decided.reason, decided.message,
+                                            decided.placements))
         elif isinstance(decided, Failed):
-            self.outbox[job] = Transition("fail", decided.reason, decided.message)
+            self.outbox.put(job, Transition("fail", decided.reason, decided.message))
         else:
-            self.outbox[job] = Transition("restart", decided.reason, decided.message)
+            self.outbox.put(job, Transition("restart", decided.reason, decided.message))
 
-    def _evict(self, job: JobKey, kind: str, reason: str, message: str) -> None:
+    def evict(self, job: JobKey, kind: str, reason: str, message: str) -> None:
+        """Take a job off its chips (`fail`: for good; else back in the queue) and queue the
+        write that says so."""
         if kind == "fail":
             self.scheduler.cancel(job)
         else:
             self.scheduler.requeue(job)
-        self.outbox[job] = Transition(kind, reason, message)
+        self.outbox.put(job, Transition(kind, reason, message))
+
+    def collect_ghosts(self) -> None:
+        """Remove the deleted UltraServers whose last job has finished."""
+        for name in list(self.ghosts):
+            if not self.allocator.jobs_in([name]):
+                self.allocator.remove_ultraserver(name)
+                self.ghosts.discard(name)

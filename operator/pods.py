@@ -37,6 +37,7 @@ from ultraplane.operator.nodes import (
     ultraserver_name,
 )
 from ultraplane.operator.podwatch import PodWatch
+from ultraplane.operator.transitions import Transition
 
 from ultraplane import launches
 from ultraplane.admissions import Admitted
@@ -53,7 +54,7 @@ from ultraplane.outcomes import PodState, outcome
 from ultraplane.profiles import UnknownProfileError, load_profile
 
 if TYPE_CHECKING:
-    from ultraplane.operator.loops import Controller
+    from ultraplane.operator.controllers import Controller
 
 log = logging.getLogger("ultraplane.operator.pods")
 RATE_WINDOW = 5.0  # seconds over which the pod create rate is measured (`PodPlane.held`)
@@ -234,7 +235,7 @@ class PodPlane:
         `backlog_floor`), so no launch budget is left (`budget`). Admitting more would only
         queue their pods behind these: their chips would be committed and idle while they
         wait, and a job admitted meanwhile could not be placed better. So the admission loop
-        holds its cycles (`Controller.run`) until the backlog drains, like Kueue's
+        holds its cycles (`AdmissionLoop.run`) until the backlog drains, like Kueue's
         `waitForPodsReady.blockAdmission` but bounded by time, not one job at a time."""
         left = self.budget()
         if left is None or left > 0:
@@ -627,12 +628,10 @@ class PodPlane:
                        *, release: bool = False) -> None:
         """Write Running or Succeeded now, not in the next admission cycle: the status write
         refuses a job evicted meanwhile, so it never races an eviction's write."""
-        from ultraplane.operator.loops import Transition
-
         queued = self.controller.outbox.get(key)
         if queued is not None and queued.kind != "pending":
             return  # an eviction decided meanwhile wins; it deletes the pods
-        write = self.controller._write(key, Transition(kind, reason, message))
+        write = self.controller.write(key, Transition(kind, reason, message))
         if release:
             self.controller.scheduler.cancel(key)
             # The pods still running stop now, beside the status write rather than after its
@@ -659,20 +658,18 @@ class PodPlane:
         state.acted = (attempt, "failed")
         self.owed.pop(key, None)
         log.warning("%s fails: %s", key, message)
-        self.controller._evict(key, "fail", reason, message)
+        self.controller.evict(key, "fail", reason, message)
         self.controller.wake.set()
 
     def _pods_failed(self, key: JobKey, body: Mapping[str, Any], launch: launches.Launch,
                      message: str, servers: tuple[ServerId, ...]) -> None:
         """The job's failure policy, as for a failed chip: Fail, RestartAll, or ReplaceAffected
         (the failed servers' chips swapped for others; the other pods keep running)."""
-        from ultraplane.operator.loops import Transition
-
         controller = self.controller
         policy = view_job(body).failure_policy
         text = f"{message} ({policy})."
         if policy == "Fail":
-            controller._evict(key, "fail", "PodFailed", text)
+            controller.evict(key, "fail", "PodFailed", text)
         elif policy == "ReplaceAffected" and controller.scheduler.is_running(key):
             parts: dict[JobKey, list[ChipId]] = {}
             for plan in launch.pods:
@@ -681,11 +678,11 @@ class PodPlane:
                     parts.setdefault(part, []).extend(plan.chips)
             replaced = controller.admissions.replace(key, parts)
             if isinstance(replaced, Admitted):
-                controller.outbox[key] = Transition("replace", "PodReplaced", text,
-                                                    replaced.placements)
+                controller.outbox.put(key, Transition("replace", "PodReplaced", text,
+                                                      replaced.placements))
             else:
-                controller._evict(key, "restart", "PodFailed", f"{text} No replacement: {replaced}")
+                controller.evict(key, "restart", "PodFailed", f"{text} No replacement: {replaced}")
         else:
-            controller._evict(key, "restart", "PodFailed", text)
+            controller.evict(key, "restart", "PodFailed", text)
         controller.wake.set()
 

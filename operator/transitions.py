@@ -1,6 +1,6 @@
 """What the operator persists for each decision: a `Transition`, and the job status it becomes.
 
-Why a module of its own: the cycle (`admission`) decides which transitions to queue and the
+Why a module of its own: the cycle (`loops`) decides which transitions to queue and the
 writers (`writers`) send them; what a transition *means* on the wire (which status fields, which
 conditions, which kind of Event) is pure and tested on its own, with no API client in sight.
 """

@@ -19,9 +19,10 @@ The table, with where each label comes from:
       MPI jobs to run on Neuron UltraServer on EKS" (nodeSelector of every example),
       https://awsdocs-neuron.readthedocs-hosted.com/en/latest/containers/how-to/how-to-ultraserver.html
   `neuron.amazonaws.com/ultraserver-mode` (Neuron device plugin)
-      the UltraServer node configs the node supports, underscore-separated: the same page
-      shows `1_2_4` on the four nodes of one UltraServer; its init script accepts node configs
-      4, 2 and 1 (nodes working as one UltraServer).
+      the UltraServer modes the node supports, underscore-separated: the same page shows
+      `1_2_4` on the four nodes of one UltraServer; its init script accepts node configs 4, 2
+      and 1 (nodes working as one UltraServer) and numbers the driver's modes (sysfs
+      `ultraserver_mode`) otherwise: 1 = 4 nodes, 2 and 3 = 2 nodes (two layouts), 4 = 1 node.
   `neuron.amazonaws.com/ultraserver-server-id-4` / `-2` (Neuron device plugin)
       the id the nodes of one 4-node (2-node) UltraServer config share: the page's pod
       affinity uses them as the topologyKey that keeps a job inside one UltraServer, and its
@@ -40,8 +41,10 @@ The table, with where each label comes from:
       EC2 User Guide, "How Amazon EC2 topology works".
 
 Assumptions (stated, not found in AWS's pages):
-  - the mode label lists node counts (`4`, `2_4`, `1_2_4`). A mode label whose values are not
-    numbers is ignored, and the id labels decide alone;
+  - AWS's pages do not say which of the two numberings the mode label uses, so a config is
+    ruled out only when neither allows it: the 4-node config needs a 1 or a 4 in the label, the
+    2-node config a 2 or a 3 (`1_2_4` allows both). The id labels then decide, and they are
+    the driver's "none" value outside a config. A mode label that is not numbers is ignored;
   - the Neuron device plugin 2.30 or later puts these labels on the Node (the AWS page above
     asks for device plugin 2.26.26.0 or later for its affinity rules);
   - the Trn3 instance names below are not published in the sources above; label such Nodes
@@ -59,6 +62,9 @@ NEURON_SERVER_ID_LABEL = "neuron.amazonaws.com/ultraserver-server-id-{}"
 NEURON_NODE_ID_LABEL = "neuron.amazonaws.com/ultraserver-node-id-{}"
 # Node configs with an id label, largest first: the largest a node is in is its UltraServer.
 NEURON_CONFIGS = (4, 2)
+# The mode values that allow each config, under either numbering (see above).
+NEURON_MODES_OF_CONFIG: Mapping[int, frozenset[int]] = {4: frozenset({4, 1}),
+                                                         2: frozenset({2, 3})}
 # The driver's "not in such a config" values (k8s-ultraserver-init-script.sh).
 NEURON_NO_SERVER_ID = "0000000000000000"
 NEURON_NO_NODE_ID = "-1"
@@ -104,9 +110,9 @@ class Membership:
     index_source: str  # the label key the index is (or would be) read from
 
 
-def neuron_configs(labels: Mapping[str, str]) -> frozenset[int] | None:
-    """The node counts of the mode label (`1_2_4` -> {1, 2, 4}); None when absent or not
-    numbers (then the id labels decide alone)."""
+def neuron_modes(labels: Mapping[str, str]) -> frozenset[int] | None:
+    """The numbers of the mode label (`1_2_4` -> {1, 2, 4}); None when absent or not numbers
+    (then the id labels decide alone)."""
     raw = str(labels.get(NEURON_MODE_LABEL, "")).strip()
     if not raw:
         return None
@@ -117,9 +123,9 @@ def neuron_configs(labels: Mapping[str, str]) -> frozenset[int] | None:
 
 
 def _neuron_membership(labels: Mapping[str, str]) -> tuple[str, str | None, int] | None:
-    configs = neuron_configs(labels)
+    modes = neuron_modes(labels)
     for n in NEURON_CONFIGS:
-        if configs is not None and n not in configs:
+        if modes is not None and not modes & NEURON_MODES_OF_CONFIG[n]:
             continue
         server = str(labels.get(NEURON_SERVER_ID_LABEL.format(n), "")).strip()
         if not server or server == NEURON_NO_SERVER_ID:

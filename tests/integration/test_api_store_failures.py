@@ -270,3 +270,33 @@ def test_a_store_that_is_no_file_is_one_sentence(where: str, tmp_path: Path) -> 
     assert result.exit_code == 2, result.output
     assert str(path) in one_sentence(result.output)
     assert not (path.parent / f"{path.name}.lock").exists()  # nothing written beside it
+
+
+def test_a_store_from_a_newer_version_is_one_sentence(tmp_path: Path) -> None:
+    from sqlalchemy import text
+
+    path = tmp_path / "newer.db"
+    engine = store.make_engine(f"sqlite:///{path}")
+    store.migrate(engine)
+    with engine.begin() as conn:  # a schema revision this version has never heard of
+        conn.execute(text("UPDATE alembic_version SET version_num = '9999'"))
+    engine.dispose()
+    result = CliRunner().invoke(main, ["serve", "--db", f"sqlite:///{path}", "--no-demo"])
+    assert result.exit_code == 2, result.output
+    sentence = one_sentence(result.output)
+    assert str(path) in sentence and "9999" in sentence
+
+
+def test_a_store_that_fails_a_read_is_503_not_500(tmp_path: Path) -> None:
+    from sqlalchemy import text
+
+    app = create_app(Settings(db=f"sqlite:///{tmp_path / 'r.db'}", demo=False,
+                              tick_seconds=3600))
+    with TestClient(app) as client:
+        assert client.get("/v1/accounting/jobs").status_code == 200
+        with app.state.engine.begin() as conn:  # damaged under the running server
+            conn.execute(text("DROP TABLE daily_usage"))
+            conn.execute(text("DROP TABLE accounting"))
+        r = client.get("/v1/accounting/jobs")
+        assert r.status_code == 503 and r.headers["Retry-After"].isdigit(), r.text
+        assert "could not be read" in r.json()["message"] and "SELECT" not in r.text

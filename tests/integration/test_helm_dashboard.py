@@ -35,12 +35,6 @@ ON: dict[str, Any] = {
 }
 
 
-def named(docs: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
-    found = [d for d in of_kind(docs, kind) if d["metadata"]["name"] == name]
-    assert len(found) == 1, f"expected one {kind} {name}, found {len(found)}"
-    return found[0]
-
-
 @pytest.mark.kube
 def test_everything_is_off_by_default() -> None:
     docs = render()

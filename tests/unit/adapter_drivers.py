@@ -29,7 +29,7 @@ from ultraplane.api.embedded import EmbeddedBackend
 from ultraplane.api.settings import Settings
 from ultraplane.api.store import make_engine, migrate
 from ultraplane.api.ultraserverpatches import UltraServerPatch
-from ultraplane.operator.loops import Controller
+from ultraplane.operator.controllers import Controller
 from ultraplane.simulator.faults import FaultPlan
 from ultraplane.simulator.kubelets import VirtualKubelet
 from ultraplane.simulator.replay import Replay, ReplayConfig
@@ -53,7 +53,7 @@ class Job:
     priority: int = 0
     replicas: int | None = None  # an InferenceJob of `replicas` x `chips`
     level: str = "ultraserver"
-    duration: float = 36_000.0
+    duration: int = 36_000  # seconds (an integer, as the CRD wants it)
     policy: str = "RestartAll"  # a TrainingJob's failurePolicy
 
     @property
@@ -260,7 +260,7 @@ def replay_at(script: Script, faults: dict[int, str]) -> list[Seen]:
     jobs = [job for _, action in script if isinstance(action, Arrive) for job in action.jobs]
     assert all(j.replicas is None for j in jobs), "the replay schedules training jobs"
     assert not any(isinstance(a, Delete) for _, a in script), "a replay deletes nothing"
-    trace = [TraceJob(job.name, t, job.duration, job.chips, priority=job.priority,
+    trace = [TraceJob(job.name, t, float(job.duration), job.chips, priority=job.priority,
                       topology=job.level, line=n)
              for n, (t, job) in enumerate(sorted(
                  ((t, j) for t, a in script if isinstance(a, Arrive) for j in a.jobs),

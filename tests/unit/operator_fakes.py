@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from ultraplane.operator.controllers import Controller
 from ultraplane.operator.kube import Conflict, Gone
-from ultraplane.operator.loops import Controller
 
 from ultraplane.ids import JobKey
 

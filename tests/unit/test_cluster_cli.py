@@ -141,3 +141,28 @@ def test_flags_win_over_a_pods_service_account(tmp_path: Path,
     assert ClusterAccess().in_cluster is True
     monkeypatch.setenv("KUBECONFIG", str(config))  # no token file here: the kubeconfig is next
     assert configuration(ClusterAccess()).host == "https://127.0.0.1:7"
+
+
+def test_kopf_logs_in_to_the_context_the_flags_chose(tmp_path: Path) -> None:
+    """kopf's watches use the same set-up as the operator's own client (operator/kube.py)."""
+    from ultraplane.operator.kube import connection_info
+
+    path = tmp_path / "two"
+    path.write_text("""apiVersion: v1
+kind: Config
+clusters:
+- {name: a, cluster: {server: "https://a.example:6443"}}
+- {name: b, cluster: {server: "https://b.example:6443", insecure-skip-tls-verify: true}}
+contexts:
+- {name: a, context: {cluster: a, user: ua}}
+- {name: b, context: {cluster: b, user: ub}}
+current-context: a
+users:
+- {name: ua, user: {token: token-a}}
+- {name: ub, user: {token: token-b}}
+""")
+    chosen = connection_info(ClusterAccess(str(path), "b"))
+    assert (chosen.server, chosen.scheme, chosen.token, chosen.insecure) == (
+        "https://b.example:6443", "Bearer", "token-b", True)
+    current = connection_info(ClusterAccess(str(path)))
+    assert (current.server, current.token) == ("https://a.example:6443", "token-a")

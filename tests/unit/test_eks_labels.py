@@ -87,9 +87,13 @@ def test_our_server_index_overrides_node_id_under_the_neuron_id() -> None:
 
 @pytest.mark.parametrize(("change", "expected"), [
     ({}, ("bog79p1y8tetj5uu", "2")),
-    ({MODE: "1_2"}, ("ygml2651y0lwdd46", "0")),  # no 4-node config: the pair is the group
-    ({MODE: "1"}, None),  # stand-alone node
-    ({MODE: "x4"}, ("bog79p1y8tetj5uu", "2")),  # not counts: the id labels decide
+    ({MODE: "2"}, ("ygml2651y0lwdd46", "0")),  # no 4-node config: the pair is the group
+    ({MODE: "3"}, ("ygml2651y0lwdd46", "0")),  # the driver's other 2-node mode number
+    ({MODE: "4"}, ("bog79p1y8tetj5uu", "2")),  # 4 nodes, counted
+    ({MODE: "1"}, ("bog79p1y8tetj5uu", "2")),  # 4 nodes, in the driver's numbering
+    ({SERVER_ID.format(4): "0000000000000000",
+      SERVER_ID.format(2): "0000000000000000"}, None),  # stand-alone: the driver's "none" ids
+    ({MODE: "x4"}, ("bog79p1y8tetj5uu", "2")),  # not numbers: the id labels decide
     ({SERVER_ID.format(4): "0000000000000000"}, ("ygml2651y0lwdd46", "0")),  # driver's "none"
     ({NODE_ID.format(4): "-1"}, ("bog79p1y8tetj5uu", None)),  # no index: filled by name
 ])

@@ -9,7 +9,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from ultraplane.operator.loops import Controller
+from ultraplane.operator.controllers import Controller
 
 from tests.unit.operator_fakes import FakeKube, controller, settle
 from ultraplane.ids import JobKey

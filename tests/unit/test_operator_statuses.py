@@ -8,7 +8,7 @@ import pytest
 from ultraplane.operator import statuses
 from ultraplane.operator.inventory import Inventory, ultraserver_from_body
 from ultraplane.operator.jobviews import view_job
-from ultraplane.operator.loops import moved
+from ultraplane.operator.transitions import moved
 
 from ultraplane.allocator import Allocator, Placement, PlacementRequest
 from ultraplane.ids import JobKey

@@ -8,11 +8,12 @@ import copy
 import threading
 from typing import Any
 
+from ultraplane.operator.controllers import Controller
 from ultraplane.operator.eventbudgets import EventDigests, TokenBucket
-from ultraplane.operator.loops import Controller
 from ultraplane.operator.transitions import Transition
 
 from tests.unit.operator_fakes import FakeKube, controller, settle, stopped, until
+from ultraplane.ids import JobKey
 
 
 def test_an_admission_is_one_status_write_and_no_finalizer() -> None:
@@ -139,7 +140,7 @@ async def waiting_behind_big(kube: FakeKube, waiting: int, *,
     """gen2-0000 [big 144]; w0..w{waiting-1} (144 chips each) wait, positions written."""
     c = controller(kube)
     if position_width is not None:
-        c._position_width = position_width
+        c.writers.position_width = position_width
     kube.add_job("big", 144)
     for i in range(waiting):
         kube.add_job(f"w{i}", 144)
@@ -155,7 +156,7 @@ def test_a_restart_does_not_rewrite_the_positions_already_written() -> None:
         assert kube.jobs["w19"]["status"]["queuePosition"] == 20
         kube.log.clear()
         again = controller(kube)  # kill -9 and start again on the same objects
-        again.position_seconds = 0
+        again.loop.position_seconds = 0
         await again.sync()
         await settle(again)
         assert [w for w in kube.log if w[1] != "us"] == []
@@ -177,15 +178,16 @@ def test_positions_go_head_first_and_a_newer_one_replaces_the_one_still_queued()
         c = await waiting_behind_big(kube, 10, position_width=1)  # positions 1..10 written
         kube.log.clear()
         for i in range(10):  # what a cycle queues; the writer has not run yet
-            c.outbox[f"tj/ns/w{i}"] = Transition("pending", "NoCapacity", "again",
-                                                 position=i + 1)
-        c.start_positions()
-        c.outbox["tj/ns/w9"] = Transition("pending", "NoCapacity", "moved up", position=1)
-        c.start_positions()
+            c.outbox.put(JobKey(f"tj/ns/w{i}"), Transition("pending", "NoCapacity", "again",
+                                                           position=i + 1))
+        c.writers.start_positions()
+        c.outbox.put(JobKey("tj/ns/w9"), Transition("pending", "NoCapacity", "moved up",
+                                                     position=1))
+        c.writers.start_positions()
         await c.positions_written()
         assert [name for name, _ in kube.log] == ["w0", "w9"] + [f"w{i}" for i in range(1, 9)]
         assert kube.jobs["w9"]["status"]["message"] == "moved up"  # the newer one, once
-        assert not c.positions_due
+        assert not c.writers.positions_due
 
     asyncio.run(scenario())
 
@@ -196,25 +198,25 @@ def test_a_filling_ultraserver_is_written_once_it_settles_or_falls_too_far_behin
     async def scenario() -> None:
         kube = FakeKube()
         c = controller(kube)
-        c.us_settle_seconds, c.us_max_seconds = 1.0, 15.0
+        c.views.settle_seconds, c.views.max_seconds = 1.0, 15.0
         kube.add_job("a", 8)
         await c.sync()
         await c.run_cycle()
         now = asyncio.get_running_loop().time()
-        assert c._us_touched["gen2-0000"] >= now - 1.0  # a landed just now
+        assert c.views.touched["gen2-0000"] >= now - 1.0  # a landed just now
         kube.log.clear()
-        c._us_touched["gen2-0000"] = now
-        await c.flush_ultraservers()
+        c.views.touched["gen2-0000"] = now
+        await c.views.flush()
         assert kube.log == []  # put off: still filling
-        c._us_dirty["gen2-0000"] = now - 15.0  # behind for too long: written while filling
-        await c.flush_ultraservers()
+        c.views.dirty["gen2-0000"] = now - 15.0  # behind for too long: written while filling
+        await c.views.flush()
         assert kube.log == [("gen2-0000", "us")]
         assert kube.us_status["gen2-0000"]["allocated"]["chips"] == 8
         c.observe_job(kube.add_job("b", 8))
         await c.run_cycle()
         kube.log.clear()
-        c._us_touched["gen2-0000"] = now - 1.0  # b landed a settle time ago
-        await c.flush_ultraservers()
+        c.views.touched["gen2-0000"] = now - 1.0  # b landed a settle time ago
+        await c.views.flush()
         assert kube.log == [("gen2-0000", "us")]
         assert kube.us_status["gen2-0000"]["allocated"]["chips"] == 16
 
@@ -277,7 +279,7 @@ def test_a_slow_resync_list_does_not_hold_back_admissions() -> None:
         kube.go.clear()
         kube.listing.clear()
         loop = asyncio.create_task(c.run())
-        c._ask_resync()
+        c.loop.ask_resync()
         await until("the resync's list", kube.listing.is_set)
         c.observe_job(kube.add_job("fresh", 8))
         await until("fresh admitted while the list is held", lambda: (

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 
-from ultraplane.operator.loops import Controller
+from ultraplane.operator.controllers import Controller
 from ultraplane.operator.pods import RATE_WINDOW, JobPods, PodInfo, PodPlane
 from ultraplane.operator.transitions import Transition
 
@@ -65,7 +65,7 @@ def test_admissions_wait_for_the_backlog_then_go() -> None:
         gate = c.launches = Gate(why="300 pod creates queued")
         kube.add_job("a", 8)
         loop = await running(c)
-        await until("a held cycle", lambda: c.held_seconds >= 0.4)
+        await until("a held cycle", lambda: c.loop.held_seconds >= 0.4)
         assert phase(kube, "a") != "Admitted" and c.scheduler.is_queued("tj/ns/a")
         gate.why = None  # the backlog drained
         await until("a admitted", lambda: phase(kube, "a") == "Admitted")
@@ -84,7 +84,7 @@ def test_an_eviction_is_never_held() -> None:
         kube.add_job("b", 8)
         c.observe_job(kube.jobs["b"])
         c.launches = Gate(why="300 pod creates queued")
-        c.outbox[JobKey("tj/ns/a")] = Transition("fail", "PodFailed", "pod llama-0 failed (Fail).")
+        c.outbox.put(JobKey("tj/ns/a"), Transition("fail", "PodFailed", "pod llama-0 failed (Fail)."))
         c.wake.set()
         await until("a failed", lambda: phase(kube, "a") == "Failed")
         await stopped(loop)
@@ -139,7 +139,7 @@ def test_a_succeeded_jobs_running_pods_stop_while_its_status_write_is_on_its_way
             written.append(change.kind)
             return True
 
-        c._write = slow_write  # type: ignore[method-assign]
+        c.write = slow_write  # type: ignore[method-assign]
         state = plane.jobs[key] = JobPods()
         for rank, phase in enumerate(("Succeeded", "Running", "Running")):
             state.pods[f"a-{rank}"] = PodInfo(

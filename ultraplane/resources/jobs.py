@@ -30,7 +30,7 @@ class JobStatus(StatusModel):
         "also writes Failed for a job that can never fit).",
     )
     queue_position: int | None = Field(
-        default=None, ge=0, description="Place in the admission queue while Pending (0 = next)."
+        default=None, ge=0, description="Place in the admission queue while Pending (1 = next)."
     )
     reason: str | None = Field(
         default=None, max_length=1024, description="One CamelCase word, e.g. NoCapacity."
