@@ -719,7 +719,8 @@ class Scheduler:
             priority = job.priority
         if not any(p < priority for p in victims_pool.values()):
             return nofit
-        plan = plan_preemption(self.allocator, job.request, priority, victims_pool)
+        plan = plan_preemption(self.allocator, job.request, priority, victims_pool,
+                               in_order=self.quotas is not None)
         if isinstance(plan, NoFit):
             if self.quotas is not None:
                 self.quotas.reclaim_failed(job)
