@@ -99,6 +99,29 @@ def _load_traces(paths: tuple[Path, ...], skip_bad: bool,
     return jobs, bad
 
 
+def _queues(path: Path | None, jobs: list[TraceJob], topology: Any) -> tuple[Any, ...] | None:
+    """The tenant queues of a replay: from --queues, else an equal share per trace tenant
+    (None: the trace names no tenant and no --queues was given)."""
+    from ultraplane.simulator.tenants import default_queues, load_queues
+
+    capacity: dict[str, int] = {}
+    for us in topology.ultraservers:
+        capacity[us.profile] = capacity.get(us.profile, 0) + us.chip_count
+    tenants = {j.tenant for j in jobs if j.tenant is not None}
+    if path is None:
+        return tuple(default_queues(tenants, capacity)) if tenants else None
+    try:
+        specs = load_queues(path, sorted(capacity))
+    except (ValueError, OSError, UnicodeDecodeError) as exc:
+        raise click.BadParameter(str(exc), param_hint="'--queues'") from None
+    missing = sorted(tenants - {s.name for s in specs})
+    if missing:
+        shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+        raise click.BadParameter(f"the trace names tenant(s) with no queue: {shown}",
+                                 param_hint="'--queues'")
+    return tuple(specs)
+
+
 def _check_out(out_dir: Path) -> None:
     """The report folder exists (made now) and is writable: said before an hour of replay."""
     try:
@@ -144,13 +167,19 @@ def _check_out(out_dir: Path) -> None:
               help="Inside a priority, queue by target start = submit + STRETCH x run time; "
                    "gangs of over half the largest UltraServer (73+ chips on Gen2) by submit "
                    "time. 0 = arrival order (FIFO). [default: 10]")
+@click.option("--queues", "queues_file", type=click.Path(path_type=Path, dir_okay=False, exists=True),
+              help="YAML list of tenant queue specs (name, nominal, cohort, borrowingLimit, "
+                   "lendingLimit, weight, ...; docs/queues.md); the trace's `tenant` column names "
+                   "each job's queue. Without it, a trace with tenants gives each an equal "
+                   "nominal share of the fleet in one cohort.")
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
 @log_level_option(default="warning")
 def simulate(fleet: str | None, cluster_file: Path | None, traces: tuple[Path, ...], out_dir: Path,
              policies: tuple[str, ...], chips_per_gpu: int, seed: int, failure_policy: str,
              chip_failure_rate: float, server_failure_rate: float, scripted: tuple[str, ...],
              checkpoint_interval: float, skip_bad_rows: bool, no_reservation: bool,
-             queue_stretch: float | None, no_progress: bool) -> None:
+             queue_stretch: float | None, no_progress: bool, queues_file: Path | None = None
+             ) -> None:
     """Replay a job trace offline through the core allocator and write a report."""
     from ultraplane.simulator.faults import FaultPlan
     from ultraplane.simulator.replay import ReplayConfig
@@ -185,12 +214,14 @@ def simulate(fleet: str | None, cluster_file: Path | None, traces: tuple[Path, .
     precisions = {name: frozenset(str(p) for p in load_profile(name).chip.tflops)
                   for name in topology.profiles}
     jobs, bad = _load_traces(traces, skip_bad_rows, precisions)
+    queues = _queues(queues_file, jobs, topology)
     _check_out(out_dir)
     configs = [ReplayConfig(policy=p, chips_per_gpu=chips_per_gpu, seed=seed,
                             checkpoint_interval_s=checkpoint_interval,
                             failure_policy=failure_policy, faults=plan,
                             reservation=not no_reservation,
-                            queue_stretch=DEFAULT_STRETCH if queue_stretch is None else queue_stretch)
+                            queue_stretch=DEFAULT_STRETCH if queue_stretch is None else queue_stretch,
+                            queues=queues)
                for p in (policies or ("ultraplane", "first-fit"))]
     show = not no_progress and sys.stderr.isatty()
     started = time.perf_counter()

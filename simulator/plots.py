@@ -183,6 +183,9 @@ def write_plots(out: Path, results: Sequence[ReplayResult], meta: dict[str, Any]
             figures.append(Figure(title, name))
         else:
             figures.append(Figure(title, None, f"No UltraServer ran a job under {r.policy}."))
+    from ultraplane.simulator.tenants import tenant_plots
+
+    figures += [Figure(title, name) for name, title in tenant_plots(out, results, t0, unit, label)]
     return figures
 
 

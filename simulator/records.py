@@ -7,6 +7,10 @@ plain records without importing the allocator or the event engine.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ultraplane.simulator.tenants import TenantFigures
 
 
 @dataclass(slots=True)
@@ -22,6 +26,7 @@ class JobRecord:
     reason: str = ""
     duration_s: float = 0.0  # the trace's run time (at the tightest placement, no overheads)
     max_ultraservers: int = 0  # most UltraServers any attempt spanned
+    tenant: str = ""  # the trace's tenant (its queue), if it names one
 
     @property
     def queue_delay_s(self) -> float | None:
@@ -76,3 +81,4 @@ class ReplayResult:
     starts: int = 0
     t0: float = 0.0
     t_end: float = 0.0
+    tenants: TenantFigures | None = None  # per-tenant figures, when the replay had queues

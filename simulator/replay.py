@@ -31,6 +31,7 @@ from ultraplane.simulator.models import (
     training_step,
 )
 from ultraplane.simulator.records import JobRecord, ReplayResult, Series
+from ultraplane.simulator.tenants import TenantLedger
 from ultraplane.simulator.traces import TraceJob
 
 from ultraplane.admissions import Admissions, Failed, Replaced
@@ -38,6 +39,7 @@ from ultraplane.allocator import Allocator, NoFit, Placement, PlacementRequest
 from ultraplane.ids import ChipId, JobKey
 from ultraplane.placements import request_from_topology
 from ultraplane.queueorder import DEFAULT_STRETCH, QueueOrder
+from ultraplane.quotas import QueueSpec, QuotaBook
 from ultraplane.resources.trainingjobs import FailurePolicy
 from ultraplane.scheduling import QueuedJob
 
@@ -61,6 +63,11 @@ class ReplayConfig:
     reservation: bool = True  # backfill reservation for the first waiting whole-UltraServer gang
     queue_stretch: float = DEFAULT_STRETCH  # rank = submit + stretch x run time; 0: FIFO
     assumptions: Assumptions = DEFAULT_ASSUMPTIONS
+    # Tenant queues (a trace's `tenant` column names the job's queue): counted per tenant,
+    # and enforced by the core (quota, borrowing, fair share, reclaim) unless `enforce_quotas`
+    # is off (one shared queue, as without tenants).
+    queues: tuple[QueueSpec, ...] | None = None
+    enforce_quotas: bool = True
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
@@ -101,12 +108,17 @@ class Replay:
         self.cfg, self.a = config, config.assumptions
         self.shape = FleetShape.of(topology)
         self.allocator = Allocator(topology, policy=config.policy)  # type: ignore[arg-type]
+        book = (QuotaBook(list(config.queues)) if config.queues is not None
+                and config.enforce_quotas else None)
         self.admissions = Admissions(self.allocator, preemption=True,
                                      reservation=config.reservation,
-                                     order=QueueOrder(stretch=config.queue_stretch))
+                                     order=QueueOrder(stretch=config.queue_stretch), quotas=book)
         self.scheduler = self.admissions.scheduler
         self.engine = Engine(seed=config.seed, start=min((j.submit_s for j in jobs), default=0.0))
         self.ledger = Ledger(self.shape, start=self.engine.now)
+        span = max((j.submit_s + j.duration_s for j in jobs), default=0.0) - self.engine.now
+        self.tenants = (TenantLedger(config.queues, self.engine.now, sample_s=max(span / 500, 1.0))
+                        if config.queues is not None else None)
         self.faults = FaultSource(config.faults, self.shape, self.engine, self.allocator)
         self.jobs = jobs
         self.progress = progress
@@ -127,7 +139,8 @@ class Replay:
         self._now = 0.0
         self._probe = Allocator(topology, policy=config.policy)  # type: ignore[arg-type]
         self._verdicts: dict[tuple[int, str | None], str | None] = {}
-        self._one_priority = len({j.priority for j in jobs}) <= 1
+        # (quotas: every waiting job is in front of the Scheduler, which orders and reclaims)
+        self._one_priority = len({j.priority for j in jobs}) <= 1 and book is None
         self._remaining = len(jobs)
         self._running_n = 0
         self._submitted = 0
@@ -157,6 +170,8 @@ class Replay:
                 break
             t = eng.now
             self.ledger.advance(t)
+            if self.tenants is not None:
+                self.tenants.advance(t)
             dirty = False
             for _, ev in batch:
                 dirty |= self._handle(ev, t)
@@ -211,12 +226,16 @@ class Replay:
     def _submit(self, seq: int, job: TraceJob) -> None:
         chips = job.gpus * self.cfg.chips_per_gpu
         self._submitted += 1
-        rec = JobRecord(job.job_id, job.submit_s, chips, duration_s=job.duration_s)
+        rec = JobRecord(job.job_id, job.submit_s, chips, duration_s=job.duration_s,
+                        tenant=job.tenant or "")
         self.result.records.append(rec)
         self.runs[job.job_id] = _Run(job, chips, rec)
         request = request_from_topology(
             chips, {"requiredLevel": job.topology} if job.topology else None)
         never = self._never(request)
+        queues = self.cfg.queues
+        if never is None and queues is not None and all(q.name != job.tenant for q in queues):
+            never = f"tenant {job.tenant!r} has no queue"
         if never is not None:  # larger than the fleet could ever hold: a verdict now
             rec.status, rec.reason = "rejected", never
             self._done()
@@ -229,7 +248,10 @@ class Replay:
                                        at_end=True) * self.a.checkpoint_cost_s
         queued = self.admissions.ranked(QueuedJob(
             JobKey(job.job_id), request, job.priority, seq, expected_s=expected,
-            created_s=job.submit_s))
+            created_s=job.submit_s,
+            queue=job.tenant if self.admissions.quotas is not None else None))
+        if self.tenants is not None and job.tenant is not None:
+            self.tenants.wait(job.job_id, job.tenant, chips)
         if self._one_priority:
             self.backlog.add(queued)
         else:  # preemption needs every waiting job in front of the Scheduler
@@ -325,6 +347,7 @@ class Replay:
         self._now = t
         for victim in decisions.preempted:
             run = self.runs[victim.key]
+            self._reclaimed(run, self.runs[victim.by], t)
             self._stop(run, t, released=True)
             self._waiting[victim.key] = run.chips
         for failed in decisions.failed:
@@ -332,6 +355,8 @@ class Replay:
             self._unwait(failed.key)
             run.record.status = "rejected"
             run.record.reason = failed.message
+            if self.tenants is not None:
+                self.tenants.unwait(failed.key)
             self._done()
         for admitted in decisions.admitted:
             self._unwait(admitted.key)
@@ -360,6 +385,9 @@ class Replay:
             busy = a.busy_utilization if job.kind == "training" else a.memory_bound_activity
             run.util = busy / slow
         self._running_n += 1
+        if self.tenants is not None and job.tenant is not None:
+            self.tenants.unwait(job.job_id)
+            self.tenants.hold(job.tenant, run.chips)
         run.extra_w = self.ledger.job_watts(run.per_us, run.util, job.precision, a)
         self.ledger.occupy(run.per_us, run.extra_w, +1)
         run.attempt_start = t
@@ -403,6 +431,8 @@ class Replay:
         run.record.energy_kwh += busy_w * (t - run.attempt_start) / 3.6e6
         self._running_n -= 1
         self.ledger.occupy(run.per_us, run.extra_w, -1)
+        if self.tenants is not None and run.job.tenant is not None:
+            self.tenants.release(run.job.tenant, run.chips)
 
     def _complete(self, run: _Run, t: float) -> None:
         self._account(run, t)
@@ -429,8 +459,25 @@ class Replay:
             self._start(run, decided.placements[0], t)
             return
         self._waiting[key] = run.chips  # Restarted: queued again with its rank
+        if self.tenants is not None and run.job.tenant is not None:
+            self.tenants.wait(key, run.job.tenant, run.chips)
         if queued is not None and run.chips >= self._whole_chips:
             self._whole[key] = queued.order()
+
+    def _reclaimed(self, run: _Run, by: _Run, t: float) -> None:
+        """A preempted job waits again; a preemption across tenants is a reclaim, and the
+        work since its last checkpoint is counted lost to it."""
+        if self.tenants is None or run.job.tenant is None:
+            return
+        self.tenants.wait(run.job.job_id, run.job.tenant, run.chips)
+        if by.job.tenant == run.job.tenant:
+            return
+        elapsed = t - run.attempt_start
+        kept = 0.0
+        if run.job.kind == "training":
+            period = self.cfg.checkpoint_interval_s + self.a.checkpoint_cost_s
+            kept = math.floor(max(elapsed - self._restart_cost(run), 0.0) / period) * period
+        self.tenants.reclaimed(run.job.tenant, run.chips * (elapsed - kept))
 
     def _done(self) -> None:
         self._remaining -= 1
@@ -450,3 +497,5 @@ class Replay:
         self.result.series = self.series
         self.result.t0 = min((j.submit_s for j in self.jobs), default=0.0)
         self.result.t_end = t
+        if self.tenants is not None:
+            self.result.tenants = self.tenants.close(t, ())

@@ -18,6 +18,7 @@ from typing import Any
 import jinja2
 from ultraplane.simulator.descriptions import energy_in_words, settings_in_words
 from ultraplane.simulator.plots import Figure
+from ultraplane.simulator.tenants import tenant_rows
 from ultraplane.simulator.verdicts import REFERENCES, compare
 
 # (summary key, row label, format): the figures table, in reading order
@@ -50,6 +51,10 @@ ROWS: tuple[tuple[str, str, str], ...] = (
     ("energy_idle_share", "idle draw's share of energy", "{:.0%}"),
     ("avg_power_kw", "average power (kW)", "{:,.0f}"),
     ("peak_power_kw", "peak power (kW)", "{:,.0f}"),
+    # tenant queues (simulator/tenants.py), when the trace names tenants
+    ("guarantee_p99_s", "kept out of own nominal quota, 99th percentile (min)", "m"),
+    ("fair_share_jain", "fair share of borrowed chips (Jain, per time wanted)", "{:.3f}"),
+    ("reclaim_lost_fraction", "chip-time lost to reclaim", "{:.2%}"),
 )
 
 _ENV = jinja2.Environment(loader=jinja2.PackageLoader("ultraplane.simulator", "templates"),
@@ -77,6 +82,7 @@ def render(summary: Mapping[str, Mapping[str, Any]], figures: Sequence[Figure],
     bounds: Mapping[str, Any] = next((s["bounds"] for s in summary.values() if "bounds" in s), {})
     rows = [(label, [cell(summary[p].get(key), f) for p in policies])
             for key, label, f in ROWS if any(key in summary[p] for p in policies)]
+    rows += tenant_rows(summary, policies)
     refs = [{"name": b["name"], "jct": cell(b["jct_mean_s"], "h"),
              "wait": cell(b["large_jobs_queue_delay_mean_s"], "m"),
              "util": cell(b["useful_utilization"], "{:.1%}"),

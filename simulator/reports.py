@@ -109,6 +109,10 @@ def summarize(r: ReplayResult, *, large_job_chips: int = 144, one_domain_chips: 
         out[f"useful_util_vs_{short}"] = _ratio(useful, bound.useful_utilization)
     if bounds:
         out["bounds"] = {short: b.as_dict() for short, b in bounds.items()}
+    if r.tenants is not None:  # tenant queues: per-tenant and fleet-wide fairness figures
+        from ultraplane.simulator.tenants import tenant_summary
+
+        out.update(tenant_summary(r))
     return out
 
 
@@ -138,11 +142,11 @@ def write_tables(out: Path, results: Sequence[ReplayResult]) -> None:
     with (out / "jobs.csv").open("w", newline="") as fh:
         w = csv.writer(fh)
         w.writerow(["job_id", "policy", "submit_s", "start_s", "end_s", "chips", "ultraservers",
-                    "energy_kwh"])
+                    "energy_kwh", "tenant"])
         for r in results:
             for x in r.records:
                 w.writerow([x.job_id, r.policy, _num(x.submit_s), _num(x.start_s), _num(x.end_s),
-                            x.chips, x.ultraservers, f"{x.energy_kwh:.6f}"])
+                            x.chips, x.ultraservers, f"{x.energy_kwh:.6f}", x.tenant])
     with (out / "placements.jsonl").open("w") as fh:
         for r in results:
             for job_id, t, event, chips in r.placements:

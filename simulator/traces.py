@@ -7,7 +7,7 @@ run while any row is bad unless `--skip-bad-rows` is given, which still lists
 them in the summary.
 
 Columns: `job_id,submission_time,duration,num_gpu` (the ITP traces) plus the
-optional `kind,priority,topology,model,precision`. `topology` is a required
+optional `kind,priority,topology,model,precision,tenant` (`tenant` names the job's queue). `topology` is a required
 level (`server`, `rack`, `ultraserver`, `network-1`, ...) or empty; `model` is
 a size in billions of parameters (`70`, `70b`) or empty.
 
@@ -41,7 +41,7 @@ MAX_NETWORK_DEPTH = 16
 MAX_TRACE_BYTES = 1 << 30  # 1 GiB: about 20 million rows
 MAX_BAD_ROWS_KEPT = 20
 REQUIRED = ("job_id", "submission_time", "duration", "num_gpu")
-OPTIONAL = ("kind", "priority", "topology", "model", "precision")
+OPTIONAL = ("kind", "priority", "topology", "model", "precision", "tenant")
 KINDS = ("training", "inference")
 LEVELS = ("server", "rack", "ultraserver", "cluster")
 PRECISIONS = ("MXFP4", "MXFP8", "FP8", "BF16", "FP16", "TF32", "FP32")
@@ -59,6 +59,7 @@ class TraceJob:
     model_b: float | None = None
     precision: str = "BF16"
     line: int = 0
+    tenant: str | None = None  # the tenant queue it is submitted to (`--queues`)
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,8 +152,11 @@ def parse_row(row: dict[str, str], line: int) -> TraceJob:
     precision = get("precision").upper() or "BF16"
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+    tenant = get("tenant") or None
+    if tenant is not None and (len(tenant) > 253 or not tenant.isprintable()):
+        raise ValueError("tenant must be at most 253 printable characters")
     return TraceJob(job_id, submit, duration, int(gpus), kind, prio, _level(get("topology")),
-                    model, precision, line)
+                    model, precision, line, tenant)
 
 
 def parse_rows(lines: Iterable[str], path: str = "<trace>") -> tuple[list[TraceJob], BadRows]:
@@ -223,6 +227,7 @@ def load_trace(path: str | Path, *, prefix: str = "") -> tuple[list[TraceJob], B
     return jobs, bad
 
 
-def _rest(j: TraceJob) -> tuple[float, float, int, str, int, str | None, float | None, str, int]:
+def _rest(j: TraceJob) -> tuple[float, float, int, str, int, str | None, float | None, str, int,
+                                str | None]:
     return (j.submit_s, j.duration_s, j.gpus, j.kind, j.priority, j.topology, j.model_b,
-            j.precision, j.line)
+            j.precision, j.line, j.tenant)

@@ -50,6 +50,7 @@ from ultraplane.decisions import (
 )
 from ultraplane.ids import ChipId, JobKey
 from ultraplane.queueorder import TARGET_START, QueueOrder
+from ultraplane.quotas import QuotaBook
 from ultraplane.scheduling import QueuedJob, Scheduler
 
 __all__ = [
@@ -103,10 +104,14 @@ class Admissions:
     """Owns a `Scheduler` (and its `Allocator`) and turns its cycles into transitions."""
 
     def __init__(self, allocator: Allocator, *, preemption: bool = True,
-                 reservation: bool = True, order: QueueOrder = TARGET_START) -> None:
+                 reservation: bool = True, order: QueueOrder = TARGET_START,
+                 quotas: QuotaBook | None = None) -> None:
         self.allocator = allocator
         self.order = order  # ranks every job it is handed (`ultraplane.queueorder`)
-        self.scheduler = Scheduler(allocator, preemption=preemption, reservation=reservation)
+        # Tenant queues (`ultraplane.quotas`): a job over its queue's quota waits `NoQuota`.
+        self.quotas = quotas
+        self.scheduler = Scheduler(allocator, preemption=preemption, reservation=reservation,
+                                   quotas=quotas)
         # The last cycle's `Decisions.pending`: an unchanged entry is handed out again (the
         # same object), so adapters can skip it and a deep queue costs no allocations.
         self._listed: list[Pending] = []

@@ -22,7 +22,8 @@ __all__ = [
 ]
 
 # `Deferred`: it would be placed, but the cycle's launch budget is spent (Scheduler.cycle).
-NoFitKind = Literal["NoCapacity", "Unsatisfiable", "Deferred"]
+# `NoQuota`: its tenant queue's quota does not admit it now (ultraplane.quotas).
+NoFitKind = Literal["NoCapacity", "Unsatisfiable", "Deferred", "NoQuota"]
 # How a gang that fits in one UltraServer may be spread (see PlacementRequest).
 SpanMode = Literal["Local", "SplitWhenItPays", "Unconstrained"]
 MODES: tuple[SpanMode, ...] = ("Local", "SplitWhenItPays", "Unconstrained")

@@ -50,6 +50,7 @@ from ultraplane.allocator import AllocationConflict, Allocator, NoFit, Placement
 from ultraplane.ids import ChipId, JobKey
 from ultraplane.predictions import drain_time, earliest_start, split_slowdown
 from ultraplane.preemption import plan_preemption
+from ultraplane.quotas import QuotaBook
 
 __all__ = ["DEFERRED", "CycleResult", "QueuedJob", "Scheduler", "replica_key"]
 
@@ -84,6 +85,7 @@ class QueuedJob:
     created_s: float | None = None  # creation time (seconds), which the rank counts from
     rank: float = 0.0
     launches: bool = False  # admitted, it starts pods: one per server (a cycle's launch budget)
+    queue: str | None = None  # the tenant queue whose quota it uses (`ultraplane.quotas`)
 
     def __post_init__(self) -> None:
         if self.replicas is not None and self.replicas < 1:
@@ -154,10 +156,12 @@ class Scheduler:
     """A priority queue of `QueuedJob`s admitted through one `Allocator`."""
 
     def __init__(self, allocator: Allocator, *, preemption: bool = True,
-                 reservation: bool = True) -> None:
+                 reservation: bool = True, quotas: QuotaBook | None = None) -> None:
         self.allocator = allocator
         self.preemption = preemption
         self.reservation = reservation
+        # Tenant queues: admission within quota, fair-share order, reclaim (ultraplane.quotas)
+        self.quotas = quotas
         self._queued: dict[JobKey, QueuedJob] = {}
         self._running: dict[JobKey, QueuedJob] = {}
         self._owners: dict[JobKey, JobKey] = {}  # allocator key of a running part -> its job
@@ -227,6 +231,8 @@ class Scheduler:
 
     def _unhold(self, job: QueuedJob) -> None:
         """`job` left `_running` (the caller popped it)."""
+        if self.quotas is not None:
+            self.quotas.unhold(job.key)
         if job.preemptible:
             self._preemptible[job.priority] -= 1
             if not self._preemptible[job.priority]:
@@ -250,6 +256,8 @@ class Scheduler:
             self._preemptible[job.priority] += 1
         for part in job.parts():
             self._owners[part] = job.key
+        if self.quotas is not None:
+            self.quotas.hold(job, self.allocator)
 
     def restore(
         self,
@@ -349,6 +357,8 @@ class Scheduler:
         and the operator without pods)."""
         self._now = now
         self._budget = launch_budget
+        if self.quotas is not None:  # usage moves the order: every cycle is a full one
+            self._standing = None
         result = CycleResult()
         carried = False
         if self._standing is not None:
@@ -368,6 +378,9 @@ class Scheduler:
 
     def _cycle(self, result: CycleResult, fences: ExitStack) -> None:
         queue = self.queued()
+        if self.quotas is not None:
+            self.quotas.begin_cycle(self.allocator)
+            queue = self.quotas.arrange(queue)
         # Jobs admitted during a cycle rank above the ones after them, so the lowest running
         # priority at its start bounds every later victim: below it, nothing can preempt.
         self._lowest = min(self._preemptible) if self._preemptible else None
@@ -388,6 +401,11 @@ class Scheduler:
                 position += 1
                 result.pending.append((job.key, DEFERRED, position))
                 result.deferred += 1
+                continue
+            refused = self.quotas.refuse(job) if self.quotas is not None else None
+            if refused is not None:
+                position += 1
+                result.pending.append((job.key, refused, position))
                 continue
             known = self._failed.get(job.request)
             if known is not None and self._settled(job, known, result):
@@ -425,8 +443,7 @@ class Scheduler:
         no preemption, split, backfill or reservation could change its outcome (a deep queue
         of such jobs then costs a lookup each)."""
         return (job.replicas is None and job.request.mode != "SplitWhenItPays"
-                and not (self.preemption and self._lowest is not None
-                         and self._lowest < job.priority)
+                and not self._may_preempt(job)
                 and not (self._fenced and job.expected_s is not None)
                 and (not self.reservation or result.reserved is not None
                      or known.kind != "NoCapacity" or job.request in self._unreservable))
@@ -662,8 +679,8 @@ class Scheduler:
             outcome = known if known is not None else self.allocator.allocate(part, job.request)
             if isinstance(outcome, NoFit) and index == 0:
                 self._failed[job.request] = outcome
-            if (isinstance(outcome, NoFit) and self.preemption and outcome.kind == "NoCapacity"
-                    and self._lowest is not None and self._lowest < job.priority):
+            if (isinstance(outcome, NoFit) and outcome.kind == "NoCapacity"
+                    and self._may_preempt(job)):
                 outcome = self._preempt_for(job, part, outcome, evicted)
             if isinstance(outcome, Placement):
                 placed.append((part, outcome))
@@ -679,15 +696,34 @@ class Scheduler:
         result.preempted.extend((victim.key, job.key) for victim, _ in evicted)
         return tuple(p for _, p in placed)
 
+    def _may_preempt(self, job: QueuedJob) -> bool:
+        """Whether some running job is a victim `job` may take chips from."""
+        if not self.preemption:
+            return False
+        if self.quotas is not None:
+            return self.quotas.may_preempt(job)
+        return self._lowest is not None and self._lowest < job.priority
+
     def _preempt_for(self, job: QueuedJob, part: JobKey, nofit: NoFit,
                      evicted: list[tuple[QueuedJob, dict[JobKey, Placement]]]
                      ) -> Placement | NoFit:
-        victims_pool = {p: j.priority for j in self._running.values() if j.preemptible
-                        for p in j.parts()}
-        if not any(p < job.priority for p in victims_pool.values()):
+        if self.quotas is not None:
+            # Tenant queues decide who may be evicted; their best-first order becomes the
+            # plan's priorities (all below the preemptor's 0).
+            ranked = self.quotas.victims(job)
+            victims_pool = {p: i - len(ranked) for i, j in enumerate(ranked) for p in j.parts()}
+            priority = 0
+        else:
+            victims_pool = {p: j.priority for j in self._running.values() if j.preemptible
+                            for p in j.parts()}
+            priority = job.priority
+        if not any(p < priority for p in victims_pool.values()):
             return nofit
-        plan = plan_preemption(self.allocator, job.request, job.priority, victims_pool)
+        plan = plan_preemption(self.allocator, job.request, priority, victims_pool,
+                               in_order=self.quotas is not None)
         if isinstance(plan, NoFit):
+            if self.quotas is not None:
+                self.quotas.reclaim_failed(job)
             return nofit
         held = self.allocator.allocations()
         for victim_part in plan.victims:

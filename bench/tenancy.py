@@ -1,0 +1,121 @@
+"""Benchmark: teams sharing one fleet, against a shared FIFO and separate clusters in one run.
+
+Replays a multi-tenant trace (the `tenant` column names each job's team; one trace GPU = 4
+Trainium chips) on a fleet of Trn3 Gen2 UltraServers sized so the offered load is high
+(`--load`, default 0.85 of the fleet's chip-seconds over the trace's span, and at least enough
+UltraServers for the largest job). Each team's nominal quota is proportional to its chip-hours
+in the trace (largest remainder, so the quotas add up to the fleet), weight 1, one cohort.
+Three policies:
+
+- `shared`: one queue, no quotas (how the fleet behaves without tenant queues);
+- `partitioned`: each team only its nominal chips, no borrowing (separate clusters);
+- `ultraplane`: cohort borrowing, weighted fair share and reclaim (`ultraplane.quotas`).
+
+The `ultraplane` figures (simulator/tenants.py defines them) and its ratios to the other two:
+targets (issue 30) useful_util_vs_shared >= 0.97, jct_mean_vs_partitioned <= 0.6,
+guarantee_p99_s <= 900, fair_share_jain >= 0.95, reclaim_lost_fraction <= 0.02,
+split_jobs_that_fit_one_domain = 0.
+
+    python bench/tenancy.py [--trace FILE] [--load 0.85]
+
+Ends with ONE JSON line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import time
+from pathlib import Path
+
+from ultraplane.simulator.replay import Replay, ReplayConfig
+from ultraplane.simulator.reports import summarize
+from ultraplane.simulator.traces import TraceJob, load_trace
+
+from ultraplane.quotas import QueueSpec
+from ultraplane.topology import build_fleet
+
+DEFAULT_TRACE = (Path(__file__).resolve().parents[1].parent
+                 / "shared/reference/traces/tenants/itp-7-orgs-d30-d44.csv")
+CHIPS_PER_GPU = 4
+US_CHIPS = 144  # one Trn3 Gen2 UltraServer
+PROFILE = "trn3-gen2"
+
+
+def fleet_size(jobs: list[TraceJob], load: float) -> int:
+    span = max(j.submit_s + j.duration_s for j in jobs) - min(j.submit_s for j in jobs)
+    work = sum(j.gpus * CHIPS_PER_GPU * j.duration_s for j in jobs)
+    biggest = max(j.gpus for j in jobs) * CHIPS_PER_GPU
+    return int(max(math.ceil(biggest / US_CHIPS), round(work / span / (load * US_CHIPS)), 1))
+
+
+def proportional_quotas(jobs: list[TraceJob], chips: int) -> dict[str, int]:
+    """Nominal chips per tenant, proportional to its chip-hours (largest remainder)."""
+    hours: dict[str, float] = {}
+    for j in jobs:
+        hours[j.tenant or ""] = hours.get(j.tenant or "", 0.0) + j.gpus * CHIPS_PER_GPU * j.duration_s
+    total = sum(hours.values())
+    exact = {t: chips * h / total for t, h in hours.items()}
+    out = {t: int(v) for t, v in exact.items()}
+    for t in sorted(exact, key=lambda t: out[t] - exact[t])[:chips - sum(out.values())]:
+        out[t] += 1
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--trace", type=Path, default=DEFAULT_TRACE)
+    ap.add_argument("--load", type=float, default=0.85)
+    ap.add_argument("--ultraservers", type=int, default=0, help="fleet size (0: from --load)")
+    args = ap.parse_args()
+    jobs, bad = load_trace(args.trace)
+    if bad:
+        raise SystemExit(f"{args.trace}: {len(bad)} bad rows, first: {bad[0]}")
+    if any(j.tenant is None for j in jobs):
+        raise SystemExit(f"{args.trace}: every row needs a tenant")
+    jobs.sort(key=lambda j: j.submit_s)
+    n = args.ultraservers or fleet_size(jobs, args.load)
+    topo = build_fleet(PROFILE, n)
+    nominal = proportional_quotas(jobs, n * US_CHIPS)
+    cohort = tuple(QueueSpec(t, {PROFILE: c}, cohort="org") for t, c in sorted(nominal.items()))
+    alone = tuple(dataclasses.replace(s, cohort=None) for s in cohort)
+    base = ReplayConfig(chips_per_gpu=CHIPS_PER_GPU)
+    policies = {
+        "shared": dataclasses.replace(base, queues=cohort, enforce_quotas=False),
+        "partitioned": dataclasses.replace(base, queues=alone),
+        "ultraplane": dataclasses.replace(base, queues=cohort),
+    }
+    print(f"{args.trace.name}: {len(jobs)} jobs, {len(nominal)} tenants, {n} UltraServers; "
+          f"nominal {dict(sorted(nominal.items()))}")
+    print(f"{'policy':<12} {'useful':>7} {'JCT mean h':>10} {'wait mean h':>11} "
+          f"{'guar p99 s':>11} {'jain':>5} {'lost':>6} {'split':>5} {'s':>6}")
+    s: dict[str, dict[str, float]] = {}
+    for name, cfg in policies.items():
+        started = time.process_time()
+        result = Replay(topo, jobs, cfg).run()
+        took = time.process_time() - started
+        summary = summarize(result, large_job_chips=US_CHIPS, one_domain_chips=US_CHIPS)
+        assert result.tenants is not None
+        summary.update(result.tenants.fleet())
+        s[name] = summary
+        print(f"{name:<12} {summary['useful_utilization']:>7.1%} "
+              f"{summary['jct_mean_s'] / 3600:>10.2f} {summary['queue_delay_mean_s'] / 3600:>11.2f} "
+              f"{summary['guarantee_p99_s']:>11.0f} {summary['fair_share_jain']:>5.2f} "
+              f"{summary['reclaim_lost_fraction']:>6.3f} "
+              f"{summary['split_jobs_that_fit_one_ultraserver']:>5} {took:>6.1f}", flush=True)
+    u = s["ultraplane"]
+    line = {
+        "useful_util_vs_shared": round(u["useful_utilization"] / s["shared"]["useful_utilization"], 3),
+        "jct_mean_vs_partitioned": round(u["jct_mean_s"] / s["partitioned"]["jct_mean_s"], 3),
+        "guarantee_p99_s": round(u["guarantee_p99_s"], 1),
+        "fair_share_jain": round(u["fair_share_jain"], 3),
+        "reclaim_lost_fraction": round(u["reclaim_lost_fraction"], 4),
+        "split_jobs_that_fit_one_domain": int(u["split_jobs_that_fit_one_ultraserver"]),
+    }
+    print(json.dumps(line))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,291 @@
+"""Tenants in a replay: queue specs from YAML, and what each tenant got while the trace ran.
+
+Why a ledger beside the replay loop: the fleet-wide figures of a shared fleet (was a tenant
+kept out of its own guarantee, was borrowed capacity shared by weight, how much work did
+reclaim throw away) are integrals over time of per-tenant state, so they are counted as the
+replay advances, from the same instants the loop pops, and reported after it.
+
+- `guarantee_p99_s`: for each job, the time it waited while it would have fit in its tenant's
+  unused nominal quota; the 99th percentile over the jobs that ever waited so. Jobs of one
+  size in one tenant share that state, so a clock per (tenant, size) runs while it holds and
+  each job reads it when it starts waiting and when it stops.
+- `fair_share_jain`: Jain's index, over the tenants that wanted more than their nominal quota
+  (running plus waiting chips above it) at some time, of their borrowed chip-time over weight,
+  each per second it wanted more (so a tenant that wanted more for a day and one that wanted
+  more for a week are compared by what they got while they wanted it);
+  `fair_share_jain_total` is the same index over the whole run's borrowed chip-time.
+- `reclaim_lost_fraction`: chip-time lost to reclaim preemption (work since the victim's last
+  checkpoint) over all chip-time used.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ultraplane.quotas import QueueSpec, equal_shares
+
+__all__ = ["TenantFigures", "TenantLedger", "default_queues", "load_queues", "parse_queues"]
+
+_FIELDS = {"name", "nominal", "cohort", "borrowingLimit", "lendingLimit", "weight",
+           "reclaimWithinCohort", "withinQueue", "maxPriority"}
+
+
+def parse_queues(data: Any, profiles: Sequence[str]) -> list[QueueSpec]:
+    """A YAML list of queue specs -> QueueSpecs; ValueError naming the entry and field.
+    `nominal` is chips (every profile of the fleet) or a mapping profile -> chips."""
+    if not isinstance(data, list) or not data:
+        raise ValueError("the queues file must hold a non-empty YAML list of queue specs")
+    specs: list[QueueSpec] = []
+    for i, raw in enumerate(data, start=1):
+        if not isinstance(raw, dict):
+            raise ValueError(f"queue {i}: expected a mapping with name and nominal")
+        unknown = sorted(set(map(str, raw)) - _FIELDS)
+        if unknown:
+            raise ValueError(f"queue {i}: unknown field(s) {', '.join(unknown)}")
+        name = raw.get("name")
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"queue {i}: name must be a non-empty string")
+        nominal = raw.get("nominal")
+        if isinstance(nominal, int) and not isinstance(nominal, bool):
+            chips = {p: nominal for p in profiles}
+        elif isinstance(nominal, dict) and all(
+                isinstance(v, int) and not isinstance(v, bool) for v in nominal.values()):
+            chips = {str(k): int(v) for k, v in nominal.items()}
+        else:
+            raise ValueError(f"queue {name}: nominal must be chips or a mapping profile -> chips")
+
+        def opt(key: str, kind: type, spec_name: str = name, raw: dict[Any, Any] = raw) -> Any:
+            v = raw.get(key)
+            if v is None:
+                return None
+            ok = (isinstance(v, kind) and not isinstance(v, bool)) or (
+                kind is float and isinstance(v, int) and not isinstance(v, bool))
+            if not ok:
+                raise ValueError(f"queue {spec_name}: {key} must be a {kind.__name__}")
+            return v
+
+        try:
+            specs.append(QueueSpec(
+                name, chips, cohort=opt("cohort", str), borrowing_limit=opt("borrowingLimit", int),
+                lending_limit=opt("lendingLimit", int), weight=float(opt("weight", float) or 1.0),
+                reclaim_within_cohort=raw.get("reclaimWithinCohort", "Any"),
+                within_queue=raw.get("withinQueue", "LowerPriority"),
+                max_priority=opt("maxPriority", int)))
+        except (TypeError, ValueError) as exc:
+            raise ValueError(str(exc)) from None
+        if specs[-1].reclaim_within_cohort not in ("Never", "LowerPriority", "Any"):
+            raise ValueError(f"queue {name}: reclaimWithinCohort must be Never, LowerPriority "
+                             "or Any")
+        if specs[-1].within_queue not in ("Never", "LowerPriority"):
+            raise ValueError(f"queue {name}: withinQueue must be Never or LowerPriority")
+    names = [s.name for s in specs]
+    if len(set(names)) != len(names):
+        raise ValueError("a queue name is listed twice")
+    return specs
+
+
+def load_queues(path: Path, profiles: Sequence[str]) -> list[QueueSpec]:
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise ValueError(f"{path} is not valid YAML: {str(exc).splitlines()[0]}") from None
+    return parse_queues(data, profiles)
+
+
+def default_queues(tenants: Iterable[str], capacity: Mapping[str, int]) -> list[QueueSpec]:
+    """Without --queues: every tenant an equal nominal share of the fleet, one cohort."""
+    return equal_shares(tenants, capacity)
+
+
+@dataclass
+class TenantFigures:
+    """What the ledger counted, per tenant (chip-seconds, seconds) and per job."""
+
+    nominal: dict[str, int]
+    weight: dict[str, float]
+    used_cs: defaultdict[str, float] = field(default_factory=lambda: defaultdict(float))
+    borrowed_cs: defaultdict[str, float] = field(default_factory=lambda: defaultdict(float))
+    # time its demand (running plus waiting chips) was above its nominal quota
+    wanted_s: defaultdict[str, float] = field(default_factory=lambda: defaultdict(float))
+    lost_cs: defaultdict[str, float] = field(default_factory=lambda: defaultdict(float))
+    guarantee_s: dict[str, float] = field(default_factory=dict)  # job -> time kept out
+    t: list[float] = field(default_factory=list)
+    used: dict[str, list[int]] = field(default_factory=dict)  # samples for the plot
+    span_s: float = 0.0
+
+    def fleet(self) -> dict[str, float]:
+        waits = sorted(v for v in self.guarantee_s.values() if v > 0)
+        p99 = waits[min(len(waits) - 1, math.ceil(0.99 * len(waits)) - 1)] if waits else 0.0
+        wanting = [t for t in self.nominal if self.wanted_s[t]]
+        # per unit of the time each wanted more: tenants that wanted more for an hour and for a
+        # week are compared by what they got while they wanted it
+        rate = _jain([self.borrowed_cs[t] / self.weight[t] / self.wanted_s[t] for t in wanting])
+        total = _jain([self.borrowed_cs[t] / self.weight[t] for t in wanting])
+        used = sum(self.used_cs.values())
+        lost = sum(self.lost_cs.values()) / used if used else 0.0
+        return {"guarantee_p99_s": p99, "fair_share_jain": rate, "fair_share_jain_total": total,
+                "reclaim_lost_fraction": lost}
+
+
+def _jain(xs: Sequence[float]) -> float:
+    squares = sum(x * x for x in xs)
+    return (sum(xs) ** 2 / (len(xs) * squares)) if squares else 1.0
+
+
+class TenantLedger:
+    """Per-tenant usage and waits, advanced by the replay at every instant it pops."""
+
+    def __init__(self, specs: Sequence[QueueSpec], start: float, *, sample_s: float) -> None:
+        self.figures = TenantFigures({s.name: sum(s.nominal.values()) for s in specs},
+                                     {s.name: s.weight for s in specs})
+        self.figures.used = {s.name: [] for s in specs}
+        self._t = self._t0 = start
+        self._sample_s = sample_s
+        self._next_sample = start
+        self.used: Counter[str] = Counter()
+        self._waiting: dict[str, Counter[int]] = {s.name: Counter() for s in specs}
+        self._demand: Counter[str] = Counter()
+        self._clock: dict[tuple[str, int], float] = {}  # time the size fit the unused nominal
+        self._since: dict[str, tuple[str, int, float]] = {}  # job -> (tenant, chips, clock)
+
+    def advance(self, t: float) -> None:
+        dt = t - self._t
+        f = self.figures
+        if dt > 0:
+            for tenant, nominal in f.nominal.items():
+                used = self.used[tenant]
+                f.used_cs[tenant] += used * dt
+                if used > nominal:
+                    f.borrowed_cs[tenant] += (used - nominal) * dt
+                if used + self._demand[tenant] > nominal:
+                    f.wanted_s[tenant] += dt
+                free = nominal - used
+                for chips, n in self._waiting[tenant].items():
+                    if n and chips <= free:
+                        key = (tenant, chips)
+                        self._clock[key] = self._clock.get(key, 0.0) + dt
+        self._t = t
+        if t >= self._next_sample:
+            f.t.append(t)
+            for tenant, series in f.used.items():
+                series.append(self.used[tenant])
+            self._next_sample = t + self._sample_s
+
+    def wait(self, job: str, tenant: str, chips: int) -> None:
+        if tenant not in self._waiting:
+            return
+        self._waiting[tenant][chips] += 1
+        self._demand[tenant] += chips
+        self._since[job] = (tenant, chips, self._clock.get((tenant, chips), 0.0))
+
+    def unwait(self, job: str) -> None:
+        got = self._since.pop(job, None)
+        if got is None:
+            return
+        tenant, chips, clock = got
+        self._waiting[tenant][chips] -= 1
+        self._demand[tenant] -= chips
+        kept = self._clock.get((tenant, chips), 0.0) - clock
+        self.figures.guarantee_s[job] = self.figures.guarantee_s.get(job, 0.0) + kept
+
+    def hold(self, tenant: str, chips: int) -> None:
+        self.used[tenant] += chips
+
+    def release(self, tenant: str, chips: int) -> None:
+        self.used[tenant] -= chips
+
+    def reclaimed(self, tenant: str, chip_s: float) -> None:
+        self.figures.lost_cs[tenant] += chip_s
+
+    def close(self, t: float, waiting: Iterable[str]) -> TenantFigures:
+        self.advance(t)
+        for job in list(waiting):
+            self.unwait(job)
+        for job in list(self._since):
+            self.unwait(job)
+        self.figures.span_s = t - self._t0
+        return self.figures
+
+
+def tenant_summary(result: Any) -> dict[str, Any]:
+    """summary.json's tenant figures of one replay (a `ReplayResult` with `tenants`)."""
+    f: TenantFigures = result.tenants
+    span = max(f.span_s, 1e-9)
+    per: dict[str, dict[str, Any]] = {}
+    for tenant, nominal in sorted(f.nominal.items()):
+        done = [x for x in result.records if x.tenant == tenant and x.jct_s is not None]
+        waits = [x.queue_delay_s for x in result.records
+                 if x.tenant == tenant and x.queue_delay_s is not None]
+        per[tenant] = {
+            "nominal_chips": nominal,
+            "weight": f.weight[tenant],
+            "chips_used_mean": f.used_cs[tenant] / span,
+            "chips_borrowed_mean": f.borrowed_cs[tenant] / span,
+            "jct_mean_s": sum(x.jct_s for x in done) / len(done) if done else None,
+            "queue_delay_mean_s": sum(waits) / len(waits) if waits else None,
+            "chip_hours_lost_to_reclaim": f.lost_cs[tenant] / 3600.0,
+            "jobs": sum(x.tenant == tenant for x in result.records),
+        }
+    return {**f.fleet(), "tenants": per}
+
+
+def tenant_rows(summary: Mapping[str, Mapping[str, Any]],
+                policies: Sequence[str]) -> list[tuple[str, list[str]]]:
+    """The report's rows of per-tenant figures (a row per tenant, a cell per policy)."""
+    names = sorted({t for p in policies for t in summary[p].get("tenants", {})})
+    rows = []
+    for tenant in names:
+        cells = []
+        for p in policies:
+            v = summary[p].get("tenants", {}).get(tenant)
+            cells.append("n/a" if v is None else (
+                f"nominal {v['nominal_chips']:,}, used {v['chips_used_mean']:,.0f}, borrowed "
+                f"{v['chips_borrowed_mean']:,.0f} (mean chips); JCT {_h(v['jct_mean_s'])} h, "
+                f"wait {_h(v['queue_delay_mean_s'])} h; "
+                f"{v['chip_hours_lost_to_reclaim']:,.1f} chip-h lost to reclaim"))
+        rows.append((f"tenant {tenant}", cells))
+    return rows
+
+
+def _h(v: float | None) -> str:
+    return "n/a" if v is None else f"{v / 3600:,.2f}"
+
+
+def tenant_plots(out: Path, results: Sequence[Any], t0: float, unit: float,
+                 label: str) -> list[tuple[str, str]]:
+    """One PNG per policy with tenants: each tenant's chips over time against its nominal."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    images: list[tuple[str, str]] = []
+    for r in results:
+        f: TenantFigures | None = r.tenants
+        if f is None or not f.t:
+            continue
+        fig, ax = plt.subplots(figsize=(12, 3.6), dpi=110)
+        xs = [(t - t0) / unit for t in f.t]
+        for i, (tenant, series) in enumerate(sorted(f.used.items())):
+            color = f"C{i % 10}"
+            ax.step(xs, series, where="post", color=color, lw=1.0, label=tenant)
+            ax.axhline(f.nominal[tenant], color=color, ls="--", lw=0.8)
+        ax.set_title(f"Chips used per tenant (dashed: nominal quota) - {r.policy}", fontsize=11)
+        ax.set_xlabel(f"time since trace start ({label})")
+        ax.set_ylabel("chips")
+        ax.grid(alpha=0.3)
+        ax.legend(loc="upper left", bbox_to_anchor=(1.005, 1.0), fontsize=9, frameon=False)
+        ax.margins(x=0)
+        fig.tight_layout()
+        name = f"tenants_{r.policy}.png"
+        fig.savefig(out / name)
+        plt.close(fig)
+        images.append((name, f"Chips per tenant against nominal ({r.policy})"))
+    return images
