@@ -475,8 +475,9 @@ class Replay:
         elapsed = t - run.attempt_start
         kept = 0.0
         if run.job.kind == "training":
-            period = self.cfg.checkpoint_interval_s + self.a.checkpoint_cost_s
-            kept = math.floor(max(elapsed - self._restart_cost(run), 0.0) / period) * period
+            interval, cost = self.cfg.checkpoint_interval_s, self.a.checkpoint_cost_s
+            saved = checkpointed_s(elapsed - self._restart_cost(run), interval, cost)
+            kept = saved / interval * (interval + cost) if interval > 0 else 0.0  # wall seconds
         self.tenants.reclaimed(run.job.tenant, run.chips * (elapsed - kept))
 
     def _done(self) -> None:
