@@ -57,8 +57,8 @@ class JobRunner:
         # operator's does while that write is still in its outbox, so both say what the fleet
         # looks like after the cycle's admissions.
         self._unsent: set[str] = set()
-        self._owed: set[str] = set()  # queue keys whose Pending was deferred so
-        self._deferred = False
+        # Queue keys whose Pending the last cycle deferred so: the next cycle writes them.
+        self._owed: set[str] = set()
 
     # -- lookups ---------------------------------------------------------------------------
     def index(self, job: JobState) -> None:
@@ -142,11 +142,11 @@ class JobRunner:
             # Until nothing moves (at most 3), as the operator's cycles follow its own writes:
             # victims get their places in the queue, and waiting jobs' reasons say what the
             # fleet looks like after this tick's admissions.
+            # A cycle that deferred a Pending write is always followed by one that makes it.
             for _ in range(3):
-                self._deferred = False
                 moved = self._cycle(now)
                 self._unsent.clear()
-                if not (moved or self._deferred):
+                if not (moved or self._owed):
                     break
         self._unsent.clear()
 
@@ -300,8 +300,7 @@ class JobRunner:
         """Rewritten by the operator's rule (`jobstatuses.pending_changed`), so both say the
         same: not for a predicted start that moved with the clock."""
         if job.key in self._unsent:
-            self._deferred = True  # written at the next cycle, which this makes sure runs
-            self._owed.add(waiting.key)
+            self._owed.add(waiting.key)  # written at the next cycle (see `decide`)
         elif jobstatuses.pending_changed(job.status, waiting):
             self._write(job, waiting, now)
 
