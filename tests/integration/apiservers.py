@@ -7,7 +7,6 @@ HTTP to it over real sockets, with the same server options `ultraplane serve` us
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -20,6 +19,8 @@ from ultraplane.api.app import create_app
 from ultraplane.api.connections import server_options
 from ultraplane.api.settings import Settings
 
+from tests.integration.kube_tier import free_port
+
 
 @dataclass
 class LiveServer:
@@ -30,12 +31,6 @@ class LiveServer:
     @property
     def backend(self) -> Any:
         return self.app.state.backend
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @contextmanager

@@ -15,7 +15,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -29,6 +28,7 @@ import httpx
 import pytest
 
 from tests.conftest import require_or_skip
+from tests.integration.kube_tier import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 SCREENSHOTS = ROOT / "build" / "artifacts" / "screenshots"
@@ -46,12 +46,6 @@ def chromium_path() -> str:
     except ImportError:
         require_or_skip(REQUIRE, "the browser tests need Playwright (pip install -e '.[dev]')")
     return path
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @contextmanager

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -19,13 +18,9 @@ from pathlib import Path
 
 import httpx
 
+from tests.integration.kube_tier import free_port
+
 READY_TIMEOUT_S = 90.0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def new_postgres_db(base_url: str, prefix: str = "d") -> str:
