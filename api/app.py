@@ -37,16 +37,19 @@ Once tokens or TokenReview are configured, job and accounting requests need
 
 
 def create_app(
-    settings: Settings | None = None, *, clock: Callable[[], float] | None = None
+    settings: Settings | None = None, *, clock: Callable[[], float] | None = None,
+    background_ticks: bool = True,
 ) -> FastAPI:
     """Build the app; the store is migrated now, the backend starts with the app's lifespan.
 
-    `clock` (wall seconds) is injected by tests to drive the embedded fleet's simulated time.
+    `clock` (wall seconds) is injected by tests to drive the embedded fleet's simulated time;
+    with `background_ticks=False` the embedded fleet ticks only when `backend.tick()` is
+    called (a create or a patch then wakes nothing), so such a test decides every tick.
     """
     settings = settings or Settings()
     engine = make_engine(settings.db)
     migrate(engine)
-    backend = make_backend(settings, engine, clock=clock)
+    backend = make_backend(settings, engine, clock=clock, background_ticks=background_ticks)
     reviews = None
     if settings.backend == "kubernetes" and settings.token_review:
         from ultraplane.api.kube_reviews import KubeReviews

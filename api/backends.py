@@ -65,9 +65,11 @@ class Backend(Protocol):
 
 
 def make_backend(
-    settings: Settings, engine: Engine, *, clock: Callable[[], float] | None = None
+    settings: Settings, engine: Engine, *, clock: Callable[[], float] | None = None,
+    background_ticks: bool = True,
 ) -> Backend:
-    """The backend `settings.backend` names; `clock` (wall seconds) is injected for tests."""
+    """The backend `settings.backend` names; `clock` (wall seconds) and, for the embedded
+    fleet, `background_ticks=False` (ticks only when a test calls `tick()`) are for tests."""
     clock = clock or time.time
     if settings.backend == "kubernetes":
         from ultraplane.api.kubernetes_backend import KubernetesBackend
@@ -75,7 +77,7 @@ def make_backend(
         return KubernetesBackend(settings, engine, clock=clock)
     from ultraplane.api.embedded import EmbeddedBackend
 
-    return EmbeddedBackend(settings, engine, clock=clock)
+    return EmbeddedBackend(settings, engine, clock=clock, background=background_ticks)
 
 
 # --- conversions shared by both backends ----------------------------------------------------

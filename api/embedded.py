@@ -60,9 +60,11 @@ class EmbeddedBackend:
     name = "embedded"
 
     def __init__(
-        self, settings: Settings, engine: Engine, *, clock: Callable[[], float] = time.time
+        self, settings: Settings, engine: Engine, *, clock: Callable[[], float] = time.time,
+        background: bool = True,
     ) -> None:
         self.settings = settings
+        self.background = background  # False: ticks run only when tick() is called
         self.engine = engine
         self.clock = clock
         self.lock = threading.RLock()
@@ -131,7 +133,9 @@ class EmbeddedBackend:
         )
 
     # -- lifecycle -------------------------------------------------------------------------
-    def start(self, *, background: bool = True) -> None:
+    def start(self, *, background: bool | None = None) -> None:
+        if background is None:
+            background = self.background
         if self._started:
             return
         self._started = True

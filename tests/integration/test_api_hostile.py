@@ -35,7 +35,7 @@ def app_client(tmp_path: Path, **overrides: Any) -> Iterator[tuple[TestClient, A
     values: dict[str, Any] = {"db": f"sqlite:///{tmp_path / 'api.db'}", "demo": False,
                               "tick_seconds": 3600.0}
     values.update(overrides)
-    app = create_app(Settings(**values), clock=lambda: now[0])
+    app = create_app(Settings(**values), clock=lambda: now[0], background_ticks=False)
     with TestClient(app, raise_server_exceptions=False) as client:
         yield client, app
 

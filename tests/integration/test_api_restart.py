@@ -53,7 +53,7 @@ def test_restart_readopts_running_job_on_its_chips(kind: str, tmp_path: Path,
                                                    request: pytest.FixtureRequest) -> None:
     now = [1_767_225_600.0]
     settings = Settings(db=_db_url(kind, tmp_path, request), demo=False, tick_seconds=3600)
-    app = create_app(settings, clock=lambda: now[0])
+    app = create_app(settings, clock=lambda: now[0], background_ticks=False)
     with TestClient(app) as client:
         assert client.post(f"/v1/namespaces/{NS}/trainingjobs", json=JOB).status_code == 201
         app.state.backend.tick()
@@ -64,7 +64,7 @@ def test_restart_readopts_running_job_on_its_chips(kind: str, tmp_path: Path,
     assert before["phase"] == "Running" and before["progress"]["checkpointedSteps"] > 0
 
     now[0] += 5  # the API was down for 5 wall seconds
-    app2 = create_app(settings, clock=lambda: now[0])
+    app2 = create_app(settings, clock=lambda: now[0], background_ticks=False)
     with TestClient(app2) as client:
         after = client.get(f"/v1/namespaces/{NS}/trainingjobs/llm").json()["status"]
         assert after["phase"] == "Running"
