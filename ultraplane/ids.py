@@ -22,6 +22,7 @@ __all__ = [
     "job_key",
     "kind_of_job_key",
     "local_ref",
+    "namespace_of_job_key",
     "parse_chip_id",
     "parse_chip_ranges",
     "parse_local_ref",
@@ -86,6 +87,13 @@ def job_key(kind: str, namespace: str, name: str) -> JobKey:
 def kind_of_job_key(key: str) -> str:
     """The kind a job key (or replica key) belongs to."""
     return "InferenceJob" if key.startswith(f"{JOB_KEY_PREFIXES['InferenceJob']}/") else "TrainingJob"
+
+
+def namespace_of_job_key(key: str) -> str:
+    """The namespace of a job key (`tj/research/llama` -> `research`); "" for a key without one
+    (the replay's plain trace ids)."""
+    parts = key.split("/", 2)
+    return parts[1] if len(parts) == 3 else ""
 
 
 def chip_ranges(chips: Iterable[str]) -> str:

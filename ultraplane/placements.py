@@ -22,8 +22,10 @@ __all__ = [
 ]
 
 # `Deferred`: it would be placed, but the cycle's launch budget is spent (Scheduler.cycle).
-# `NoQuota`: its tenant queue's quota does not admit it now (ultraplane.quotas).
-NoFitKind = Literal["NoCapacity", "Unsatisfiable", "Deferred", "NoQuota"]
+# `NoQuota`: its tenant queue's quota does not admit it now; `Inadmissible`: its queue refuses
+# it (the namespace may not use it, its priority is above the queue's maximum, no such queue;
+# ultraplane.quotas).
+NoFitKind = Literal["NoCapacity", "Unsatisfiable", "Deferred", "NoQuota", "Inadmissible"]
 # How a gang that fits in one UltraServer may be spread (see PlacementRequest).
 SpanMode = Literal["Local", "SplitWhenItPays", "Unconstrained"]
 MODES: tuple[SpanMode, ...] = ("Local", "SplitWhenItPays", "Unconstrained")

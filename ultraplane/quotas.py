@@ -24,8 +24,14 @@ The model is Kueue's ClusterQueue with cohorts (docs/queues.md maps it field by 
 - Within a queue, a job may preempt its own queue's lower-priority jobs for chips
   (`within_queue` `LowerPriority`); it never preempts another queue's job that is within its
   nominal quota, whatever the priorities.
-- A job naming no queue is not managed by quotas: it only competes, by priority, with other
-  jobs that name none (how the fleet behaved before queues existed).
+- Rights (Kueue's `namespaceSelector` and LocalQueue): a queue lists the namespaces that may
+  use it (`namespaces`; none listed = every namespace), and may be the default queue of some
+  (`default_for`): a job naming no queue uses its namespace's default. A job whose namespace
+  may not use its queue, or whose priority is above the queue's `max_priority`, waits
+  `Inadmissible` with the reason, so priority is no way around a quota.
+- A job naming no queue, in a namespace with no default queue, is not managed by quotas: it
+  only competes, by priority, with other jobs that name none (how the fleet behaved before
+  queues existed).
 """
 
 from __future__ import annotations
@@ -36,14 +42,15 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final, Literal
 
 from ultraplane.allocator import Allocator, NoFit
-from ultraplane.ids import JobKey
+from ultraplane.ids import JobKey, namespace_of_job_key
 
 if TYPE_CHECKING:
     from ultraplane.scheduling import QueuedJob
 
-__all__ = ["NO_QUOTA", "QueueSpec", "QuotaBook", "equal_shares"]
+__all__ = ["INADMISSIBLE", "NO_QUOTA", "QueueSpec", "QuotaBook", "equal_shares"]
 
 NO_QUOTA: Final = "NoQuota"  # the NoFit kind of a job its queue's quota does not admit now
+INADMISSIBLE: Final = "Inadmissible"  # its queue refuses it (namespace, priority, no queue)
 
 Reclaim = Literal["Never", "LowerPriority", "Any"]
 WithinQueue = Literal["Never", "LowerPriority"]
@@ -62,10 +69,15 @@ class QueueSpec:
     reclaim_within_cohort: Reclaim = "Any"
     within_queue: WithinQueue = "LowerPriority"
     max_priority: int | None = None
+    namespaces: tuple[str, ...] | None = None  # who may use it; None = every namespace
+    default_for: tuple[str, ...] = ()  # namespaces whose jobs naming no queue use this one
 
     def __post_init__(self) -> None:
         if not self.name:
             raise ValueError("a queue needs a name")
+        if self.namespaces is not None and set(self.default_for) - set(self.namespaces):
+            raise ValueError(f"queue {self.name}: it can only be the default queue of "
+                             "namespaces that may use it")
         if any(v < 0 for v in self.nominal.values()):
             raise ValueError(f"queue {self.name}: nominal chips must be >= 0")
         for what, v in (("borrowing", self.borrowing_limit), ("lending", self.lending_limit)):
@@ -73,6 +85,16 @@ class QueueSpec:
                 raise ValueError(f"queue {self.name}: the {what} limit must be >= 0")
         if not (self.weight > 0 and math.isfinite(self.weight)):
             raise ValueError(f"queue {self.name}: the fair-share weight must be > 0")
+
+    def admits(self, namespace: str, priority: int) -> str | None:
+        """Why a job of `namespace` at `priority` may not use this queue, or None."""
+        if self.namespaces is not None and namespace not in self.namespaces:
+            return (f"namespace {namespace} may not use queue {self.name} (it admits jobs "
+                    f"from {', '.join(sorted(self.namespaces)) or 'no namespace'})")
+        if self.max_priority is not None and priority > self.max_priority:
+            return (f"priority {priority} is above queue {self.name}'s maximum of "
+                    f"{self.max_priority}")
+        return None
 
     def lends(self, profile: str) -> int:
         nominal = self.nominal.get(profile, 0)
@@ -128,13 +150,34 @@ class QuotaBook:
     # and preempt them).
     _fresh: set[JobKey] = field(init=False, default_factory=set)
 
+    _defaults: dict[str, str] = field(init=False, default_factory=dict)  # namespace -> queue
+
     def __post_init__(self) -> None:
-        self.queues = {}
-        for spec in self.specs:
-            if spec.name in self.queues:
+        self.replace(self.specs)
+
+    def replace(self, specs: Sequence[QueueSpec]) -> None:
+        """Take a new set of queues (one was created, edited or deleted). What running jobs
+        hold stays counted against the queue they were admitted to."""
+        queues: dict[str, QueueSpec] = {}
+        members: dict[str, list[QueueSpec]] = {}
+        defaults: dict[str, str] = {}
+        for spec in sorted(specs, key=lambda q: q.name):
+            if spec.name in queues:
                 raise ValueError(f"queue {spec.name!r} is listed twice")
-            self.queues[spec.name] = spec
-            self._members.setdefault(spec.cohort or f"/{spec.name}", []).append(spec)
+            queues[spec.name] = spec
+            members.setdefault(spec.cohort or f"/{spec.name}", []).append(spec)
+            for namespace in spec.default_for:
+                defaults.setdefault(namespace, spec.name)  # the first by name, if two claim it
+        self.specs, self.queues, self._members, self._defaults = (
+            tuple(specs), queues, members, defaults)
+        self._no_reclaim.clear()
+        self._moved()
+
+    def queue_of(self, job: QueuedJob) -> str | None:
+        """The queue `job` uses: the one it names, else its namespace's default, else none."""
+        if job.queue is not None:
+            return job.queue
+        return self._defaults.get(namespace_of_job_key(job.key)) if self._defaults else None
 
     # -- accounting (called by Scheduler) ------------------------------------------------
     def begin_cycle(self, allocator: Allocator) -> None:
@@ -159,14 +202,15 @@ class QuotaBook:
                 profile = allocator.profile_of(us)
                 chips[profile] = chips.get(profile, 0) + n
         self.unhold(job.key)
-        self._held[job.key] = _Held(job.queue, chips, job)
+        queue = self.queue_of(job)
+        self._held[job.key] = _Held(queue, chips, job)
         self._fresh.add(job.key)
-        if job.queue is not None:
+        if queue is not None:
             for profile, n in chips.items():
-                self.usage[(job.queue, profile)] = self.usage.get((job.queue, profile), 0) + n
-            self._total[job.queue] = self._total.get(job.queue, 0) + sum(chips.values())
+                self.usage[(queue, profile)] = self.usage.get((queue, profile), 0) + n
+            self._total[queue] = self._total.get(queue, 0) + sum(chips.values())
         self._moved()
-        if job.queue in self.queues and self.borrowed(job.queue):
+        if queue in self.queues and self.borrowed(queue):
             self._grow += 1
 
     def unhold(self, key: JobKey) -> None:
@@ -229,19 +273,22 @@ class QuotaBook:
     # -- decisions (called by Scheduler) -------------------------------------------------
     def refuse(self, job: QueuedJob) -> NoFit | None:
         """Why `job`'s queue cannot take it now (a `NoQuota` NoFit), or None."""
-        if job.queue is None:
+        queue = self.queue_of(job)
+        if queue is None:
             return None
-        memo = (job.queue, _chips(job))
+        spec = self.queues.get(queue)
+        if spec is None:
+            return NoFit(INADMISSIBLE, f"queue {queue!r} does not exist")
+        refused = spec.admits(namespace_of_job_key(job.key), job.priority)
+        if refused is not None:
+            return NoFit(INADMISSIBLE, refused)
+        memo = (queue, _chips(job))
         if memo in self._refusals:  # usage has not moved since: the same answer
             return self._refusals[memo]
-        self._refusals[memo] = why = self._refuse(job)
+        self._refusals[memo] = why = self._refuse(spec, job)
         return why
 
-    def _refuse(self, job: QueuedJob) -> NoFit | None:
-        assert job.queue is not None
-        spec = self.queues.get(job.queue)
-        if spec is None:
-            return NoFit(NO_QUOTA, f"queue {job.queue!r} does not exist")
+    def _refuse(self, spec: QueueSpec, job: QueuedJob) -> NoFit | None:
         chips = _chips(job)
         rooms = {p: self.room(spec, p) for p in self._profiles_for(spec)}
         if any(r >= chips for r in rooms.values()):
@@ -257,7 +304,8 @@ class QuotaBook:
 
     def within_nominal(self, job: QueuedJob) -> bool:
         """Whether admitting `job` keeps its queue within nominal on some profile."""
-        spec = self.queues.get(job.queue) if job.queue is not None else None
+        queue = self.queue_of(job)
+        spec = self.queues.get(queue) if queue is not None else None
         if spec is None:
             return False
         chips = _chips(job)
@@ -272,21 +320,22 @@ class QuotaBook:
         guaranteed: dict[str | None, int] = {}
         keyed: list[tuple[int, float, int, QueuedJob]] = []
         for index, job in enumerate(queue):
-            spec = self.queues.get(job.queue) if job.queue is not None else None
+            name = self.queue_of(job)
+            spec = self.queues.get(name) if name is not None else None
             if spec is None:
                 keyed.append((0, 0.0, index, job))
                 continue
             chips = _chips(job)
             nominal = sum(spec.nominal.values())
-            left = nominal - self.used(spec.name) - guaranteed.get(job.queue, 0)
-            cum = ahead.get(job.queue, 0) + chips
-            ahead[job.queue] = cum
+            left = nominal - self.used(spec.name) - guaranteed.get(name, 0)
+            cum = ahead.get(name, 0) + chips
+            ahead[name] = cum
             over = self.used(spec.name) + cum - nominal
             # a job that fits what its queue's unused nominal quota has left after the
             # guaranteed jobs ahead of it goes ahead of every borrower (and of a borrower's
             # reservation), even behind a queue-mate too large for it
             if chips <= left:
-                guaranteed[job.queue] = guaranteed.get(job.queue, 0) + chips
+                guaranteed[name] = guaranteed.get(name, 0) + chips
                 keyed.append((0, 0.0, index, job))
             else:
                 keyed.append((1, over / spec.weight, index, job))
@@ -297,17 +346,18 @@ class QuotaBook:
         """The running jobs `job` may preempt, best first: lowest priority, then the most
         recently admitted."""
         within = self.within_nominal(job)
-        memo = (job.queue, job.priority, within)
+        queue = self.queue_of(job)
+        memo = (queue, job.priority, within)
         if memo in self._candidates:
             return self._candidates[memo]
-        spec = self.queues.get(job.queue) if job.queue is not None else None
+        spec = self.queues.get(queue) if queue is not None else None
         order = list(self._held.values())
         found: list[tuple[int, int, QueuedJob]] = []
         for recency, held in enumerate(order):
             other = held.job
             if not other.preemptible or other.key == job.key or other.key in self._fresh:
                 continue
-            if held.queue == job.queue:
+            if held.queue == queue:
                 if (spec is None or spec.within_queue == "LowerPriority") \
                         and other.priority < job.priority:
                     found.append((other.priority, -recency, other))
@@ -336,9 +386,10 @@ class QuotaBook:
         return bool(self.victims(job))
 
     def _reclaim_key(self, job: QueuedJob) -> tuple[object, ...]:
-        used = self._total.get(job.queue, 0) if job.queue is not None else 0
+        queue = self.queue_of(job)
+        used = self._total.get(queue, 0) if queue is not None else 0
         # (the jobs admitted this cycle are no victims in it, but are in the next)
-        return (job.queue, job.priority, job.request, used, self._grow, self._freed,
+        return (queue, job.priority, job.request, used, self._grow, self._freed,
                 self._free_at_start, len(self._fresh))
 
 

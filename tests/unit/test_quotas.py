@@ -8,7 +8,7 @@ from __future__ import annotations
 from ultraplane.admissions import Admissions
 from ultraplane.allocator import Allocator, PlacementRequest
 from ultraplane.ids import JobKey
-from ultraplane.quotas import NO_QUOTA, QueueSpec, QuotaBook, equal_shares
+from ultraplane.quotas import INADMISSIBLE, NO_QUOTA, QueueSpec, QuotaBook, equal_shares
 from ultraplane.scheduling import QueuedJob
 from ultraplane.topology import build_fleet
 
@@ -68,7 +68,7 @@ def test_lending_limit_keeps_the_rest_of_the_lenders_quota() -> None:
 def test_unknown_queue_waits_with_a_reason() -> None:
     adm = queues(q("A", 144))
     d = (adm.submit(job("x", "nope", 4)), adm.cycle(0.0))[1]
-    assert d.pending[0].reason == NO_QUOTA and "does not exist" in d.pending[0].message
+    assert d.pending[0].reason == INADMISSIBLE and "does not exist" in d.pending[0].message
 
 
 def test_reclaim_evicts_a_whole_domain_of_borrowers_never_scattered_chips() -> None:
