@@ -170,8 +170,25 @@ class QuotaBook:
                 defaults.setdefault(namespace, spec.name)  # the first by name, if two claim it
         self.specs, self.queues, self._members, self._defaults = (
             tuple(specs), queues, members, defaults)
+        # what running jobs hold counts against the queue they use now (a new default queue
+        # takes its namespace's running jobs)
+        self.usage.clear()
+        self._total.clear()
+        for held in self._held.values():
+            held.queue = self.queue_of(held.job)
+            if held.queue is not None:
+                for profile, n in held.chips.items():
+                    key = (held.queue, profile)
+                    self.usage[key] = self.usage.get(key, 0) + n
+                self._total[held.queue] = self._total.get(held.queue, 0) + sum(held.chips.values())
         self._no_reclaim.clear()
         self._moved()
+
+    @property
+    def active(self) -> bool:
+        """Whether any queue exists: without one, the cycle runs as if there were no book
+        (it still counts what jobs hold, so a queue created later starts with true usage)."""
+        return bool(self.queues)
 
     def queue_of(self, job: QueuedJob) -> str | None:
         """The queue `job` uses: the one it names, else its namespace's default, else none."""

@@ -229,6 +229,11 @@ class Scheduler:
     def expected_end(self, key: JobKey) -> float | None:
         return self._ends.get(key)
 
+    @property
+    def _queues(self) -> QuotaBook | None:
+        """The tenant queues, while any exist (with none, a cycle is today's cycle)."""
+        return self.quotas if self.quotas is not None and self.quotas.active else None
+
     def _unhold(self, job: QueuedJob) -> None:
         """`job` left `_running` (the caller popped it)."""
         if self.quotas is not None:
@@ -357,7 +362,7 @@ class Scheduler:
         and the operator without pods)."""
         self._now = now
         self._budget = launch_budget
-        if self.quotas is not None:  # usage moves the order: every cycle is a full one
+        if self._queues is not None:  # usage moves the order: every cycle is a full one
             self._standing = None
         result = CycleResult()
         carried = False
@@ -378,9 +383,10 @@ class Scheduler:
 
     def _cycle(self, result: CycleResult, fences: ExitStack) -> None:
         queue = self.queued()
-        if self.quotas is not None:
-            self.quotas.begin_cycle(self.allocator)
-            queue = self.quotas.arrange(queue)
+        quotas = self._queues
+        if quotas is not None:
+            quotas.begin_cycle(self.allocator)
+            queue = quotas.arrange(queue)
         # Jobs admitted during a cycle rank above the ones after them, so the lowest running
         # priority at its start bounds every later victim: below it, nothing can preempt.
         self._lowest = min(self._preemptible) if self._preemptible else None
@@ -402,7 +408,7 @@ class Scheduler:
                 result.pending.append((job.key, DEFERRED, position))
                 result.deferred += 1
                 continue
-            refused = self.quotas.refuse(job) if self.quotas is not None else None
+            refused = self._queues.refuse(job) if self._queues is not None else None
             if refused is not None:
                 position += 1
                 result.pending.append((job.key, refused, position))
@@ -700,17 +706,18 @@ class Scheduler:
         """Whether some running job is a victim `job` may take chips from."""
         if not self.preemption:
             return False
-        if self.quotas is not None:
-            return self.quotas.may_preempt(job)
+        if self._queues is not None:
+            return self._queues.may_preempt(job)
         return self._lowest is not None and self._lowest < job.priority
 
     def _preempt_for(self, job: QueuedJob, part: JobKey, nofit: NoFit,
                      evicted: list[tuple[QueuedJob, dict[JobKey, Placement]]]
                      ) -> Placement | NoFit:
-        if self.quotas is not None:
+        quotas = self._queues
+        if quotas is not None:
             # Tenant queues decide who may be evicted; their best-first order becomes the
             # plan's priorities (all below the preemptor's 0).
-            ranked = self.quotas.victims(job)
+            ranked = quotas.victims(job)
             victims_pool = {p: i - len(ranked) for i, j in enumerate(ranked) for p in j.parts()}
             priority = 0
         else:
@@ -720,10 +727,10 @@ class Scheduler:
         if not any(p < priority for p in victims_pool.values()):
             return nofit
         plan = plan_preemption(self.allocator, job.request, priority, victims_pool,
-                               in_order=self.quotas is not None)
+                               in_order=quotas is not None)
         if isinstance(plan, NoFit):
-            if self.quotas is not None:
-                self.quotas.reclaim_failed(job)
+            if quotas is not None:
+                quotas.reclaim_failed(job)
             return nofit
         held = self.allocator.allocations()
         for victim_part in plan.victims:
