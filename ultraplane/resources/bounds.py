@@ -87,3 +87,8 @@ def max_servers() -> int:
 
 def max_chips_per_ultraserver() -> int:
     return max(s.chips_per_ultraserver for s in profile_sizes().values())
+
+
+def cel_profiles() -> str:
+    """The hardware profiles' names as a CEL list literal."""
+    return "[" + ", ".join(f"'{n}'" for n in sorted(profile_sizes())) + "]"

@@ -15,6 +15,7 @@ from ultraplane.resources import podtemplates
 from ultraplane.resources.commons import GROUP
 from ultraplane.resources.inferencejobs import InferenceJob, InferenceJobSpec, InferenceJobStatus
 from ultraplane.resources.schemas import structural
+from ultraplane.resources.tenantqueues import TenantQueue, TenantQueueSpec, TenantQueueStatus
 from ultraplane.resources.trainingjobs import TrainingJob, TrainingJobSpec, TrainingJobStatus
 from ultraplane.resources.ultraservers import UltraServer, UltraServerSpec, UltraServerStatus
 
@@ -99,6 +100,24 @@ KINDS: tuple[Kind, ...] = (
             ("Chips", "integer", ".status.chips", "Chips of all replicas."),
             ("Chips/Replica", "integer", ".spec.chipsPerReplica", "Chips per replica."),
             ("Tokens/s", "number", ".status.tokensPerSecond", "Output tokens per second."),
+            _AGE,
+        ),
+    ),
+    Kind(
+        "TenantQueue",
+        "tenantqueues",
+        "tq",
+        "Cluster",
+        TenantQueue,
+        TenantQueueSpec,
+        TenantQueueStatus,
+        (
+            ("Cohort", "string", ".spec.cohort", "Queues that lend each other idle chips."),
+            ("Nominal", "integer", ".status.nominalChips", "Chips guaranteed, all profiles."),
+            ("Used", "integer", ".status.usedChips", "Chips its running jobs hold."),
+            ("Borrowed", "integer", ".status.borrowedChips", "Chips held above nominal."),
+            ("Pending", "integer", ".status.pendingJobs", "Jobs waiting."),
+            ("Weight", "number", ".spec.weight", "Fair-share weight."),
             _AGE,
         ),
     ),

@@ -113,6 +113,11 @@ class TrainingJobSpec(SpecModel):
         "(hint) and wholeServers.",
         json_schema_extra={"default": {}},
     )
+    queue_name: str | None = Field(
+        default=None, min_length=1, max_length=63, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
+        description="The TenantQueue whose quota this job uses. None: its namespace's default "
+        "queue, if one names it in spec.defaultFor; else the job is outside every quota.",
+    )
     priority: int = Field(
         default=0,
         strict=True,
