@@ -148,10 +148,13 @@ def queued_job(kind: str, namespace: str, name: str, spec: Mapping[str, Any],
     if not isinstance(priority, int) or isinstance(priority, bool):
         raise InvalidJobError(f"spec.priority must be an integer, got {priority!r}.")
     replicas = _positive({"replicas": 1, **spec}, "replicas") if kind == "InferenceJob" else None
+    queue = spec.get("queueName")
+    if queue is not None and (not isinstance(queue, str) or not queue):
+        raise InvalidJobError(f"spec.queueName must be a queue's name, got {queue!r}.")
     return QueuedJob(job_key(kind, namespace, name), placement_request(spec, kind), priority,
                      seq, bool(spec.get("preemptible", True)), replicas,
                      expected_s=run_estimate(spec, kind), created_s=created_s,
-                     launches=bool(spec.get("template")))
+                     launches=bool(spec.get("template")), queue=queue)
 
 
 def replica_chips(allocation: Mapping[str, Any]) -> tuple[tuple[ChipId, ...], ...]:
