@@ -22,6 +22,7 @@ from ultraplane.operator.inventory import Inventory
 from ultraplane.operator.loops import AdmissionLoop, LaunchGate
 from ultraplane.operator.observations import ObservationCache
 from ultraplane.operator.outboxes import Outbox
+from ultraplane.operator.queueviews import QueueViews
 from ultraplane.operator.transitions import Transition
 from ultraplane.operator.ultraserverviews import UltraServerViews
 from ultraplane.operator.writers import ApiCalls, Emit, Kube, StatusWriters
@@ -67,6 +68,9 @@ class Controller:
         self.wake = asyncio.Event()  # kept across lease gains: the loop waits on it
         self.api = ApiCalls(kube, concurrency)  # kept too: its pool and its bound
         self.on_written: Callable[[JobKey], None] | None = None  # the pod data plane's hook
+        # kept across lease gains: each new leader's book starts from the queues known
+        self.queues = QueueViews(self.api, fleet=fleet, clock=clock, wake=self.wake,
+                                 leader=lambda: self.loop.leader, seconds=us_seconds)
         parts = self.build()
         self.loop = AdmissionLoop(parts.cache, parts.outbox, parts.writers, parts.views,
                                   clock=clock, fleet=fleet, batch_seconds=batch_seconds,
@@ -79,7 +83,9 @@ class Controller:
         event, API pool and pod data plane."""
         allocator = Allocator(Topology(()))
         admissions = Admissions(allocator, reservation=self.reservation,
-                                order=QueueOrder(stretch=self.queue_stretch))
+                                order=QueueOrder(stretch=self.queue_stretch),
+                                quotas=self.queues.book())
+        self.queues.attach(admissions)
         outbox = Outbox()
         cache = ObservationCache(admissions, Inventory(), outbox, wake=self.wake,
                                  emit=self._post, fleet=self.fleet)
@@ -168,6 +174,9 @@ class Controller:
 
     # -- what the kopf handlers and the pod data plane call ----------------------------------
     async def sync(self) -> None:
+        """Rebuild from the API server: the queues first, so that the first cycle already
+        admits within them, then the fleet and the jobs."""
+        self.queues.load(await self.api.call(self.api.kube.list_tenantqueues, self.fleet))
         await self.loop.sync()
 
     async def run(self) -> None:
@@ -185,6 +194,9 @@ class Controller:
 
     def observe_ultraserver(self, body: Mapping[str, Any], *, deleted: bool = False) -> None:
         self.loop.cache.observe_ultraserver(body, deleted=deleted)
+
+    def observe_queue(self, body: Mapping[str, Any], *, deleted: bool = False) -> None:
+        self.queues.observe(body, deleted=deleted)
 
     def forget(self, key: JobKey) -> None:
         self.loop.cache.forget(key)

@@ -27,7 +27,14 @@ from ultraplane.operator.controllers import Controller
 from ultraplane.operator.discovery import NodeDiscovery
 from ultraplane.operator.eventposters import EventPoster
 from ultraplane.operator.gctuning import DEFAULT_FULL_SECONDS
-from ultraplane.operator.jobviews import GROUP, INFERENCE, TRAINING, ULTRASERVERS, VERSION
+from ultraplane.operator.jobviews import (
+    GROUP,
+    INFERENCE,
+    TENANTQUEUES,
+    TRAINING,
+    ULTRASERVERS,
+    VERSION,
+)
 from ultraplane.operator.kube import KubeClient, connection_info
 from ultraplane.operator.leases import LeaseElector
 from ultraplane.operator.nodes import NodeLabels
@@ -147,7 +154,8 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
                       access=CONFIG.access)
     controller = new_controller(kube)
     memo["controller"] = controller
-    tasks = [asyncio.create_task(controller.run(), name="ultraplane-admission")]
+    tasks = [asyncio.create_task(controller.run(), name="ultraplane-admission"),
+             asyncio.create_task(controller.queues.run(), name="ultraplane-queues")]
     discovery: NodeDiscovery | None = None
     labels = NodeLabels(ultraserver=CONFIG.ultraserver_label,
                         server_index=CONFIG.server_index_label)
@@ -214,6 +222,13 @@ async def ultraserver_event(event: Mapping[str, Any], body: Mapping[str, Any],
     _capture_posting()
     controller: Controller = memo["controller"]
     controller.observe_ultraserver(body, deleted=event.get("type") == "DELETED")
+
+
+@kopf.on.event(GROUP, VERSION, TENANTQUEUES)
+async def tenantqueue_event(event: Mapping[str, Any], body: Mapping[str, Any],
+                            memo: kopf.Memo, **_: Any) -> None:
+    controller: Controller = memo["controller"]
+    controller.observe_queue(body, deleted=event.get("type") == "DELETED")
 
 
 @kopf.on.event(GROUP, VERSION, TRAINING)

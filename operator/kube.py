@@ -17,6 +17,7 @@ from ultraplane.operator.jobviews import (
     FLEET_LABEL,
     GROUP,
     PLURALS,
+    TENANTQUEUES,
     ULTRASERVERS,
     VERSION,
 )
@@ -173,6 +174,27 @@ class KubeClient:
         try:
             return _body(self.custom.patch_namespaced_custom_object(
                 GROUP, VERSION, namespace, plural, name, body, _content_type=MERGE))
+        except Exception as exc:
+            raise _translate(exc) from exc
+
+    def list_tenantqueues(self, fleet: str | None = None) -> list[dict[str, Any]]:
+        """TenantQueues (of the fleet, if one is named); none when the CRD is not installed."""
+        selector = f"{FLEET_LABEL}={fleet}" if fleet else None
+        try:
+            result = self.custom.list_cluster_custom_object(
+                GROUP, VERSION, TENANTQUEUES, label_selector=selector)
+        except Exception as exc:
+            error = _translate(exc)
+            if isinstance(error, Gone):
+                log.warning("no %s resource on the API server; no tenant queues", TENANTQUEUES)
+                return []
+            raise error from exc
+        return _items(result)
+
+    def patch_tenantqueue_status(self, name: str, status: Mapping[str, Any]) -> None:
+        try:
+            self.custom.patch_cluster_custom_object_status(
+                GROUP, VERSION, TENANTQUEUES, name, {"status": dict(status)}, _content_type=MERGE)
         except Exception as exc:
             raise _translate(exc) from exc
 

@@ -32,6 +32,7 @@ __all__ = [
     "HOLDING_PHASES",
     "INFERENCE",
     "PLURALS",
+    "TENANTQUEUES",
     "TERMINAL_PHASES",
     "TRAINING",
     "ULTRASERVERS",
@@ -53,6 +54,7 @@ TRAINING = "trainingjobs"
 INFERENCE = "inferencejobs"
 PLURALS: dict[str, str] = {"TrainingJob": TRAINING, "InferenceJob": INFERENCE}
 ULTRASERVERS = "ultraservers"
+TENANTQUEUES = "tenantqueues"
 # The phase sets, once, from the CRD's own enum (a StrEnum: `"Failed" in TERMINAL_PHASES`).
 TERMINAL_PHASES: frozenset[str] = frozenset({Phase.SUCCEEDED, Phase.FAILED})
 HOLDING_PHASES: frozenset[str] = frozenset({Phase.ADMITTED, Phase.RUNNING})

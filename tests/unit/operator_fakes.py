@@ -98,6 +98,12 @@ class FakeKube:
         obj["metadata"]["finalizers"] = ["ultraplane.dev/release-chips"] if present else []
         return self.bump(obj)
 
+    def list_tenantqueues(self, fleet: str | None) -> list[dict[str, Any]]:
+        return []
+
+    def patch_tenantqueue_status(self, name: str, status: Mapping[str, Any]) -> None:
+        pass
+
     def patch_ultraserver_status(self, name: str, status: Mapping[str, Any]) -> None:
         self.us_status[name] = copy.deepcopy(dict(status))
         self.log.append((name, "us"))
