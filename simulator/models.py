@@ -18,6 +18,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from ultraplane.powermodels import DEFAULT_POWER_FACTOR, chip_watts
 from ultraplane.predictions import stretch
 
 #: Levels in the order a job's spread gets worse (nearest first).
@@ -26,11 +27,9 @@ INTRA_LEVELS = ("server", "rack", "ultraserver")
 _DEFAULT_BYTES_PER_PARAM = {
     "MXFP4": 0.5, "MXFP8": 1.0, "FP8": 1.0, "BF16": 2.0, "FP16": 2.0, "TF32": 4.0, "FP32": 4.0,
 }
-# Assumption: low precision matmuls draw the full dynamic power; wider formats
-# keep the engines slightly less busy per FLOP. No public source gives this.
-_DEFAULT_POWER_FACTOR = {
-    "MXFP4": 1.0, "MXFP8": 1.0, "FP8": 1.0, "BF16": 0.95, "FP16": 0.95, "TF32": 0.9, "FP32": 0.85,
-}
+# (the chip power model and its precision factors live in the core, `ultraplane.powermodels`,
+# so the scheduler predicts draw with the formula the simulator charges)
+_DEFAULT_POWER_FACTOR = DEFAULT_POWER_FACTOR
 
 
 @dataclass(frozen=True)
@@ -108,10 +107,10 @@ class Hardware:
         return min(path)
 
     def chip_power(self, utilization: float, precision: str, a: Assumptions) -> float:
-        """Watts: idle + (peak - idle) x utilisation x precision factor."""
-        factor = a.power_factor.get(str(precision), 1.0)
-        u = min(max(utilization, 0.0), 1.0)
-        return self.idle_watts + (self.peak_watts - self.idle_watts) * u * factor
+        """Watts: idle + (peak - idle) x utilisation x precision factor (the core's
+        `ultraplane.powermodels.chip_watts`, which the scheduler's budgets predict with)."""
+        return chip_watts(self.idle_watts, self.peak_watts, utilization,
+                          a.power_factor.get(str(precision), 1.0))
 
 
 def hardware_from_profile(profile: Any) -> Hardware:

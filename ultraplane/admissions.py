@@ -49,6 +49,7 @@ from ultraplane.decisions import (
     Restarted,
 )
 from ultraplane.ids import ChipId, JobKey
+from ultraplane.powerbook import PowerBook
 from ultraplane.queueorder import TARGET_START, QueueOrder
 from ultraplane.quotas import QuotaBook
 from ultraplane.scheduling import QueuedJob, Scheduler
@@ -105,13 +106,16 @@ class Admissions:
 
     def __init__(self, allocator: Allocator, *, preemption: bool = True,
                  reservation: bool = True, order: QueueOrder = TARGET_START,
-                 quotas: QuotaBook | None = None) -> None:
+                 quotas: QuotaBook | None = None, power: PowerBook | None = None) -> None:
         self.allocator = allocator
         self.order = order  # ranks every job it is handed (`ultraplane.queueorder`)
         # Tenant queues (`ultraplane.quotas`): a job over its queue's quota waits `NoQuota`.
         self.quotas = quotas
         self.scheduler = Scheduler(allocator, preemption=preemption, reservation=reservation,
-                                   quotas=quotas)
+                                   quotas=quotas, power=power)
+        # Power budgets (`ultraplane.powerbook`): a job no budget has headroom for waits
+        # `NoPower`; `power.caps()` after a cycle says which running jobs to cap.
+        self.power = power
         # The last cycle's `Decisions.pending`: an unchanged entry is handed out again (the
         # same object), so adapters can skip it and a deep queue costs no allocations.
         self._listed: list[Pending] = []

@@ -24,8 +24,10 @@ __all__ = [
 # `Deferred`: it would be placed, but the cycle's launch budget is spent (Scheduler.cycle).
 # `NoQuota`: its tenant queue's quota does not admit it now; `Inadmissible`: its queue refuses
 # it (the namespace may not use it, its priority is above the queue's maximum, no such queue;
-# ultraplane.quotas).
-NoFitKind = Literal["NoCapacity", "Unsatisfiable", "Deferred", "NoQuota", "Inadmissible"]
+# ultraplane.quotas). `NoPower`: a power budget covering its chips has no headroom for it
+# (ultraplane.powerbook).
+NoFitKind = Literal["NoCapacity", "Unsatisfiable", "Deferred", "NoQuota", "Inadmissible",
+                    "NoPower"]
 # How a gang that fits in one UltraServer may be spread (see PlacementRequest).
 SpanMode = Literal["Local", "SplitWhenItPays", "Unconstrained"]
 MODES: tuple[SpanMode, ...] = ("Local", "SplitWhenItPays", "Unconstrained")

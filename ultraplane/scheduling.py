@@ -48,6 +48,7 @@ from functools import cached_property
 
 from ultraplane.allocator import AllocationConflict, Allocator, NoFit, Placement, PlacementRequest
 from ultraplane.ids import ChipId, JobKey
+from ultraplane.powerbook import PowerBook
 from ultraplane.predictions import drain_time, earliest_start, split_slowdown
 from ultraplane.preemption import plan_preemption
 from ultraplane.quotas import QuotaBook
@@ -156,12 +157,17 @@ class Scheduler:
     """A priority queue of `QueuedJob`s admitted through one `Allocator`."""
 
     def __init__(self, allocator: Allocator, *, preemption: bool = True,
-                 reservation: bool = True, quotas: QuotaBook | None = None) -> None:
+                 reservation: bool = True, quotas: QuotaBook | None = None,
+                 power: PowerBook | None = None) -> None:
         self.allocator = allocator
         self.preemption = preemption
         self.reservation = reservation
         # Tenant queues: admission within quota, fair-share order, reclaim (ultraplane.quotas)
         self.quotas = quotas
+        # Power budgets: admission within headroom, powered UltraServers first (powerbook)
+        self.power = power
+        if power is not None:
+            power.bind(allocator)
         self._queued: dict[JobKey, QueuedJob] = {}
         self._running: dict[JobKey, QueuedJob] = {}
         self._owners: dict[JobKey, JobKey] = {}  # allocator key of a running part -> its job
@@ -238,6 +244,8 @@ class Scheduler:
         """`job` left `_running` (the caller popped it)."""
         if self.quotas is not None:
             self.quotas.unhold(job.key)
+        if self.power is not None:
+            self.power.unhold(job.key, self._now)
         if job.preemptible:
             self._preemptible[job.priority] -= 1
             if not self._preemptible[job.priority]:
@@ -263,6 +271,10 @@ class Scheduler:
             self._owners[part] = job.key
         if self.quotas is not None:
             self.quotas.hold(job, self.allocator)
+        if self.power is not None:
+            held = self.allocator.allocations()
+            self.power.hold(job.key, job.priority,
+                            [held[p] for p in job.parts() if p in held], self._now)
 
     def restore(
         self,
@@ -362,8 +374,8 @@ class Scheduler:
         and the operator without pods)."""
         self._now = now
         self._budget = launch_budget
-        if self._queues is not None:  # usage moves the order: every cycle is a full one
-            self._standing = None
+        if self._queues is not None or self.power is not None:  # usage moves the order, or
+            self._standing = None  # the headroom: every cycle is a full one
         result = CycleResult()
         carried = False
         if self._standing is not None:
@@ -645,6 +657,10 @@ class Scheduler:
         placed = self.allocator.allocate(job.key, wide)
         if isinstance(placed, NoFit):  # cannot differ from place() on the same state
             return nofit
+        refused = self._power_refuses(job, (placed,))
+        if refused is not None:
+            self.allocator.release(job.key)
+            return refused
         result.notes[job.key] = f"split over {n} UltraServers because it pays: {why}"
         return (placed,)
 
@@ -671,6 +687,10 @@ class Scheduler:
             placed = self.allocator.allocate(job.key, job.request)
         if isinstance(placed, NoFit):
             return nofit
+        refused = self._power_refuses(job, (placed,))
+        if refused is not None:
+            self.allocator.release(job.key)
+            return refused
         result.notes[job.key] = (f"backfilled onto UltraServers reserved for a waiting job: "
                                  f"predicted to end {_span(self._shadow - end)} before it starts")
         return (placed,)
@@ -682,7 +702,7 @@ class Scheduler:
         evicted: list[tuple[QueuedJob, dict[JobKey, Placement]]] = []
         for index, part in enumerate(parts):
             known = self._failed.get(job.request)
-            outcome = known if known is not None else self.allocator.allocate(part, job.request)
+            outcome = known if known is not None else self._allocate(part, job)
             if isinstance(outcome, NoFit) and index == 0:
                 self._failed[job.request] = outcome
             if (isinstance(outcome, NoFit) and outcome.kind == "NoCapacity"
@@ -699,8 +719,32 @@ class Scheduler:
                 outcome = NoFit(outcome.kind, f"replica {index + 1} of {len(parts)}: "
                                 f"{outcome.message}", outcome.blocking)
             return outcome
+        refused = self._power_refuses(job, tuple(p for _, p in placed))
+        if refused is not None:
+            for key, _ in placed:
+                self.allocator.release(key)
+            for victim in self._undo(evicted):
+                result.preempted.append((victim, job.key))
+            return refused
         result.preempted.extend((victim.key, job.key) for victim, _ in evicted)
         return tuple(p for _, p in placed)
+
+    def _allocate(self, part: JobKey, job: QueuedJob) -> Placement | NoFit:
+        """Place a part on powered UltraServers if it fits there, else anywhere (waking a
+        powered-down one), so idle UltraServers stay idle and can stay powered down."""
+        down = self.power.states.down() if self.power is not None else ()
+        if down:
+            with self.allocator.held_back(down):
+                got = self.allocator.allocate(part, job.request)
+            if isinstance(got, Placement):
+                return got
+        return self.allocator.allocate(part, job.request)
+
+    def _power_refuses(self, job: QueuedJob, placements: tuple[Placement, ...]) -> NoFit | None:
+        """A `NoPower` NoFit when a budget covering `placements` cannot hold `job`."""
+        if self.power is None or not placements:
+            return None
+        return self.power.refuse(job.key, job.priority, placements)
 
     def _may_preempt(self, job: QueuedJob) -> bool:
         """Whether some running job is a victim `job` may take chips from."""

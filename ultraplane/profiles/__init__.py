@@ -75,6 +75,12 @@ class ChipSpec(BaseModel):
     neuron_cores: int
     peak_watts: float
     idle_watts: float
+    # Power states and capping (`ultraplane.powermodels`); every shipped profile states them
+    # as assumptions. Defaults: no low-power state saving, no capping range.
+    standby_watts: float | None = None
+    wake_seconds: float = 0.0
+    cap_min_watts: float | None = None
+    cap_perf_exponent: float = 0.4
     figures: dict[str, Figure] = Field(default_factory=dict, repr=False)
 
 

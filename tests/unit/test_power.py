@@ -1,0 +1,165 @@
+"""Power budgets in the scheduling cycle: admission within headroom, caps, power-down.
+
+Fleets are Trn3 Gen2 UltraServers (144 chips; assumed 1,000 W peak, 300 W idle, 30 W standby,
+600 W lowest cap per chip). A job at the default activity (0.9, BF16) is predicted at
+300 + 700 x 0.9 x 0.95 = 898.5 W per chip; the Predicted policy adds 5% to the dynamic part:
+628.4 W over idle per chip, 90.5 kW over idle for 144 chips (43.2 kW at the 600 W floor).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from ultraplane.admissions import Admissions
+from ultraplane.allocator import Allocator, PlacementRequest
+from ultraplane.ids import JobKey
+from ultraplane.powerbook import NO_POWER, JobPower, PowerBook
+from ultraplane.powerbudgets import BudgetSpec, PowerPolicy, budgets_from_yaml
+from ultraplane.powermodels import chip_power_of
+from ultraplane.scheduling import QueuedJob
+from ultraplane.topology import build_fleet
+
+GEN2 = "trn3-gen2"
+IDLE_US = 144 * 300.0  # one idle Gen2 UltraServer
+EXTRA = 144 * 598.5 * 1.05  # one 144-chip job over idle, Predicted with its 5% margin
+
+
+def fleet(budgets: list[BudgetSpec], count: int = 2, *, capping: bool = True,
+          power_down: float = 0.0) -> Admissions:
+    book = PowerBook(budgets, capping=capping, idle_power_down_s=power_down)
+    return Admissions(Allocator(build_fleet(GEN2, count)), reservation=False, power=book)
+
+
+def job(key: str, chips: int = 144, priority: int = 0, seq: int = 0) -> QueuedJob:
+    return QueuedJob(JobKey(key), PlacementRequest(chips=chips), priority, seq)
+
+
+def cycle(adm: Admissions, *jobs: QueuedJob, now: float = 0.0
+          ) -> tuple[list[str], dict[str, tuple[str, str]]]:
+    for j in jobs:
+        adm.submit(j)
+    d = adm.cycle(now)
+    return [a.key for a in d.admitted], {p.key: (p.reason, p.message) for p in d.pending}
+
+
+def test_the_simulator_charges_the_core_model() -> None:
+    from ultraplane.simulator.fleets import hardware
+    from ultraplane.simulator.models import Assumptions
+
+    chip = chip_power_of(GEN2)
+    assert hardware(GEN2).chip_power(0.9, "BF16", Assumptions()) == pytest.approx(
+        chip.busy(0.9, "BF16")) == pytest.approx(898.5)
+
+
+def test_a_job_over_the_headroom_waits_with_the_shortfall_in_kw() -> None:
+    # gen2-0000 [ a 144 ]  gen2-0001 [ b? 144 ]   fleet budget: idle + 100 kW, no capping
+    adm = fleet([BudgetSpec("row-3", 2 * IDLE_US + 100e3)], capping=False)
+    admitted, pending = cycle(adm, job("a", seq=0), job("b", seq=1))
+    assert admitted == ["a"]
+    reason, message = pending["b"]
+    assert reason == NO_POWER
+    short = (2 * IDLE_US + 2 * EXTRA - (2 * IDLE_US + 100e3)) / 1e3
+    assert message.startswith(f"waiting for {short:,.1f} kW of headroom in budget row-3")
+    # a ends: b is admitted
+    adm.finished(JobKey("a"), "Succeeded")
+    assert cycle(adm)[0] == ["b"]
+
+
+def test_capping_admits_instead_of_refusing_and_keeps_the_budget() -> None:
+    # both jobs fit at the 600 W floor (43.2 kW over idle each), not uncapped
+    watts = 2 * IDLE_US + 120e3
+    adm = fleet([BudgetSpec("fleet", watts)])
+    admitted, _ = cycle(adm, job("a", seq=0), job("b", seq=1))
+    assert admitted == ["a", "b"]
+    assert adm.power is not None
+    caps = adm.power.caps()
+    assert caps["a"] is not None and caps["a"] == caps["b"]
+    assert 600 <= caps["a"] < 1000
+    assert adm.power.predicted("fleet") <= watts + 1e-6
+    status = adm.power.status()[0]
+    assert status.headroom_w >= -1e-6 and {k for k, _ in status.capped} == {"a", "b"}
+
+
+def test_lower_priority_is_capped_first() -> None:
+    watts = 2 * IDLE_US + EXTRA + 60e3
+    adm = fleet([BudgetSpec("fleet", watts)])
+    admitted, _ = cycle(adm, job("hi", priority=5, seq=0), job("lo", priority=1, seq=1))
+    assert admitted == ["hi", "lo"]
+    assert adm.power is not None
+    caps = adm.power.caps()
+    assert caps["hi"] is None and caps["lo"] is not None
+
+
+def test_a_lower_priority_job_is_never_admitted_by_capping_a_higher_one() -> None:
+    watts = 2 * IDLE_US + EXTRA + 10e3  # "lo" would fit only if "hi" were capped
+    adm = fleet([BudgetSpec("fleet", watts)])
+    admitted, pending = cycle(adm, job("hi", priority=5, seq=0), job("lo", priority=1, seq=1))
+    assert admitted == ["hi"] and pending["lo"][0] == NO_POWER
+
+
+def test_peak_policy_counts_every_chip_at_peak() -> None:
+    watts = 2 * IDLE_US + 144 * 700.0 + 1.0  # one job at peak, exactly
+    adm = fleet([BudgetSpec("fleet", watts, policy=PowerPolicy.PEAK)], capping=False)
+    admitted, pending = cycle(adm, job("a", seq=0), job("b", chips=4, seq=1))
+    assert admitted == ["a"] and pending["b"][0] == NO_POWER
+
+
+def test_nested_budgets_each_bound_their_own_ultraservers() -> None:
+    # facility over both; row-a over gen2-0000 only, room for one 72-chip job
+    rows = [BudgetSpec("facility", 10e6),
+            BudgetSpec("row-a", IDLE_US + 72 * 628.425 + 1, ultraservers=("gen2-0000",),
+                       parent="facility")]
+    adm = fleet(rows, capping=False)
+    admitted, pending = cycle(adm, job("a", 72, seq=0), job("b", 72, seq=1), job("c", 144, seq=2))
+    assert admitted == ["a", "c"]  # c on gen2-0001, outside row-a
+    assert "row-a" in pending["b"][1]
+
+
+def test_an_inference_floor_is_kept() -> None:
+    # at its 850 W latency floor svc takes 79.2 kW over idle, b at 600 W 43.2 kW: 122.4 kW
+    adm = fleet([BudgetSpec("fleet", 2 * IDLE_US + 125e3)])
+    assert adm.power is not None
+    adm.power.describe(JobKey("svc"), JobPower(cap_floor_w=850.0))
+    admitted, _ = cycle(adm, job("svc", seq=0), job("b", seq=1))
+    caps = adm.power.caps()
+    assert admitted == ["svc", "b"]
+    assert caps["svc"] is None or caps["svc"] >= 850.0
+    assert adm.power.predicted("fleet") <= 2 * IDLE_US + 125e3 + 1e-6
+    adm2 = fleet([BudgetSpec("fleet", 2 * IDLE_US + 120e3)])
+    assert adm2.power is not None
+    adm2.power.describe(JobKey("svc"), JobPower(cap_floor_w=850.0))
+    assert cycle(adm2, job("svc", seq=0), job("b", seq=1))[1]["b"][0] == NO_POWER
+
+
+def test_idle_ultraservers_power_down_and_powered_ones_are_preferred() -> None:
+    # gen2-0000 [ idle ]  gen2-0001 [ idle ]  -> both down after 600 s; a job wakes one
+    adm = fleet([BudgetSpec("fleet", 10e6)], power_down=600.0)
+    assert adm.power is not None
+    states = adm.power.states
+    assert states.due(599.0) == []
+    assert sorted(states.due(600.0)) == ["gen2-0000", "gen2-0001"]
+    assert adm.power.predicted("fleet") == pytest.approx(2 * 144 * 30.0)
+    admitted, _ = cycle(adm, job("a", 72, seq=0), now=700.0)
+    assert admitted == ["a"]
+    woke = adm.placements(JobKey("a"))[0].ultraservers[0]
+    assert states.ready_at(woke) == pytest.approx(1000.0)
+    # the next job goes to the powered UltraServer, not the sleeping one
+    admitted, _ = cycle(adm, job("b", 72, seq=1), now=800.0)
+    assert adm.placements(JobKey("b"))[0].ultraservers == (woke,)
+    assert len(states.down()) == 1
+
+
+def test_budgets_yaml_and_its_errors() -> None:
+    specs = budgets_from_yaml("""
+budgets:
+  - {name: dc, watts: 1000000}
+  - {name: row-1, watts: 400000, blocks: [block-000], parent: dc, policy: Peak}
+""")
+    assert [s.name for s in specs] == ["dc", "row-1"] and specs[1].policy == PowerPolicy.PEAK
+    for bad, words in [("- {name: a, watts: -1}", "watts must be a positive"),
+                       ("- {name: a, watts: 1, parent: b}", "parent b is not a budget"),
+                       ("- {name: a, watts: 1, policy: Lots}", "policy must be one of"),
+                       ("- {name: a, watts: 1, volts: 3}", "unknown field"),
+                       ("[", "not valid YAML")]:
+        with pytest.raises(ValueError, match=words):
+            budgets_from_yaml(bad)
