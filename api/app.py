@@ -22,6 +22,7 @@ from ultraplane.api.routers_explanations import router as explanations_router
 from ultraplane.api.routers_health import router as health_router
 from ultraplane.api.routers_jobs import inference_router, training_router
 from ultraplane.api.routers_placements import router as placements_router
+from ultraplane.api.routers_queues import router as queues_router
 from ultraplane.api.routers_ultraservers import router as ultraservers_router
 from ultraplane.api.settings import Settings
 from ultraplane.api.store import make_engine, migrate
@@ -95,7 +96,7 @@ def create_app(
     app.state.metrics = metrics
     errors.install(app)
     for router in (health_router, ultraservers_router, training_router, inference_router,
-                   placements_router, accounting_router, explanations_router):
+                   placements_router, accounting_router, explanations_router, queues_router):
         app.include_router(router)
     openapi.install(app, guard, kubernetes=settings.backend == "kubernetes")
     routers_docs.install(app)

@@ -19,7 +19,7 @@ from ultraplane.logs import level_name, log_level_option
 FLAG_OF_FIELD = {
     "backend": "--backend", "db": "--db", "fleet": "--fleet", "cluster": "--cluster",
     "time_scale": "--time-scale", "token_file": "--token-file", "tick_seconds": "--tick-seconds",
-    "kubeconfig": "--kubeconfig", "kube_context": "--context",
+    "kubeconfig": "--kubeconfig", "kube_context": "--context", "queues": "--queues",
 }
 
 
@@ -43,6 +43,8 @@ def _fail(message: str) -> None:
 @click.option("--tick-seconds", type=FINITE_FLOAT, default=None, help="Wall seconds between scheduling ticks [default: 1].")
 @click.option("--token-file", type=click.Path(dir_okay=False), default=None,
               help="File of bearer tokens, one per line; mutating calls then need one.")
+@click.option("--queues", type=click.Path(dir_okay=False), default=None,
+              help="Embedded fleet: tenant queues from a YAML list (docs/queues.md).")
 @cluster_options
 @log_level_option(default="warning")
 def serve(**opts: Any) -> None:
@@ -55,7 +57,7 @@ def serve(**opts: Any) -> None:
     overrides = {
         key: opts[key]
         for key in ("backend", "db", "fleet", "cluster", "time_scale", "token_file", "tick_seconds",
-                    "kubeconfig", "kube_context")
+                    "kubeconfig", "kube_context", "queues")
         if opts[key] is not None
     }
     overrides["demo"] = opts["demo"] and (opts["backend"] or "embedded") == "embedded"

@@ -16,7 +16,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from sqlalchemy import Engine
@@ -46,6 +46,8 @@ from ultraplane.simulator.runtime import JobRuntime
 from ultraplane.admissions import Admissions
 from ultraplane.allocator import Allocator
 from ultraplane.ids import JobKey, local_ref, parse_chip_id
+from ultraplane.queuespecs import queue_status, queue_wire, refusal
+from ultraplane.quotas import QueueSpec, QuotaBook
 
 log = logging.getLogger("ultraplane.api.embedded")
 
@@ -70,7 +72,10 @@ class EmbeddedBackend:
         self.lock = threading.RLock()
         self.topology, preset = build_topology(settings)
         self.allocator = Allocator(self.topology)
-        self.admissions = Admissions(self.allocator)
+        # Tenant queues (--queues FILE): the core's book decides quotas, borrowing and reclaim
+        self.queues = {q.name: q for q in (
+            Settings.read_queues(settings.queues) if settings.queues else [])}
+        self.admissions = Admissions(self.allocator, quotas=QuotaBook(list(self.queues.values())))
         self.scheduler = self.admissions.scheduler
         self.reserved: dict[str, JobKey] = {}  # UltraServer -> job held back for (last cycle)
         self.reservation: tuple[tuple[str, ...], int] | None = None  # (UltraServers, priority)
@@ -339,7 +344,30 @@ class EmbeddedBackend:
 
     def fleet_summary(self) -> dict[str, Any]:
         with self.lock:
-            return self.fleet.summary(self.jobs)
+            summary = self.fleet.summary(self.jobs)
+        summary["queues"] = [{"name": q["metadata"]["name"], **q["status"]}
+                             for q in self.tenant_queues()]
+        return summary
+
+    def tenant_queues(self) -> list[dict[str, Any]]:
+        """Every queue of `--queues`, its spec and what the core counts against it now."""
+        book = self.admissions.quotas
+        if book is None or not self.queues:
+            return []
+        with self.lock:
+            pending: dict[str | None, int] = {}
+            for queued in self.scheduler.queued():
+                name = book.queue_of(queued)
+                pending[name] = pending.get(name, 0) + 1
+            admitted: dict[str | None, int] = {}
+            for running in self.scheduler.running().values():
+                name = book.queue_of(running)
+                admitted[name] = admitted.get(name, 0) + 1
+            return [{"apiVersion": "ultraplane.dev/v1alpha1", "kind": "TenantQueue",
+                     "metadata": {"name": name}, "spec": queue_wire(spec),
+                     "status": queue_status(book, name, pending=pending.get(name, 0),
+                                            admitted=admitted.get(name, 0))}
+                    for name, spec in sorted(self.queues.items())]
 
     def _find(self, kind: JobKind, namespace: str, name: str) -> JobState:
         job = self.jobs.get(self._names.get((kind, namespace, name), ""))
@@ -390,6 +418,7 @@ class EmbeddedBackend:
             # Everything derived from the spec is built before anything is written or
             # registered, so a spec that cannot be read fails here and leaves no trace.
             _ = job.queued, job.requests, job.priority, job.preemptible
+            refuse_queue(self.queues, namespace, spec.queue_name, job.priority)
             row, resource = job.to_values(), job.resource()
             try:
                 with self.engine.begin() as conn:
@@ -535,6 +564,20 @@ class EmbeddedBackend:
 
     def day(self, t_s: float) -> str:
         return day_of(t_s)
+
+
+def refuse_queue(queues: Mapping[str, QueueSpec], namespace: str, queue: str | None,
+                 priority: int) -> None:
+    """A job its queue would never admit is refused at create, with the core's reason: 403 for
+    a namespace without the right to the queue, 422 for an unknown queue or a priority above
+    the queue's maximum."""
+    why = refusal(queues, namespace, queue, priority)
+    if why is None:
+        return
+    if why.startswith("namespace "):
+        raise ApiError(403, "Forbidden", "spec.queueName", why)
+    field = "spec.priority" if why.startswith("priority ") else "spec.queueName"
+    raise ApiError(422, "Invalid", field, why)
 
 
 def already_exists(kind: str, namespace: str, name: str) -> ApiError:

@@ -98,6 +98,7 @@ class KubernetesBackend:
         self.priorities: dict[JobKey, int] = {}
         self.reservation: tuple[tuple[str, ...], int] | None = None  # (UltraServers, priority)
         self.phases: dict[tuple[str, str], int] = {}
+        self.queue_objects: list[dict[str, Any]] = []  # TenantQueues, as of the last poll
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._error = "not polled yet"
@@ -130,6 +131,7 @@ class KubernetesBackend:
     # -- the snapshot ------------------------------------------------------------------------
     def poll(self) -> None:
         """Rebuild the fleet snapshot from the cluster and write accounting rows."""
+        self.queue_objects = self.tenant_queues()
         servers = _items(self.custom.list_cluster_custom_object(GROUP, VERSION, "ultraservers"))
         jobs = [
             (kind, obj)
@@ -250,6 +252,8 @@ class KubernetesBackend:
             "utilization": (sum(v.utilization * v.chips for v in views) /
                             max(1, sum(v.chips for v in views))),
             "jobs": dict(self.phases),
+            "queues": [{"name": q["metadata"]["name"], **(q.get("status") or {})}
+                       for q in self.queue_objects],
         }
 
     def _resource(self, kind: JobKind, obj: dict[str, Any]) -> JobResource:
@@ -288,9 +292,31 @@ class KubernetesBackend:
         return self._resource(kind, obj)
 
     # -- writes ------------------------------------------------------------------------------
+    def tenant_queues(self) -> list[dict[str, Any]]:
+        """The cluster's TenantQueues as the operator last wrote their statuses."""
+        try:
+            items = _items(self.custom.list_cluster_custom_object(GROUP, VERSION, "tenantqueues"))
+        except Exception as exc:  # the CRD is not installed (404), or the API is down
+            if getattr(exc, "status", None) == 404:
+                return []
+            raise
+        return sorted(items, key=lambda q: str(q.get("metadata", {}).get("name")))
+
     def create_job(
         self, kind: JobKind, namespace: str, name: str, spec: JobSpec, labels: dict[str, str]
     ) -> JobResource:
+        from ultraplane.api.embedded import refuse_queue
+
+        from ultraplane.queuespecs import InvalidQueueError, queue_spec
+
+        queues = {}
+        for queue in self.tenant_queues():
+            qname = str(queue["metadata"]["name"])
+            try:
+                queues[qname] = queue_spec(qname, queue.get("spec") or {})
+            except InvalidQueueError:
+                continue  # the operator does not use it either
+        refuse_queue(queues, namespace, spec.queue_name, spec.priority)
         body = {
             "apiVersion": f"{GROUP}/{VERSION}", "kind": kind,
             "metadata": {"name": name, "labels": labels},

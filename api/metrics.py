@@ -37,6 +37,19 @@ class FleetCollector(Collector):
         for name, (doc, key) in simple.items():
             if key in data:
                 yield GaugeMetricFamily(name, doc, value=float(data[key]))
+        per_queue = {
+            "usedChips": ("ultraplane_queue_used_chips", "Chips a tenant queue's jobs hold."),
+            "borrowedChips": ("ultraplane_queue_borrowed_chips",
+                              "Chips a tenant queue holds above its nominal quota."),
+            "nominalChips": ("ultraplane_queue_nominal_chips", "A tenant queue's nominal chips."),
+            "pendingJobs": ("ultraplane_queue_pending_jobs", "Jobs waiting in a tenant queue."),
+            "admittedJobs": ("ultraplane_queue_admitted_jobs", "Jobs holding a queue's chips."),
+        }
+        for key, (name, doc) in per_queue.items():
+            family = GaugeMetricFamily(name, doc, labels=["queue"])
+            for queue in data.get("queues", []):
+                family.add_metric([str(queue["name"])], float(queue.get(key) or 0))
+            yield family
         phases = GaugeMetricFamily("ultraplane_jobs", "Jobs by kind and phase.", labels=["kind", "phase"])
         for (kind, phase), count in sorted(data.get("jobs", {}).items()):
             phases.add_metric([kind, phase], float(count))

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -69,6 +69,35 @@ class Settings(BaseSettings):
         "Wall seconds a client may take to send a request's headers and body."))
     max_body_bytes: int = Field(default=1 << 20, ge=1024, le=1 << 30,
                                 description="Larger request bodies get 413.")
+
+    queues: str | None = Field(
+        default=None, description="Embedded fleet: a YAML list of tenant queues (each a name "
+        "and the fields of a TenantQueue spec), the same file as `ultraplane simulate --queues`.")
+
+    @field_validator("queues")
+    @classmethod
+    def _queues_file(cls, value: str | None) -> str | None:
+        if value is not None:
+            cls.read_queues(value)
+        return value
+
+    @staticmethod
+    def read_queues(path: str) -> list[Any]:
+        """The queues of a `--queues` file, or ValueError with one sentence."""
+        import yaml
+
+        from ultraplane.queuespecs import InvalidQueueError, queue_specs
+
+        try:
+            data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise ValueError(f"cannot read {path}: {exc.strerror or exc}") from None
+        except (yaml.YAMLError, UnicodeDecodeError) as exc:
+            raise ValueError(f"{path} is not valid YAML: {str(exc).splitlines()[0]}") from None
+        try:
+            return queue_specs(data)
+        except InvalidQueueError as exc:
+            raise ValueError(f"{path}: {exc}") from None
 
     @field_validator("fleet")
     @classmethod

@@ -16,7 +16,8 @@ from pydantic import ValidationError
 from ultraplane.quotas import QueueSpec, QuotaBook
 from ultraplane.resources.tenantqueues import TenantQueueSpec
 
-__all__ = ["InvalidQueueError", "queue_spec", "queue_status"]
+__all__ = ["InvalidQueueError", "queue_spec", "queue_specs", "queue_status", "queue_wire",
+           "refusal"]
 
 
 class InvalidQueueError(ValueError):
@@ -57,3 +58,50 @@ def queue_status(book: QuotaBook, name: str, *, pending: int, admitted: int,
     if generation is not None:
         status["observedGeneration"] = generation
     return status
+
+
+def queue_specs(data: Any) -> list[QueueSpec]:
+    """A list of queues, each its `name` and the fields of a TenantQueue's spec (the YAML of
+    `ultraplane serve --queues FILE`); InvalidQueueError names the entry and the field."""
+    if not isinstance(data, list):
+        raise InvalidQueueError("the queues must be a YAML list, each entry a name and the "
+                                "fields of a TenantQueue spec")
+    specs: list[QueueSpec] = []
+    for i, entry in enumerate(data, start=1):
+        if not isinstance(entry, Mapping) or not isinstance(entry.get("name"), str):
+            raise InvalidQueueError(f"queue {i}: expected a mapping with a name")
+        fields = {k: v for k, v in entry.items() if k != "name"}
+        specs.append(queue_spec(str(entry["name"]), fields))
+    names = [s.name for s in specs]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise InvalidQueueError(f"queue {twice[0]} is listed twice")
+    return specs
+
+
+def refusal(queues: Mapping[str, QueueSpec], namespace: str, queue: str | None,
+            priority: int) -> str | None:
+    """Why a job of `namespace` naming `queue` (None: its namespace's default) at `priority`
+    may not be created, or None: the check an API runs before it accepts a job, with the same
+    rules the core's cycle applies (`QueueSpec.admits`)."""
+    if queue is None:
+        defaults = sorted(q.name for q in queues.values() if namespace in q.default_for)
+        if not defaults:
+            return None
+        queue = defaults[0]
+    spec = queues.get(queue)
+    if spec is None:
+        return f"queue {queue} does not exist"
+    return spec.admits(namespace, priority)
+
+
+def queue_wire(spec: QueueSpec) -> dict[str, Any]:
+    """A `QueueSpec` as the wire form of a TenantQueue's spec (unset fields left out)."""
+    wire: dict[str, Any] = {
+        "nominal": dict(spec.nominal), "cohort": spec.cohort,
+        "borrowingLimit": spec.borrowing_limit, "lendingLimit": spec.lending_limit,
+        "weight": spec.weight, "reclaimWithinCohort": spec.reclaim_within_cohort,
+        "withinQueue": spec.within_queue, "maxPriority": spec.max_priority,
+        "namespaces": list(spec.namespaces) if spec.namespaces is not None else None,
+        "defaultFor": list(spec.default_for)}
+    return {k: v for k, v in wire.items() if v is not None}
