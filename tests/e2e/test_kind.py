@@ -146,6 +146,53 @@ def test_the_examples_are_admitted_run_succeed_and_give_their_chips_back(release
                last=lambda: str(free_chips(release, fleet)))
 
 
+def test_a_tenant_queue_applied_with_kubectl_admits_within_its_quota_and_holds_the_rest(
+        release: Kind) -> None:
+    # A 16-chip quota, the default queue of its namespace: of two 16-chip jobs, one runs and
+    # one waits with the queue's reason in its status.
+    release.kc("apply", "-f", str(EXAMPLES / "fleet-gen2.yaml"))
+    ns, queue = "quota-e2e", "quota-e2e"
+    release.kc("create", "namespace", ns)
+    try:
+        release.apply(f"""
+apiVersion: ultraplane.dev/v1alpha1
+kind: TenantQueue
+metadata: {{name: {queue}}}
+spec:
+  nominal: {{trn3-gen2: 16}}
+  namespaces: [{ns}]
+  defaultFor: [{ns}]
+""")
+        for name in ("first", "second"):
+            release.apply(f"""
+apiVersion: ultraplane.dev/v1alpha1
+kind: TrainingJob
+metadata: {{name: {name}}}
+spec:
+  chips: 16
+  topology: {{requiredLevel: ultraserver}}
+  work: {{durationSeconds: 86400}}
+""", "-n", ns)
+
+        def decided() -> dict[str, dict[str, Any]] | None:
+            by = {j["metadata"]["name"]: j.get("status") or {}
+                  for j in release.items("trainingjobs", "-n", ns)}
+            phases = sorted(s.get("phase") or "" for s in by.values())
+            return by if phases in (["Admitted", "Pending"], ["Pending", "Running"]) and any(
+                s.get("reason") == "NoQuota" for s in by.values()) else None
+        by = wait_until("one job admitted, one held by its quota", decided, timeout=180,
+                        last=lambda: str(release.items("trainingjobs", "-n", ns)))
+        held = next(s for s in by.values() if s.get("phase") == "Pending")
+        assert f"queue {queue}" in held["message"] and "16 chips" in held["message"]
+        status = wait_until("the queue's status", lambda: (lambda s: s if s.get(
+            "usedChips") == 16 and s.get("pendingJobs") == 1 else None)(
+            release.get("tenantqueue", queue).get("status") or {}), timeout=120)
+        assert status["nominalChips"] == 16 and status["borrowedChips"] == 0
+    finally:
+        release.kc("delete", "namespace", ns, "--wait", timeout=300, check=False)
+        release.kc("delete", "tenantqueue", queue, "--ignore-not-found", check=False)
+
+
 def finish_the_examples(release: Kind) -> None:
     applied = jobs(release)
     assert {j["metadata"]["name"] for j in applied} >= {"finetune-8b", "pretrain-405b", "chat-70b"}
