@@ -122,6 +122,13 @@ class Ledger:
         if self.power_w > self.peak_w:
             self.peak_w = self.power_w
 
+    def adjust(self, delta_w: float) -> None:
+        """Change the fleet's draw without changing occupancy (a power cap moved, an
+        UltraServer powered down or woke); call `advance` first."""
+        self.power_w += delta_w
+        if self.power_w > self.peak_w:
+            self.peak_w = self.power_w
+
     def occupancy(self, order: Sequence[str]) -> list[float]:
         """Busy fraction of each UltraServer, in `order`."""
         return [self.busy_of[n] / self.shape.chips_of[n] for n in order]

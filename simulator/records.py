@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from ultraplane.simulator.powerside import PowerFigures
     from ultraplane.simulator.tenants import TenantFigures
 
 
@@ -74,6 +75,7 @@ class ReplayResult:
     series: Series = field(default_factory=Series)
     heat_t: list[float] = field(default_factory=list)
     heat: list[list[float]] = field(default_factory=list)
+    power: PowerFigures | None = None  # with budgets or power-down (simulator/powerside.py)
     energy_kwh: float = 0.0
     busy_chip_s: float = 0.0
     peak_power_w: float = 0.0

@@ -30,6 +30,7 @@ from ultraplane.simulator.models import (
     spread_slowdown,
     training_step,
 )
+from ultraplane.simulator.powerside import PowerSide
 from ultraplane.simulator.records import JobRecord, ReplayResult, Series
 from ultraplane.simulator.tenants import TenantLedger
 from ultraplane.simulator.traces import TraceJob
@@ -38,6 +39,7 @@ from ultraplane.admissions import Admissions, Failed, Replaced
 from ultraplane.allocator import Allocator, NoFit, Placement, PlacementRequest
 from ultraplane.ids import ChipId, JobKey
 from ultraplane.placements import request_from_topology
+from ultraplane.powerbudgets import BudgetSpec
 from ultraplane.queueorder import DEFAULT_STRETCH, QueueOrder
 from ultraplane.quotas import QueueSpec, QuotaBook
 from ultraplane.resources.trainingjobs import FailurePolicy
@@ -68,8 +70,15 @@ class ReplayConfig:
     # is off (one shared queue, as without tenants).
     queues: tuple[QueueSpec, ...] | None = None
     enforce_quotas: bool = True
+    # Power (ultraplane.powerbook): budgets enforced at admission, capping instead of refusing,
+    # and UltraServers idle this long powered down (0: never). No budget and 0: today's replay.
+    power_budgets: tuple[BudgetSpec, ...] = ()
+    power_capping: bool = True
+    idle_power_down_s: float = 0.0
 
     def __post_init__(self) -> None:
+        if self.idle_power_down_s < 0:
+            raise ValueError("idle power-down must be 0 (off) or positive seconds")
         if self.policy not in POLICIES:
             raise ValueError(f"policy must be one of {', '.join(POLICIES)}, got {self.policy!r}")
         for policy in (self.failure_policy, *(p for _, p in self.failure_policies)):
@@ -82,8 +91,9 @@ class ReplayConfig:
 class _Run:
     """A job's mutable state across attempts."""
 
-    __slots__ = ("attempt_start", "chips", "end_token", "extra_w", "job", "per_us", "placement",
-                 "rate", "record", "restarts", "saved", "started_once", "util")
+    __slots__ = ("attempt_start", "busy_w", "cap", "chips", "delay", "end_token", "extra_w", "job",
+                 "per_us", "placement", "rate", "record", "restarts", "saved", "seg_t", "speed",
+                 "started_once", "util", "v", "v_needed")
 
     def __init__(self, job: TraceJob, chips: int, record: JobRecord) -> None:
         self.job, self.chips, self.record = job, chips, record
@@ -97,6 +107,11 @@ class _Run:
         self.started_once = False
         self.placement: Placement | None = None
         self.per_us: dict[str, int] = {}
+        # Power: an attempt runs on a virtual clock that advances at `speed` (1.0 uncapped);
+        # `v` is its virtual seconds at `seg_t`, `v_needed` what it needs (wake delay included)
+        self.speed, self.v, self.seg_t, self.v_needed, self.delay = 1.0, 0.0, 0.0, 0.0, 0.0
+        self.cap: float | None = None
+        self.busy_w: dict[str, float] = {}
 
 
 class Replay:
@@ -110,12 +125,22 @@ class Replay:
         self.allocator = Allocator(topology, policy=config.policy)  # type: ignore[arg-type]
         book = (QuotaBook(list(config.queues)) if config.queues is not None
                 and config.enforce_quotas else None)
-        self.admissions = Admissions(self.allocator, preemption=True,
-                                     reservation=config.reservation,
-                                     order=QueueOrder(stretch=config.queue_stretch), quotas=book)
-        self.scheduler = self.admissions.scheduler
         self.engine = Engine(seed=config.seed, start=min((j.submit_s for j in jobs), default=0.0))
         self.ledger = Ledger(self.shape, start=self.engine.now)
+        self.power = (PowerSide(config.power_budgets, self.shape, self.ledger,
+                                capping=config.power_capping,
+                                idle_power_down_s=config.idle_power_down_s)
+                      if config.power_budgets or config.idle_power_down_s else None)
+        self.admissions = Admissions(self.allocator, preemption=True,
+                                     reservation=config.reservation,
+                                     order=QueueOrder(stretch=config.queue_stretch), quotas=book,
+                                     power=self.power.book if self.power is not None else None)
+        if self.power is not None:
+            self.power.bind(self.allocator, self.engine.now)
+        self._power_at: float | None = None  # the power event scheduled next
+        self._down_seen: frozenset[str] = frozenset()  # powered down after the last instant
+        self._capped_runs: set[str] = set()
+        self.scheduler = self.admissions.scheduler
         span = max((j.submit_s + j.duration_s for j in jobs), default=0.0) - self.engine.now
         self.tenants = (TenantLedger(config.queues, self.engine.now, sample_s=max(span / 500, 1.0))
                         if config.queues is not None else None)
@@ -172,11 +197,15 @@ class Replay:
             self.ledger.advance(t)
             if self.tenants is not None:
                 self.tenants.advance(t)
+            if self.power is not None:
+                self.power.advance(t, *self._capped())
             dirty = False
             for _, ev in batch:
                 dirty |= self._handle(ev, t)
             if dirty and self._worth_a_cycle():
                 self._cycle(t)
+            if self.power is not None:
+                self._power(t, dirty)
             self.series.add(t, self.ledger.busy, self.ledger.power_w,
                             len(self.backlog) + len(self._waiting))
             if self._remaining == 0 or self._stuck():
@@ -197,6 +226,9 @@ class Replay:
             self.result.heat.append(self.ledger.occupancy(self.shape.names))
             if self._remaining and not self._stuck():
                 self.engine.schedule(t + self._tick_s, TICK, Event("tick"))
+            return False
+        if kind == "power":
+            self._power_at = None
             return False
         if kind in ("fail", "repair"):
             hit = self.faults.apply(ev, t, active=self._remaining > 0 and not self._stuck())
@@ -252,6 +284,10 @@ class Replay:
             queue=job.tenant if self.admissions.quotas is not None else None))
         if self.tenants is not None and job.tenant is not None:
             self.tenants.wait(job.job_id, job.tenant, chips)
+        if self.power is not None:
+            busy = (self.a.busy_utilization if job.kind == "training"
+                    else self.a.memory_bound_activity)
+            self.power.describe(job.job_id, job.kind, job.precision, busy)
         if self._one_priority:
             self.backlog.add(queued)
         else:  # preemption needs every waiting job in front of the Scheduler
@@ -391,15 +427,71 @@ class Replay:
         run.extra_w = self.ledger.job_watts(run.per_us, run.util, job.precision, a)
         self.ledger.occupy(run.per_us, run.extra_w, +1)
         run.attempt_start = t
+        run.speed, run.v, run.seg_t, run.cap, run.delay = 1.0, 0.0, t, None, 0.0
+        if self.power is not None:
+            run.delay = self.power.wake_delay(run.per_us, t)
+            run.busy_w = {n: self.shape.hardware_of[n].chip_power(run.util, job.precision, a)
+                          for n in run.per_us}
         if not run.started_once:
             run.started_once = True
             run.record.start_s = t
         run.record.ultraservers = len(placement.ultraservers)
         run.record.max_ultraservers = max(run.record.max_ultraservers, len(placement.ultraservers))
         self.result.placements.append((job.job_id, t, "start", placement.chip_ids))
-        end = t + self._wall_needed(run)
+        run.v_needed = run.delay + self._wall_needed(run)
+        end = t + run.v_needed
         run.end_token = self.engine.schedule(end, END, Event("end", job.job_id))
         self.admissions.expect_end(JobKey(job.job_id), end)  # the replay knows it exactly
+
+    # -- power -------------------------------------------------------------------------
+    def _capped(self) -> tuple[int, float]:
+        """(chips, watts over idle) of the jobs running under a cap."""
+        runs = [self.runs[k] for k in self._capped_runs]
+        return sum(r.chips for r in runs), sum(r.extra_w for r in runs)
+
+    def _power(self, t: float, dirty: bool) -> None:
+        """Execute the core's power decisions at `t`: wakes and power-downs, the caps after a
+        change of the running set, then a power.csv row and the next power-down event."""
+        side = self.power
+        assert side is not None
+        side.states_changed(self._down_seen, t)
+        if dirty:
+            for key, cap in side.book.caps().items():
+                run = self.runs.get(key)
+                if run is not None and run.cap != cap:
+                    self._recap(run, t, cap)
+        self._down_seen = side.book.states.down()
+        extra: dict[str, float] = {}
+        if not side._fleetwide:
+            for key in self.admissions.running():
+                run = self.runs[key]
+                for n, k in run.per_us.items():
+                    extra[n] = extra.get(n, 0.0) + run.extra_w * k / run.chips
+        side.record(t, side.budget_draw(extra))
+        due = side.book.states.next_due()
+        if (due is not None and self._remaining and not self._stuck()
+                and (self._power_at is None or due < self._power_at)):
+            self._power_at = max(due, t)
+            self.engine.schedule(self._power_at, TICK, Event("power"))
+
+    def _recap(self, run: _Run, t: float, cap: float | None) -> None:
+        """A running job's cap moved: close its segment, change its draw and speed."""
+        assert self.power is not None
+        speed, extra = self.power.speed_and_extra(run.per_us, run.busy_w, cap)
+        dt = t - run.seg_t
+        idle = sum(self.shape.hardware_of[n].idle_watts * k for n, k in run.per_us.items())
+        run.record.energy_kwh += (run.extra_w + idle) * dt / 3.6e6
+        run.v += dt * run.speed
+        self.ledger.adjust(extra - run.extra_w)
+        run.extra_w, run.speed, run.cap, run.seg_t = extra, speed, cap, t
+        if cap is None:
+            self._capped_runs.discard(run.job.job_id)
+        else:
+            self._capped_runs.add(run.job.job_id)
+        self.engine.cancel(run.end_token)
+        end = t + max(run.v_needed - run.v, 0.0) / speed
+        run.end_token = self.engine.schedule(end, END, Event("end", run.job.job_id))
+        self.admissions.expect_end(JobKey(run.job.job_id), end)
 
     def _restart_cost(self, run: _Run) -> float:
         return self.a.restart_cost_s if run.restarts else 0.0
@@ -417,7 +509,7 @@ class Replay:
         self.engine.cancel(run.end_token)
         self._account(run, t)
         if run.job.kind == "training":
-            worked = t - run.attempt_start - self._restart_cost(run)
+            worked = run.v + (t - run.seg_t) * run.speed - run.delay - self._restart_cost(run)
             done = checkpointed_s(worked, self.cfg.checkpoint_interval_s,
                                   self.a.checkpoint_cost_s) * run.rate
             run.saved = min(run.saved + done, run.job.duration_s)
@@ -428,9 +520,10 @@ class Replay:
 
     def _account(self, run: _Run, t: float) -> None:
         busy_w = run.extra_w + sum(self.shape.hardware_of[n].idle_watts * k for n, k in run.per_us.items())
-        run.record.energy_kwh += busy_w * (t - run.attempt_start) / 3.6e6
+        run.record.energy_kwh += busy_w * (t - run.seg_t) / 3.6e6
         self._running_n -= 1
         self.ledger.occupy(run.per_us, run.extra_w, -1)
+        self._capped_runs.discard(run.job.job_id)
         if self.tenants is not None and run.job.tenant is not None:
             self.tenants.release(run.job.tenant, run.chips)
 
@@ -500,3 +593,6 @@ class Replay:
         self.result.t_end = t
         if self.tenants is not None:
             self.result.tenants = self.tenants.close(t, ())
+        if self.power is not None:
+            self.power.advance(t, *self._capped())
+            self.result.power = self.power.figures

@@ -236,29 +236,51 @@ class PowerBook:
         The caps are kept: `predicted` and `status` use them."""
         caps: dict[JobKey, float | None] = dict.fromkeys(self._jobs)
         for name in sorted(self.specs, key=lambda n: len(self._members.get(n, ()))):
-            watts = self.specs[name].watts
-            if self.predicted(name, caps) <= watts:
-                continue
+            spec, members = self.specs[name], self._members[name]
+            room = spec.watts - self._base(name)
             inside = self._inside(name)
+            # per job: (chips, uncapped per chip, floor, idle, cap_min, peak) on each member
+            rows = {h.key: [(n, self._per_chip(spec, h, us, None), self._floor(h, us),
+                             self._chip[us].idle, self._chip[us].cap_min, self._chip[us].peak)
+                            for us, n in h.per_us.items() if us in members] for h in inside}
+            draws = {h.key: _draw(rows[h.key], caps[h.key]) for h in inside}
+            if sum(draws.values()) <= room:
+                continue
             for priority in sorted({h.priority for h in inside}):
                 group = [h for h in inside if h.priority == priority]
-                trial = dict(caps)
-                for h in group:
-                    trial[h.key] = self._lowest_cap(h, caps.get(h.key), 0.0)
-                if self.predicted(name, trial) > watts:
-                    caps = trial  # every job of this priority at its floor; next priority up
+                keys = {h.key for h in group}
+                others = sum(d for k, d in draws.items() if k not in keys)
+                # per job: (key, peak, floor, current cap, rows), so a trial share costs one pass
+                shape = [(h.key, self._chip[next(iter(h.per_us))].peak,
+                          self._floor(h, next(iter(h.per_us))), caps[h.key], rows[h.key])
+                         for h in group]
+
+                def at(share: float, shape: list[_Shape] = shape) -> dict[JobKey, float | None]:
+                    out: dict[JobKey, float | None] = {}
+                    for key, peak, floor, current, _ in shape:
+                        cap = max(share * peak, floor)
+                        if current is not None and current < cap:
+                            cap = current
+                        out[key] = None if cap >= peak else cap
+                    return out
+
+                def total(share: float, shape: list[_Shape] = shape) -> float:
+                    return sum(_draw(r, c) for r, c in zip((s[4] for s in shape),
+                                                           at(share).values(), strict=True))
+
+                if others + total(0.0) > room:  # all of this priority at its floor, next up
+                    floor = at(0.0)
+                    caps.update(floor)
+                    draws.update({k: _draw(rows[k], c) for k, c in floor.items()})
                     continue
-                lo, hi = 0.0, 1.0  # share of peak: trial at lo fits, at hi does not
-                for _ in range(30):
+                lo, hi = 0.0, 1.0  # share of peak: fits at lo, not at hi
+                for _ in range(16):
                     mid = (lo + hi) / 2
-                    for h in group:
-                        trial[h.key] = self._lowest_cap(h, caps.get(h.key), mid)
-                    if self.predicted(name, trial) <= watts:
+                    if others + total(mid) <= room:
                         lo = mid
                     else:
                         hi = mid
-                for h in group:
-                    caps[h.key] = self._lowest_cap(h, caps.get(h.key), lo)
+                caps.update(at(lo))
                 break
         for key, held in self._jobs.items():
             held.cap = caps[key]
@@ -309,8 +331,24 @@ class PowerBook:
                 sum(1 for us in members if self.states.is_down(us))))
         return out
 
+    def members(self, name: str) -> frozenset[str]:
+        """The UltraServers budget `name` covers (after `bind`)."""
+        return self._members.get(name, frozenset())
+
     def budgets_of(self, ultraservers: Iterable[str]) -> list[str]:
         return sorted({b for us in ultraservers for b in self._of_us.get(us, ())})
+
+
+_Row = tuple[int, float, float, float, float, float]  # chips, full, floor, idle, cap_min, peak
+_Shape = tuple[JobKey, float, float, float | None, list[_Row]]
+
+
+def _draw(rows: list[tuple[int, float, float, float, float, float]], cap: float | None) -> float:
+    """A job's draw over idle from its per-UltraServer rows under `cap` (as ChipPower.capped)."""
+    if cap is None:
+        return sum(n * (full - idle) for n, full, _, idle, _, _ in rows)
+    return sum(n * (min(full, min(max(cap, lo), peak)) - idle)
+               for n, full, _, idle, lo, peak in rows)
 
 
 def _kw(watts: float) -> str:

@@ -37,8 +37,9 @@ class PowerStates:
     def bind(self, chips: Mapping[str, int], profiles: Mapping[str, str] | None = None,
              now: float = 0.0) -> None:
         """Adopt a fleet: every UltraServer powered and idle since `now`."""
-        for us in chips:
-            self._idle_since.setdefault(us, now)
+        self._idle_since = dict.fromkeys(chips, now)
+        self._down.clear()
+        self._ready.clear()
         self._wake_s = {us: chip_power_of(p).wake_s for us, p in (profiles or {}).items()}
 
     def set_wake(self, wake_s: Mapping[str, float]) -> None:
@@ -85,6 +86,7 @@ class PowerStates:
         """When the next idle UltraServer is due to power down (None: none is)."""
         if not self.enabled:
             return None
-        times = [since + self.idle_after_s for us, since in self._idle_since.items()
+        times = [max(since + self.idle_after_s, self._ready.get(us, since))
+                 for us, since in self._idle_since.items()
                  if since is not None and us not in self._down]
         return min(times, default=None)
