@@ -135,6 +135,42 @@ def _check_out(out_dir: Path) -> None:
                                  param_hint="'--out'") from None
 
 
+def _power_budgets(value: str | None, policy: str, topology: Any) -> tuple[Any, ...]:
+    """`--power-budget`: watts, N% of the fleet's peak, or a budgets YAML file."""
+    from ultraplane.powerbudgets import BudgetSpec, budgets_from_yaml, validate_budgets
+    from ultraplane.powermodels import chip_power_of
+
+    if value is None:
+        return ()
+    hint = "'--power-budget'"
+    text = value.strip()
+    try:
+        if text.endswith((".yaml", ".yml")) or Path(text).is_file():
+            try:
+                specs = budgets_from_yaml(Path(text).read_text(encoding="utf-8"))
+            except OSError as exc:
+                raise ValueError(f"cannot read {text}: {exc.strerror}") from None
+            validate_budgets(specs, topology)
+            return tuple(specs)
+        peak = sum(chip_power_of(us.profile).peak * us.chip_count for us in topology.ultraservers)
+        number = text[:-1] if text.endswith("%") else text
+        try:
+            float(number)
+        except ValueError:
+            raise ValueError(f"{value!r} is not a number of watts") from None
+        if text.endswith("%"):
+            share = float(text[:-1])
+            if not 0 < share <= 1000:
+                raise ValueError("a percentage must be above 0 and at most 1000")
+            watts = peak * share / 100.0
+        else:
+            watts = float(text)
+        return (BudgetSpec("fleet", watts, policy=policy),)  # type: ignore[arg-type]
+    except ValueError as exc:
+        raise click.BadParameter(f"{exc} (give watts, N% of the fleet's peak, or a budgets "
+                                 "YAML file)", param_hint=hint) from None
+
+
 @click.command("simulate")
 @click.option("--fleet", help="PROFILE:COUNT, e.g. trn3-gen2:64.")
 @click.option("--cluster", "cluster_file", type=click.Path(path_type=Path, dir_okay=False),
@@ -172,14 +208,25 @@ def _check_out(out_dir: Path) -> None:
                    "lendingLimit, weight, ...; docs/queues.md); the trace's `tenant` column names "
                    "each job's queue. Without it, a trace with tenants gives each an equal "
                    "nominal share of the fleet in one cohort.")
+@click.option("--power-budget", default=None, metavar="WATTS|N%|FILE",
+              help="A fleet-wide power budget in watts, or N% of the fleet's peak draw, or a "
+                   "YAML file of nested budgets (docs/power.md). Jobs are admitted only within "
+                   "it; running jobs are capped, lowest priority first, to stay within it.")
+@click.option("--power-policy", type=click.Choice(["Peak", "Predicted", "Measured"]),
+              default="Predicted", show_default=True,
+              help="How a budget's draw is predicted (a budgets file may set its own).")
+@click.option("--idle-power-down", type=FiniteFloat(min=0, max=MAX_TIME_S), default=0.0,
+              show_default=True, metavar="SECONDS",
+              help="Power down an UltraServer idle this long (0 = off).")
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
 @log_level_option(default="warning")
 def simulate(fleet: str | None, cluster_file: Path | None, traces: tuple[Path, ...], out_dir: Path,
              policies: tuple[str, ...], chips_per_gpu: int, seed: int, failure_policy: str,
              chip_failure_rate: float, server_failure_rate: float, scripted: tuple[str, ...],
              checkpoint_interval: float, skip_bad_rows: bool, no_reservation: bool,
-             queue_stretch: float | None, no_progress: bool, queues_file: Path | None = None
-             ) -> None:
+             queue_stretch: float | None, no_progress: bool, queues_file: Path | None = None,
+             power_budget: str | None = None, power_policy: str = "Predicted",
+             idle_power_down: float = 0.0) -> None:
     """Replay a job trace offline through the core allocator and write a report."""
     from ultraplane.simulator.faults import FaultPlan
     from ultraplane.simulator.replay import ReplayConfig
@@ -215,13 +262,15 @@ def simulate(fleet: str | None, cluster_file: Path | None, traces: tuple[Path, .
                   for name in topology.profiles}
     jobs, bad = _load_traces(traces, skip_bad_rows, precisions)
     queues = _queues(queues_file, jobs, topology)
+    budgets = _power_budgets(power_budget, power_policy, topology)
     _check_out(out_dir)
     configs = [ReplayConfig(policy=p, chips_per_gpu=chips_per_gpu, seed=seed,
                             checkpoint_interval_s=checkpoint_interval,
                             failure_policy=failure_policy, faults=plan,
                             reservation=not no_reservation,
                             queue_stretch=DEFAULT_STRETCH if queue_stretch is None else queue_stretch,
-                            queues=queues)
+                            queues=queues, power_budgets=budgets,
+                            idle_power_down_s=idle_power_down)
                for p in (policies or ("ultraplane", "first-fit"))]
     show = not no_progress and sys.stderr.isatty()
     started = time.perf_counter()

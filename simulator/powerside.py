@@ -96,11 +96,11 @@ class PowerSide:
         f.energy_capped_j += self._capped_extra_w * dt
         f.powered_down_us_s += len(self.book.states.down()) * dt
         if self._last_row is not None:
-            for (name, watts), drawn in zip(f.budgets, self._last_row[1], strict=True):
-                over = drawn - watts
-                if over > 1e-6:
-                    f.seconds_over_budget += dt
-                    f.largest_excess_w = max(f.largest_excess_w, over)
+            over = max((drawn - watts for (_, watts), drawn
+                        in zip(f.budgets, self._last_row[1], strict=True)), default=0.0)
+            if over > 1e-6:  # any budget exceeded: the time counts once
+                f.seconds_over_budget += dt
+                f.largest_excess_w = max(f.largest_excess_w, over)
         self._t = t
         self._capped_chips, self._capped_extra_w = capped_chips, capped_extra_w
 

@@ -109,6 +109,10 @@ def summarize(r: ReplayResult, *, large_job_chips: int = 144, one_domain_chips: 
         out[f"useful_util_vs_{short}"] = _ratio(useful, bound.useful_utilization)
     if bounds:
         out["bounds"] = {short: b.as_dict() for short, b in bounds.items()}
+    if r.power is not None:  # power budgets or power-down: the power keys
+        from ultraplane.simulator.powerreports import power_summary
+
+        out.update(power_summary(r, sum(x.chips * x.duration_s for x in done)))
     if r.tenants is not None:  # tenant queues: per-tenant and fleet-wide fairness figures
         from ultraplane.simulator.tenants import tenant_summary
 
@@ -173,6 +177,12 @@ def write_report(out: Path, results: Sequence[ReplayResult], *, meta: dict[str, 
                for r in results}
     (out / "summary.json").write_text(json.dumps(summary, indent=2, allow_nan=False) + "\n")
     write_tables(out, results)
+    from ultraplane.simulator.powerreports import write_power_csv
+
+    for r in results:  # one power.csv (the first policy run under budgets)
+        if r.power is not None:
+            write_power_csv(out / "power.csv", r)
+            break
     # matplotlib and Jinja2 only when writing a report
     from ultraplane.simulator import plots, reportpages
 
