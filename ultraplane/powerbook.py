@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Final
 
 from ultraplane.allocator import Allocator, NoFit, Placement
 from ultraplane.ids import JobKey
@@ -37,7 +38,7 @@ from ultraplane.powerstates import PowerStates
 
 __all__ = ["NO_POWER", "BudgetStatus", "JobPower", "PowerBook"]
 
-NO_POWER = "NoPower"  # the NoFit kind of a job no budget covering its chips has headroom for
+NO_POWER: Final = "NoPower"  # the NoFit kind of a job no budget covering its chips has headroom for
 DEFAULT_ACTIVITY = 0.9  # a job's utilisation when its adapter does not say (simulator's busy)
 
 
