@@ -154,6 +154,13 @@ def write_plots(out: Path, results: Sequence[ReplayResult], meta: dict[str, Any]
             ax.axhline(idle_kw, color="grey", ls=":", lw=1, label=f"all idle ({idle_kw:,.0f} kW)")
         if peak_kw:
             ax.axhline(peak_kw, color="black", ls="--", lw=1, label=f"all at peak ({peak_kw:,.0f} kW)")
+        drawn: set[tuple[str, float]] = set()
+        for r in results:  # every power budget's line (simulator/powerside.py)
+            for name, watts in (r.power.budgets if r.power is not None else []):
+                if (name, watts) not in drawn:
+                    drawn.add((name, watts))
+                    ax.axhline(watts / 1e3, color="#c0392b", ls="-.", lw=1,
+                               label=f"budget {name} ({watts / 1e3:,.0f} kW)")
 
     most_queued = max((max(r.series.queued, default=0) for r in results), default=0)
 
@@ -186,6 +193,9 @@ def write_plots(out: Path, results: Sequence[ReplayResult], meta: dict[str, Any]
     from ultraplane.simulator.tenants import tenant_plots
 
     figures += [Figure(title, name) for name, title in tenant_plots(out, results, t0, unit, label)]
+    from ultraplane.simulator.powerreports import energy_plot
+
+    figures += [Figure(title, name) for name, title in energy_plot(out, results)]
     return figures
 
 

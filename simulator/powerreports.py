@@ -8,6 +8,7 @@ capped energy, when a budget counts as exceeded) belong next to each other, in o
 from __future__ import annotations
 
 import csv
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -51,3 +52,33 @@ def write_power_csv(path: Path, r: ReplayResult) -> None:
         w.writerow(["t_s", "fleet_w", *(f"budget_{name}_w" for name, _ in f.budgets)])
         for t, fleet, budgets in f.rows:
             w.writerow([f"{t:.3f}", f"{fleet:.1f}", *(f"{b:.1f}" for b in budgets)])
+
+
+def energy_plot(out: Path, results: Sequence[ReplayResult]) -> list[tuple[str, str]]:
+    """energy.png: each policy's energy split into idle, active (uncapped) and capped, for
+    runs under budgets or power-down; [(file, title)] or [] when no run had any."""
+    runs = [r for r in results if r.power is not None]
+    if not runs:
+        return []
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 0.6 + 0.5 * len(runs)), dpi=110)
+    for i, r in enumerate(runs):
+        f = r.power
+        assert f is not None
+        idle = f.energy_idle_j / 3.6e9
+        capped = f.energy_capped_j / 3.6e9
+        active = max(r.energy_kwh / 1e3 - idle - capped, 0.0)
+        left = 0.0
+        for value, colour, label in ((idle, "#bbbbbb", "idle"), (active, "#2e86de", "active"),
+                                     (capped, "#e67e22", "capped")):
+            ax.barh(i, value, left=left, color=colour, label=label if i == 0 else None)
+            left += value
+    ax.set_yticks(range(len(runs)), [r.policy for r in runs])
+    ax.set_xlabel("MWh")
+    ax.legend(loc="lower right", fontsize=9)
+    ax.set_title("Energy: idle, active and capped", fontsize=11)
+    fig.tight_layout()
+    fig.savefig(out / "energy.png")
+    plt.close(fig)
+    return [("energy.png", "Energy: idle, active and capped")]
