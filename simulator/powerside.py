@@ -49,8 +49,6 @@ class PowerSide:
         self._chip: dict[str, ChipPower] = {}
         self._fleetwide = all(b.whole_fleet for b in budgets)
         self._t = ledger.t
-        self._capped_chips = 0
-        self._capped_extra_w = 0.0
         self._last_row: tuple[float, tuple[float, ...]] | None = None
 
     def bind(self, allocator: Any, now: float) -> None:
@@ -92,8 +90,9 @@ class PowerSide:
             return
         f = self.figures
         f.energy_idle_j += self._floor() * dt
-        f.capped_chip_s += self._capped_chips * dt
-        f.energy_capped_j += self._capped_extra_w * dt
+        # what the caller passes held since the last instant (nothing changes between two)
+        f.capped_chip_s += capped_chips * dt
+        f.energy_capped_j += capped_extra_w * dt
         f.powered_down_us_s += len(self.book.states.down()) * dt
         if self._last_row is not None:
             over = max((drawn - watts for (_, watts), drawn
@@ -102,7 +101,6 @@ class PowerSide:
                 f.seconds_over_budget += dt
                 f.largest_excess_w = max(f.largest_excess_w, over)
         self._t = t
-        self._capped_chips, self._capped_extra_w = capped_chips, capped_extra_w
 
     def _floor(self) -> float:
         down = self.book.states.down()

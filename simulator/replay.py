@@ -140,6 +140,7 @@ class Replay:
         self._power_at: float | None = None  # the power event scheduled next
         self._down_seen: frozenset[str] = frozenset()  # powered down after the last instant
         self._capped_runs: set[str] = set()
+        self._settled_peak = self.ledger.power_w
         self.scheduler = self.admissions.scheduler
         span = max((j.submit_s + j.duration_s for j in jobs), default=0.0) - self.engine.now
         self.tenants = (TenantLedger(config.queues, self.engine.now, sample_s=max(span / 500, 1.0))
@@ -468,6 +469,10 @@ class Replay:
                 for n, k in run.per_us.items():
                     extra[n] = extra.get(n, 0.0) + run.extra_w * k / run.chips
         side.record(t, side.budget_draw(extra))
+        # the fleet's peak as settled at the end of an instant: a job admitted and capped at
+        # the same instant never drew its uncapped power
+        self._settled_peak = max(self._settled_peak, self.ledger.power_w)
+        self.ledger.peak_w = self._settled_peak
         due = side.book.states.next_due()
         if (due is not None and self._remaining and not self._stuck()
                 and (self._power_at is None or due < self._power_at)):
