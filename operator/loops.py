@@ -269,9 +269,7 @@ class AdmissionLoop:
         decided = loop.time()
         outbox.reserved = decisions.held_for()
         for victim in decisions.preempted:
-            outbox.put(victim.key, Transition(
-                "preempt", "Preempted",
-                f"Preempted by higher-priority job {victim.by}; requeued."))
+            outbox.put(victim.key, Transition("preempt", "Preempted", victim.message))
         for failed in decisions.failed:
             outbox.put(failed.key, Transition("fail", failed.reason, failed.message))
         now = loop.time()

@@ -47,6 +47,7 @@ from ultraplane.decisions import (
     Requeued,
     Reserved,
     Restarted,
+    preempted_message,
 )
 from ultraplane.ids import ChipId, JobKey
 from ultraplane.powerbook import PowerBook
@@ -230,6 +231,20 @@ class Admissions:
         estimates it from progress and work), for EASY backfilling and SplitWhenItPays."""
         self.scheduler.expect_end(key, end)
 
+    def _why_preempted(self, victim: QueuedJob | None, by: JobKey) -> str:
+        """The victim's status message: a reclaim names both queues, so a team whose
+        borrowed chips were taken back reads why, not that someone outranked it."""
+        book = self.quotas
+        preemptor = self.scheduler.running().get(by)
+        if book is None or not book.active or preemptor is None:
+            return preempted_message(by)
+        theirs = book.queue_of(preemptor)
+        mine = book.queue_of(victim) if victim is not None else None
+        if theirs is None or mine is None or theirs == mine:
+            return preempted_message(by)
+        return (f"Preempted: queue {theirs} reclaimed its nominal chips for job {by} from "
+                f"queue {mine}, which was borrowing them; requeued.")
+
     def cycle(self, now: float, launch_budget: int | None = None) -> Decisions:
         """Trigger: run one scheduling cycle and say what follows from it (`now`: the caller's
         clock, required so no adapter runs without the predictions: EASY backfill by predicted
@@ -238,7 +253,11 @@ class Admissions:
         its written status stays as it is, and it keeps its place in the positions."""
         result = self.scheduler.cycle(now, launch_budget)
         decisions = Decisions()
-        decisions.preempted = [Preempted(v, by) for v, by in result.preempted]
+        requeued = ({j.key: j for j in self.scheduler.queued()}
+                    if result.preempted and self.quotas is not None and self.quotas.active
+                    else {})
+        decisions.preempted = [Preempted(v, by, self._why_preempted(requeued.get(v), by))
+                               for v, by in result.preempted]
         decisions.admitted = [Admitted(k, (p,), message=result.notes.get(k, ""))
                               for k, p in result.admitted]
         decisions.admitted += [Admitted(k, ps, True) for k, ps in result.admitted_replicas]

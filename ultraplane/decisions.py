@@ -65,6 +65,15 @@ class Preempted:
 
     key: JobKey
     by: JobKey
+    message: str = ""  # why, in words (the status message); `preempted_message` if empty
+
+    def __post_init__(self) -> None:
+        if not self.message:
+            object.__setattr__(self, "message", preempted_message(self.by))
+
+
+def preempted_message(by: str) -> str:
+    return f"Preempted by higher-priority job {by}; requeued."
 
 
 @dataclass(frozen=True, slots=True)

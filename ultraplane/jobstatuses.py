@@ -30,6 +30,7 @@ from ultraplane.decisions import (
     Preempted,
     Replaced,
     Restarted,
+    preempted_message,
 )
 from ultraplane.resources.inferencejobs import InferenceJobStatus
 from ultraplane.resources.trainingjobs import TrainingJobStatus
@@ -306,7 +307,7 @@ def _status_of(current: Mapping[str, Any], decision: StatusDecision, now: dateti
     if isinstance(decision, Pending):
         return pending(current, decision.reason, decision.message, decision.position, now)
     if isinstance(decision, Preempted):
-        return preempted(current, "Preempted", preempted_message(decision.by), now)
+        return preempted(current, "Preempted", decision.message, now)
     if isinstance(decision, Restarted):
         return preempted(current, decision.reason, decision.message, now, restart=True)
     if isinstance(decision, Failed):
@@ -345,10 +346,6 @@ def pending_changed(current: Mapping[str, Any], waiting: Pending) -> bool:
         return True
     position = current.get("queuePosition")
     return moved(position if isinstance(position, int) else None, waiting.position)
-
-
-def preempted_message(by: str) -> str:
-    return f"Preempted by higher-priority job {by}; requeued."
 
 
 def apply(current: Mapping[str, Any], patch: Mapping[str, Any]) -> Status:

@@ -111,3 +111,19 @@ def test_a_bad_queue_spec_is_one_sentence_naming_the_queue_and_field(
     with pytest.raises(InvalidQueueError) as err:
         queue_spec("q1", spec)
     assert str(err.value).startswith("queue q1") and says in str(err.value)
+
+
+def test_a_reclaimed_job_is_told_which_queue_took_its_borrowed_chips_back() -> None:
+    # gen2-0000 [ b1 144 ]  gen2-0001 [ b2 144, borrowed ]  then a's job reclaims gen2-0001
+    adm = fleet(queue_spec("a", {"nominal": {GEN2: 144}, "cohort": "lab"}),
+                queue_spec("b", {"nominal": {GEN2: 144}, "cohort": "lab"}))
+    adm.submit(tj("team-b", "b1", 144, queue="b"))
+    adm.submit(tj("team-b", "b2", 144, queue="b"))
+    assert len(adm.cycle(0.0).admitted) == 2
+    adm.submit(tj("team-a", "a1", 144, queue="a"))
+    decided = adm.cycle(1.0)
+    assert [(p.key, p.message) for p in decided.preempted] == [(
+        job_key("TrainingJob", "team-b", "b2"),
+        f"Preempted: queue a reclaimed its nominal chips for job "
+        f"{job_key('TrainingJob', 'team-a', 'a1')} from queue b, which was borrowing them; "
+        "requeued.")]
