@@ -59,6 +59,7 @@ def usage_of(
     now_s: float,
     energy_kwh: float,
     chip_hours: float | None = None,
+    queue: str | None = None,
 ) -> tuple[AccountingCreate, dict[str, tuple[float, float]]]:
     """The accounting row of one job and its per-day split, as of `now_s`.
 
@@ -89,6 +90,7 @@ def usage_of(
         kind=kind,
         namespace=namespace,
         name=name,
+        queue=queue,
         chips=chips,
         phase=phase,
         submitted_s=submitted_s,

@@ -22,7 +22,7 @@ from ultraplane.api.models import AccountingCreate
 
 from ultraplane import jobstatuses
 from ultraplane.admissions import Requeued
-from ultraplane.conversions import TERMINAL_PHASES
+from ultraplane.conversions import TERMINAL_PHASES, InvalidJobError
 from ultraplane.decisions import (
     Admitted,
     Failed,
@@ -361,6 +361,15 @@ class JobRunner:
             job.finished_s = now if job.started_s is not None else None
             self._deleted.add(job.uid)
 
+    def _queue_of(self, job: JobState) -> str | None:
+        book = self.b.admissions.quotas
+        if book is None or not book.active:
+            return None
+        try:
+            return book.queue_of(job.queued)
+        except InvalidJobError:  # a spec the core cannot read has no queue either
+            return None
+
     def accounting_of(self, job: JobState) -> tuple[AccountingCreate, dict[str, tuple[float, float]]]:
         """The job's accounting row and per-day usage, as of its last sample."""
         phase = "Deleted" if job.uid in self._deleted else job.phase
@@ -370,7 +379,7 @@ class JobRunner:
             completion = max(0.0, job.finished_s - job.created_s)
         record = AccountingCreate(
             job_uid=job.uid, kind=job.kind, namespace=job.namespace, name=job.name,
-            chips=job.chips, phase=phase, submitted_s=job.created_s, started_s=job.started_s,
+            queue=self._queue_of(job), chips=job.chips, phase=phase, submitted_s=job.created_s, started_s=job.started_s,
             finished_s=job.finished_s,
             chip_hours=sum(v[0] for v in job.days.values()),
             energy_kwh=sum(v[1] for v in job.days.values()),

@@ -51,6 +51,8 @@ from ultraplane.conversions import (
 )
 from ultraplane.ids import JobKey, UltraServerName
 from ultraplane.jobreads import read_body
+from ultraplane.queuespecs import InvalidQueueError, queue_spec, resolve_queue
+from ultraplane.quotas import QueueSpec
 from ultraplane.resources import InferenceJobSpec, TrainingJobSpec, UltraServer
 from ultraplane.topology import Topology
 from ultraplane.topology import UltraServer as CoreUltraServer
@@ -99,6 +101,7 @@ class KubernetesBackend:
         self.reservation: tuple[tuple[str, ...], int] | None = None  # (UltraServers, priority)
         self.phases: dict[tuple[str, str], int] = {}
         self.queue_objects: list[dict[str, Any]] = []  # TenantQueues, as of the last poll
+        self.queue_specs: dict[str, QueueSpec] = {}  # and the core's reading of them
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._error = "not polled yet"
@@ -132,6 +135,7 @@ class KubernetesBackend:
     def poll(self) -> None:
         """Rebuild the fleet snapshot from the cluster and write accounting rows."""
         self.queue_objects = self.tenant_queues()
+        self.queue_specs = self._queue_specs()
         servers = _items(self.custom.list_cluster_custom_object(GROUP, VERSION, "ultraservers"))
         jobs = [
             (kind, obj)
@@ -209,6 +213,8 @@ class KubernetesBackend:
             energy_kwh=float(status.get("energyKWh") or 0.0),
             # the simulator's figure, on the clock of energyKWh; absent: from the timestamps
             chip_hours=None if status.get("chipHours") is None else float(status["chipHours"]),
+            queue=resolve_queue(self.queue_specs, meta["namespace"],
+                                (obj.get("spec") or {}).get("queueName")),
         )
 
     @staticmethod
@@ -292,6 +298,18 @@ class KubernetesBackend:
         return self._resource(kind, obj)
 
     # -- writes ------------------------------------------------------------------------------
+    def _queue_specs(self) -> dict[str, QueueSpec]:
+        """The core's specs of the TenantQueues of the last poll (ones it cannot use left out,
+        as the operator leaves them out)."""
+        specs = {}
+        for queue in self.queue_objects:
+            name = str(queue["metadata"]["name"])
+            try:
+                specs[name] = queue_spec(name, queue.get("spec") or {})
+            except InvalidQueueError:
+                continue
+        return specs
+
     def tenant_queues(self) -> list[dict[str, Any]]:
         """The cluster's TenantQueues as the operator last wrote their statuses."""
         try:
@@ -307,16 +325,11 @@ class KubernetesBackend:
     ) -> JobResource:
         from ultraplane.api.embedded import refuse_queue
 
-        from ultraplane.queuespecs import InvalidQueueError, queue_spec
-
-        queues = {}
-        for queue in self.tenant_queues():
-            qname = str(queue["metadata"]["name"])
-            try:
-                queues[qname] = queue_spec(qname, queue.get("spec") or {})
-            except InvalidQueueError:
-                continue  # the operator does not use it either
-        refuse_queue(queues, namespace, spec.queue_name, spec.priority)
+        # the queues as of the last poll: the operator, which sees every change, decides in
+        # the end; this refuses at once what it would never admit (a queue not seen yet may
+        # have just been created: the job waits for it, as it would if applied with kubectl)
+        if spec.queue_name is None or spec.queue_name in self.queue_specs:
+            refuse_queue(self.queue_specs, namespace, spec.queue_name, spec.priority)
         body = {
             "apiVersion": f"{GROUP}/{VERSION}", "kind": kind,
             "metadata": {"name": name, "labels": labels},

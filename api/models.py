@@ -53,6 +53,8 @@ class AccountingBase(SQLModel):
     kind: str
     namespace: str = Field(index=True)
     name: str
+    queue: str | None = Field(default=None, index=True,
+                              description="The tenant queue whose quota the job used, if any.")
     chips: int = 0
     phase: str = "Pending"
     submitted_s: float | None = None
@@ -113,6 +115,20 @@ class NamespaceUsage(SQLModel):
     model_config = WIRE  # type: ignore[assignment]
 
     namespace: str
+    jobs: int
+    finished_jobs: int
+    chip_hours: float
+    energy_kwh: float
+    mean_completion_time_s: float | None
+
+
+class QueueUsage(SQLModel):
+    """One tenant queue's jobs and usage (sacct's accounts); `queue` None: jobs outside every
+    quota."""
+
+    model_config = WIRE  # type: ignore[assignment]
+
+    queue: str | None
     jobs: int
     finished_jobs: int
     chip_hours: float

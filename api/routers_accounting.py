@@ -8,7 +8,7 @@ from fastapi import APIRouter, Depends, Query
 from ultraplane.api import store
 from ultraplane.api.auth import require_access
 from ultraplane.api.deps import SessionDep
-from ultraplane.api.models import AccountingPublic, DayUsage, NamespaceUsage
+from ultraplane.api.models import AccountingPublic, DayUsage, NamespaceUsage, QueueUsage
 
 router = APIRouter(prefix="/v1/accounting", tags=["accounting"], dependencies=[Depends(require_access("list", "trainingjobs", "inferencejobs"))])
 
@@ -33,6 +33,13 @@ def jobs(
 def namespaces(session: SessionDep) -> list[NamespaceUsage]:
     """Per namespace: jobs, chip-hours, energy and mean job completion time."""
     return store.usage_by_namespace(session)
+
+
+@router.get("/queues", response_model=list[QueueUsage])
+def queues(session: SessionDep) -> list[QueueUsage]:
+    """Per tenant queue (sacct's accounts): jobs, chip-hours, energy and mean completion
+    time; `queue: null` sums the jobs outside every quota."""
+    return store.usage_by_queue(session)
 
 
 @router.get("/days", response_model=list[DayUsage])

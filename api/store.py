@@ -28,6 +28,7 @@ from ultraplane.api.models import (
     Job,
     KeyValue,
     NamespaceUsage,
+    QueueUsage,
 )
 from ultraplane.api.storeclaims import (
     StoreError,
@@ -282,6 +283,27 @@ def list_accounting(
         query = query.where(AccountingRecord.name == name)
     query = query.order_by(col(AccountingRecord.id)).offset(offset).limit(limit)
     return session.exec(query).all()
+
+
+def usage_by_queue(session: Session) -> list[QueueUsage]:
+    """Jobs, chip-hours, energy and mean completion time per tenant queue."""
+    rows = session.execute(
+        sa_select(
+            col(AccountingRecord.queue),
+            func.count(col(AccountingRecord.id)),
+            func.count(col(AccountingRecord.finished_s)),
+            func.coalesce(func.sum(AccountingRecord.chip_hours), 0.0),
+            func.coalesce(func.sum(AccountingRecord.energy_kwh), 0.0),
+            func.avg(AccountingRecord.completion_time_s),
+        )
+        .group_by(col(AccountingRecord.queue))
+        .order_by(col(AccountingRecord.queue))
+    ).all()
+    return [
+        QueueUsage(queue=queue, jobs=jobs, finished_jobs=done, chip_hours=float(hours),
+                   energy_kwh=float(kwh), mean_completion_time_s=None if jct is None else float(jct))
+        for queue, jobs, done, hours, kwh, jct in rows
+    ]
 
 
 def usage_by_namespace(session: Session) -> list[NamespaceUsage]:

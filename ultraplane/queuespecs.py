@@ -17,7 +17,7 @@ from ultraplane.quotas import QueueSpec, QuotaBook
 from ultraplane.resources.tenantqueues import TenantQueueSpec
 
 __all__ = ["InvalidQueueError", "queue_spec", "queue_specs", "queue_status", "queue_wire",
-           "refusal"]
+           "refusal", "resolve_queue"]
 
 
 class InvalidQueueError(ValueError):
@@ -79,16 +79,24 @@ def queue_specs(data: Any) -> list[QueueSpec]:
     return specs
 
 
+def resolve_queue(queues: Mapping[str, QueueSpec], namespace: str,
+                  queue: str | None) -> str | None:
+    """The queue a job of `namespace` uses: the one it names, else its namespace's default
+    (the first by name, as `QuotaBook` picks it), else none."""
+    if queue is not None:
+        return queue
+    defaults = sorted(q.name for q in queues.values() if namespace in q.default_for)
+    return defaults[0] if defaults else None
+
+
 def refusal(queues: Mapping[str, QueueSpec], namespace: str, queue: str | None,
             priority: int) -> str | None:
     """Why a job of `namespace` naming `queue` (None: its namespace's default) at `priority`
     may not be created, or None: the check an API runs before it accepts a job, with the same
     rules the core's cycle applies (`QueueSpec.admits`)."""
+    queue = resolve_queue(queues, namespace, queue)
     if queue is None:
-        defaults = sorted(q.name for q in queues.values() if namespace in q.default_for)
-        if not defaults:
-            return None
-        queue = defaults[0]
+        return None
     spec = queues.get(queue)
     if spec is None:
         return f"queue {queue} does not exist"

@@ -104,3 +104,19 @@ def test_a_bad_queues_file_is_one_sentence(tmp_path: Path, text: str, says: str)
     path.write_text(text)
     with pytest.raises(ValueError, match=says):
         Settings(db=f"sqlite:///{tmp_path / 'x.db'}", queues=str(path))
+
+
+def test_accounting_is_per_queue_like_sacct_accounts(fleet: Fleet) -> None:
+    assert post(fleet, NS, "mine", 144)[0] == 201  # research, its namespace's default
+    assert post(fleet, "team-b", "chat", 72, queueName="serving")[0] == 201
+    assert post(fleet, "team-z", "free", 8)[0] == 201  # no default queue: outside quotas
+    fleet.advance(1)
+    fleet.advance(30)  # 30 simulated minutes
+    fleet.app.state.backend.persist(force=True)
+    rows = {r["queue"]: r for r in fleet.client.get("/v1/accounting/queues").json()}
+    assert set(rows) == {"research", "serving", None}
+    assert rows["research"]["jobs"] == 1 and rows["serving"]["jobs"] == 1
+    assert rows["research"]["chipHours"] == pytest.approx(2 * rows["serving"]["chipHours"])
+    assert rows["research"]["chipHours"] > 0
+    jobs = {r["name"]: r["queue"] for r in fleet.client.get("/v1/accounting/jobs").json()}
+    assert jobs == {"mine": "research", "chat": "serving", "free": None}
