@@ -210,3 +210,26 @@ def test_patch_ultraserver_marks_failed_chips_on_the_object(
     assert bad.status_code == 422, bad.text
     gone = client.patch("/v1/ultraservers/api-missing", json={"spec": {"failedChips": []}})
     assert gone.status_code == 404, gone.text
+
+
+def test_tenant_queues_are_listed_and_a_namespace_without_the_right_is_refused(
+    api: tuple[TestClient, Any], kube_env: Any, kube_namespace: str
+) -> None:
+    client, backend = api
+    name = f"q-{uuid.uuid4().hex[:8]}"
+    doc = {"apiVersion": "ultraplane.dev/v1alpha1", "kind": "TenantQueue",
+           "metadata": {"name": name},
+           "spec": {"nominal": {"trn3-gen2": 144}, "namespaces": ["somebody-else"]}}
+    kube_env.kubectl("apply", "-f", "-", input=yaml.safe_dump(doc))
+    try:
+        listed = _poll_until(backend, lambda: [q for q in client.get(
+            "/v1/tenantqueues").json()["items"] if q["metadata"]["name"] == name], "the queue")
+        assert listed[0]["spec"]["nominal"] == {"trn3-gen2": 144}
+        r = client.post(f"/v1/namespaces/{kube_namespace}/trainingjobs", json={
+            "metadata": {"name": "sneak"}, "spec": {**SPEC, "queueName": name}})
+        assert r.status_code == 403, r.text
+        assert f"namespace {kube_namespace} may not use queue {name}" in r.json()["message"]
+        gone = kube_env.kubectl("get", "-n", kube_namespace, "trainingjobs", "-o", "name").stdout
+        assert "sneak" not in gone
+    finally:
+        kube_env.kubectl("delete", "tenantqueue", name, "--wait=false", check=False)
