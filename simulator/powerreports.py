@@ -39,6 +39,9 @@ def power_summary(r: ReplayResult, useful_chip_s: float) -> dict[str, Any]:
         # trace replays carry no token counts; the in-process runtime reports them per job
         "tokens_per_megawatt": None,
     }
+    if f is not None:  # powered-down UltraServers draw standby, not idle: the split says so
+        out.update({"energy_idle_kwh": idle, "energy_busy_kwh": max(energy - idle, 0.0),
+                    "energy_idle_share": idle / energy if energy > 0 else None})
     return out
 
 

@@ -144,3 +144,21 @@ class PowerSide:
                 total += extra_of_us.get(us, 0.0)
             out.append(total)
         return out
+
+
+def peak_provisioned(topology: Any, budgets: Sequence[BudgetSpec]) -> Any | None:
+    """The provision-for-peak baseline of one fleet-wide budget: the fleet's first UltraServers,
+    as many as the budget holds with every chip at peak (the rest are off), or None when the
+    budgets are not one fleet-wide budget or not even one UltraServer fits."""
+    from ultraplane.topology import Topology
+
+    if len(budgets) != 1 or not budgets[0].whole_fleet:
+        return None
+    kept, drawn = [], 0.0
+    for us in topology.ultraservers:
+        peak = chip_power_of(us.profile).peak * us.chip_count
+        if drawn + peak > budgets[0].watts:
+            break
+        kept.append(us)
+        drawn += peak
+    return Topology.of(kept) if kept else None

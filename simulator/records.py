@@ -76,6 +76,7 @@ class ReplayResult:
     heat_t: list[float] = field(default_factory=list)
     heat: list[list[float]] = field(default_factory=list)
     power: PowerFigures | None = None  # with budgets or power-down (simulator/powerside.py)
+    idle_power_w: float | None = None  # this run's fleet with every chip idle and powered
     energy_kwh: float = 0.0
     busy_chip_s: float = 0.0
     peak_power_w: float = 0.0

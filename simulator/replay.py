@@ -591,6 +591,7 @@ class Replay:
         self.result.energy_kwh = self.ledger.energy_j / 3.6e6
         self.result.busy_chip_s = self.ledger.busy_chip_s
         self.result.peak_power_w = self.ledger.peak_w
+        self.result.idle_power_w = self.shape.idle_watts()
         # heap events (arrivals, ends, faults, samples) plus admissions, which the cycle decides
         self.result.events = self.engine.processed + self.result.starts
         self.result.series = self.series

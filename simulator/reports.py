@@ -98,7 +98,9 @@ def summarize(r: ReplayResult, *, large_job_chips: int = 144, one_domain_chips: 
         "makespan_s": span,
         "events": r.events,
         "simulated": True,
-        **_energy_split(energy, span, idle_power_w),
+        # (a run's own fleet when it says: a provision-for-peak baseline is a smaller one)
+        **_energy_split(energy, span,
+                        r.idle_power_w if r.idle_power_w is not None else idle_power_w),
         # the part of the idle draw spent by chips that held no job (uniform fleets only)
         "energy_idle_unallocated_kwh": unallocated_kwh,
     }

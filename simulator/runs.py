@@ -7,12 +7,14 @@ neither the replay loop nor the report writer.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from ultraplane.simulator.bounds import fluid_bound, greedy_in_domain
 from ultraplane.simulator.fleets import FleetShape
+from ultraplane.simulator.powerside import peak_provisioned
 from ultraplane.simulator.records import ReplayResult
 from ultraplane.simulator.replay import Replay, ReplayConfig
 from ultraplane.simulator.reports import write_report
@@ -46,6 +48,17 @@ def run_policies(topology: Any, jobs: Sequence[TraceJob], configs: Sequence[Repl
                  held: Mapping[str, Sequence[str]] | None = None) -> dict[str, Any]:
     """Replay every policy and write summary.json, jobs.csv, placements.jsonl, plots, report."""
     results = replay_all(topology, jobs, configs, progress=progress, held=held)
+    # A fleet-wide power budget: the same run replays the provision-for-peak baseline (only the
+    # UltraServers the budget holds at peak, the rest off; no budget needed).
+    small = peak_provisioned(topology, configs[0].power_budgets) if configs else None
+    if small is not None:
+        names = {us.name for us in small.ultraservers}
+        kept = {k: c for k, c in (held or {}).items()
+                if all(chip.partition("/")[0] in names for chip in c)}
+        base = dataclasses.replace(configs[0], power_budgets=(), idle_power_down_s=0.0)
+        (baseline,) = replay_all(small, jobs, [base], held=kept)
+        baseline.policy = "provision-for-peak"
+        results.append(baseline)
     shape = FleetShape.of(topology)
     peak = sum(shape.hardware_of[n].peak_watts * shape.chips_of[n] for n in shape.names)
     cfg = configs[0]

@@ -84,7 +84,11 @@ def test_simulate_writes_power_csv_and_the_summary_keys(tmp_path: Path) -> None:
                                     "--power-budget", "50%", "--idle-power-down", "600",
                                     "--no-progress"])
     assert res.exit_code == 0, res.output
-    s = json.loads((out / "summary.json").read_text())["ultraplane"]
+    summary = json.loads((out / "summary.json").read_text())
+    # the same run replays provision-for-peak: the one UltraServer 50% of peak holds at peak
+    assert summary["provision-for-peak"]["fleet_chips"] == 144
+    assert summary["provision-for-peak"]["jobs_completed"] == 2
+    s = summary["ultraplane"]
     assert s["power_budget_w"] == pytest.approx(0.5 * 288 * 1000)
     assert s["seconds_over_budget"] == 0.0
     for key in ("energy_kwh_idle", "energy_kwh_active", "energy_per_useful_chip_hour_kwh",
