@@ -19,7 +19,7 @@ from ultraplane.simulator.fleets import FleetShape, Ledger
 
 from ultraplane.ids import JobKey
 from ultraplane.powerbook import JobPower, PowerBook
-from ultraplane.powerbudgets import BudgetSpec
+from ultraplane.powerbudgets import BudgetSpec, PowerPolicy
 from ultraplane.powermodels import ChipPower, chip_power_of
 
 
@@ -47,7 +47,8 @@ class PowerSide:
         self.shape, self.ledger = shape, ledger
         self.figures = PowerFigures(budgets=[(b.name, float(b.watts)) for b in budgets])
         self._chip: dict[str, ChipPower] = {}
-        self._fleetwide = all(b.whole_fleet for b in budgets)
+        self.fleetwide = all(b.whole_fleet for b in budgets)
+        self.measuring = any(b.policy == PowerPolicy.MEASURED for b in budgets)
         self._t = ledger.t
         self._last_row: tuple[float, tuple[float, ...]] | None = None
 
@@ -129,9 +130,17 @@ class PowerSide:
         self._last_row = row
         self.figures.rows.append((t, row[0], row[1]))
 
+    def measure(self, extra_of_us: Mapping[str, float]) -> None:
+        """Hand the book each UltraServer's drawn watts (the simulator's chip telemetry)."""
+        down = self.book.states.down()
+        self.book.measure({
+            us: self.shape.chips_of[us] * (self._chip[us].standby if us in down
+                                           else self._chip[us].idle) + extra_of_us.get(us, 0.0)
+            for us in self.shape.names})
+
     def budget_draw(self, extra_of_us: Mapping[str, float]) -> list[float]:
         """Each budget's measured draw: its UltraServers' floor plus jobs' draw over idle."""
-        if self._fleetwide:
+        if self.fleetwide:
             return [self.ledger.power_w] * len(self.figures.budgets)
         down = self.book.states.down()
         out = []

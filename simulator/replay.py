@@ -456,19 +456,15 @@ class Replay:
         side = self.power
         assert side is not None
         side.states_changed(self._down_seen, t)
+        if dirty and side.measuring:  # Measured budgets: the draw each UltraServer drew
+            side.measure(self._extra_of_us())
         if dirty:
-            for key, cap in side.book.caps().items():
+            for key, cap in side.book.caps(t).items():
                 run = self.runs.get(key)
                 if run is not None and run.cap != cap:
                     self._recap(run, t, cap)
         self._down_seen = side.book.states.down()
-        extra: dict[str, float] = {}
-        if not side._fleetwide:
-            for key in self.admissions.running():
-                run = self.runs[key]
-                for n, k in run.per_us.items():
-                    extra[n] = extra.get(n, 0.0) + run.extra_w * k / run.chips
-        side.record(t, side.budget_draw(extra))
+        side.record(t, side.budget_draw({} if side.fleetwide else self._extra_of_us()))
         # the fleet's peak as settled at the end of an instant: a job admitted and capped at
         # the same instant never drew its uncapped power
         self._settled_peak = max(self._settled_peak, self.ledger.power_w)
@@ -478,6 +474,15 @@ class Replay:
                 and (self._power_at is None or due < self._power_at)):
             self._power_at = max(due, t)
             self.engine.schedule(self._power_at, TICK, Event("power"))
+
+    def _extra_of_us(self) -> dict[str, float]:
+        """Watts over idle that running jobs draw on each UltraServer."""
+        extra: dict[str, float] = {}
+        for key in self.admissions.running():
+            run = self.runs[key]
+            for n, k in run.per_us.items():
+                extra[n] = extra.get(n, 0.0) + run.extra_w * k / run.chips
+        return extra
 
     def _recap(self, run: _Run, t: float, cap: float | None) -> None:
         """A running job's cap moved: close its segment, change its draw and speed."""

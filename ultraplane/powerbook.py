@@ -74,6 +74,7 @@ class _Held:
     per_us: dict[str, int]
     power: JobPower
     cap: float | None = None
+    capped_since: float | None = None  # when its current run of being capped began
 
 
 class PowerBook:
@@ -231,10 +232,11 @@ class PowerBook:
                 self.states.idle(us, now)
 
     # -- caps ------------------------------------------------------------------------------
-    def caps(self) -> dict[JobKey, float | None]:
+    def caps(self, now: float | None = None) -> dict[JobKey, float | None]:
         """Per running job, its per-chip cap (None: uncapped), chosen so every budget's
         predicted draw is within it where capping can make it so (see the module docstring).
-        The caps are kept: `predicted` and `status` use them."""
+        The caps are kept: `predicted` and `status` use them; `now` (the caller's clock)
+        starts a job's `capped_for` when it is first capped."""
         caps: dict[JobKey, float | None] = dict.fromkeys(self._jobs)
         for name in sorted(self.specs, key=lambda n: len(self._members.get(n, ()))):
             spec, members = self.specs[name], self._members[name]
@@ -284,6 +286,10 @@ class PowerBook:
                 caps.update(at(lo))
                 break
         for key, held in self._jobs.items():
+            if caps[key] is None:
+                held.capped_since = None
+            elif held.cap is None:
+                held.capped_since = now
             held.cap = caps[key]
         return caps
 
@@ -298,8 +304,17 @@ class PowerBook:
         return None if cap >= chip.peak else cap
 
     def cap_of(self, key: JobKey) -> float | None:
+        """A running job's per-chip cap in watts (None: uncapped or not running)."""
         held = self._jobs.get(key)
         return None if held is None else held.cap
+
+    def capped_for(self, key: JobKey, now: float) -> float | None:
+        """Seconds a running job has been capped without a break (None: it is not capped,
+        or no clock was given when it was)."""
+        held = self._jobs.get(key)
+        if held is None or held.cap is None or held.capped_since is None:
+            return None
+        return now - held.capped_since
 
     # -- measurements and status ---------------------------------------------------------
     def measure(self, watts_of: Mapping[str, float]) -> None:

@@ -163,3 +163,31 @@ budgets:
                        ("[", "not valid YAML")]:
         with pytest.raises(ValueError, match=words):
             budgets_from_yaml(bad)
+
+
+def test_measured_admits_on_what_was_drawn_and_predicted_never_scales_down() -> None:
+    # a draws half its modelled dynamic power; under Measured, b fits where Predicted refuses it
+    watts = 2 * IDLE_US + EXTRA + 0.6 * EXTRA
+    for policy, admitted_b in ((PowerPolicy.MEASURED, True), (PowerPolicy.PREDICTED, False)):
+        adm = fleet([BudgetSpec("fleet", watts, policy=policy)], capping=False)
+        assert adm.power is not None
+        assert cycle(adm, job("a", seq=0))[0] == ["a"]
+        where = adm.placements(JobKey("a"))[0].ultraservers[0]
+        drawn = {us: IDLE_US for us in ("gen2-0000", "gen2-0001")}
+        drawn[where] += 0.5 * EXTRA / 1.05
+        adm.power.measure(drawn)
+        assert adm.power.status()[0].measured_w == pytest.approx(sum(drawn.values()))
+        admitted, _ = cycle(adm, job("b", seq=1), now=1.0)
+        assert (admitted == ["b"]) is admitted_b, policy
+
+
+def test_a_capped_job_says_for_how_long() -> None:
+    adm = fleet([BudgetSpec("fleet", 2 * IDLE_US + 120e3)])
+    assert adm.power is not None
+    cycle(adm, job("a", seq=0), job("b", seq=1))
+    adm.power.caps(now=100.0)
+    adm.power.caps(now=250.0)  # still capped: the clock keeps counting from 100 s
+    assert adm.power.capped_for(JobKey("a"), 400.0) == pytest.approx(300.0)
+    adm.finished(JobKey("b"), "Succeeded")
+    adm.power.caps(now=500.0)
+    assert adm.power.cap_of(JobKey("a")) is None and adm.power.capped_for(JobKey("a"), 600) is None
