@@ -141,6 +141,7 @@ class Replay:
         self._down_seen: frozenset[str] = frozenset()  # powered down after the last instant
         self._capped_runs: set[str] = set()
         self._settled_peak = self.ledger.power_w
+        self._caps_at = -1  # the book's `changes` when caps were last chosen
         self.scheduler = self.admissions.scheduler
         span = max((j.submit_s + j.duration_s for j in jobs), default=0.0) - self.engine.now
         self.tenants = (TenantLedger(config.queues, self.engine.now, sample_s=max(span / 500, 1.0))
@@ -458,7 +459,8 @@ class Replay:
         side.states_changed(self._down_seen, t)
         if dirty and side.measuring:  # Measured budgets: the draw each UltraServer drew
             side.measure(self._extra_of_us())
-        if dirty:
+        if dirty and side.book.changes != self._caps_at:
+            self._caps_at = side.book.changes
             for key, cap in side.book.caps(t).items():
                 run = self.runs.get(key)
                 if run is not None and run.cap != cap:

@@ -94,6 +94,9 @@ class PowerBook:
         self._described: dict[JobKey, JobPower] = {}
         self._scale: dict[str, float] = {}  # budget -> measured / modelled dynamic draw
         self._measured: dict[str, float] = {}
+        # bumped by everything that can move a cap (jobs held or let go, a measurement): a
+        # caller may skip `caps()` while it has not moved
+        self.changes = 0
 
     # -- the fleet ---------------------------------------------------------------------
     def bind(self, allocator: Allocator,
@@ -219,6 +222,7 @@ class PowerBook:
         if old is not None:
             held.cap = old.cap
         self._jobs[key] = held
+        self.changes += 1
         for us in held.per_us:
             self.states.busy(us, now)
 
@@ -226,6 +230,7 @@ class PowerBook:
         held = self._jobs.pop(key, None)
         if held is None:
             return
+        self.changes += 1
         still = {us for h in self._jobs.values() for us in h.per_us}
         for us in held.per_us:
             if us not in still:
@@ -319,6 +324,7 @@ class PowerBook:
     # -- measurements and status ---------------------------------------------------------
     def measure(self, watts_of: Mapping[str, float]) -> None:
         """The adapter's measured draw per UltraServer (simulator telemetry or the nodes')."""
+        self.changes += 1
         for name, members in self._members.items():
             measured = sum(watts_of.get(us, 0.0) for us in members)
             self._measured[name] = measured
