@@ -17,7 +17,14 @@ from typing import Any, cast
 
 from ultraplane.api.client.transports import ClientError, not_found
 
-from ultraplane.conversions import GROUP, PLURALS, ULTRASERVERS, VERSION, allocated_chips
+from ultraplane.conversions import (
+    GROUP,
+    PLURALS,
+    TENANTQUEUES,
+    ULTRASERVERS,
+    VERSION,
+    allocated_chips,
+)
 from ultraplane.explanation_inputs import explain_documents, seconds
 from ultraplane.profiles import load_profile
 
@@ -129,6 +136,10 @@ class ClusterTransport:
     def ultraservers(self) -> list[dict[str, Any]]:
         got = self._call(self.custom.list_cluster_custom_object, GROUP, VERSION, ULTRASERVERS)
         return [_view(obj) for obj in got.get("items") or []]
+
+    def tenant_queues(self) -> list[dict[str, Any]]:
+        got = self._call(self.custom.list_cluster_custom_object, GROUP, VERSION, TENANTQUEUES)
+        return sorted(got.get("items") or [], key=lambda q: str(q["metadata"]["name"]))
 
     def explain(self, kind: str, namespace: str, name: str) -> dict[str, Any]:
         job = self.get_job(kind, namespace, name)

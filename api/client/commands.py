@@ -21,6 +21,7 @@ from ultraplane.api.client.views import (
     describe_job,
     explanation_text,
     job_rows,
+    queue_rows,
     top_rows,
     ultraserver_rows,
 )
@@ -34,6 +35,7 @@ JOB_TYPES = {
 }
 ALL_JOBS = ("jobs", "job")
 SERVER_TYPES = ("ultraservers", "ultraserver", "us")
+QUEUE_TYPES = ("tenantqueues", "tenantqueue", "tq", "queues", "queue")
 KINDS = ("TrainingJob", "InferenceJob")
 OUTPUT = click.option("-o", "--output", type=click.Choice(OUTPUTS), default="table",
                       show_default=True, help="Output format.")
@@ -91,8 +93,21 @@ def _emit(items: list[dict[str, Any]], output: str, *, single: bool,
 @ALL_NS
 @connection_options
 def get(args: tuple[str, ...], output: str, all_namespaces: bool, transport: Transport) -> None:
-    """List jobs or UltraServers: TYPE is jobs (default), trainingjobs (tj), inferencejobs
-    (ij) or ultraservers (us)."""
+    """List jobs, UltraServers or queues: TYPE is jobs (default), trainingjobs (tj),
+    inferencejobs (ij), ultraservers (us) or tenantqueues (tq)."""
+    if args and args[0].lower() in QUEUE_TYPES:
+        wanted = set(args[1:])
+        queues = [q for q in transport.tenant_queues()
+                  if not wanted or q["metadata"]["name"] in wanted]
+        for missing in sorted(wanted - {q["metadata"]["name"] for q in queues}):
+            raise ClientError(f'Error from server (NotFound): tenantqueues.ultraplane.dev '
+                              f'"{missing}" not found', 1)
+        if not queues and not wanted and output in ("table", "wide"):
+            click.echo("No resources found.", err=True)
+            return
+        _emit([{"kind": "TenantQueue", **q} for q in queues], output, single=bool(wanted),
+              rows=queue_rows(queues, wide=output == "wide"))
+        return
     if args and args[0].lower() in SERVER_TYPES:
         wanted = set(args[1:])
         servers = [s for s in transport.ultraservers() if not wanted or s["name"] in wanted]

@@ -74,6 +74,26 @@ def ultraserver_rows(servers: list[dict[str, Any]], *, wide: bool = False,
     return headers, rows
 
 
+def queue_rows(queues: list[dict[str, Any]], *, wide: bool = False) -> Rows:
+    """`kubectl get tenantqueues` columns, from the queues' specs and statuses."""
+    headers = ["NAME", "COHORT", "NOMINAL", "USED", "BORROWED", "PENDING", "WEIGHT"] + (
+        ["ADMITTED", "NAMESPACES", "DEFAULT-FOR"] if wide else [])
+    rows = []
+    for q in queues:
+        spec, status = q.get("spec") or {}, q.get("status") or {}
+        row: list[Any] = [q["metadata"]["name"], spec.get("cohort") or "<none>",
+                          status.get("nominalChips", sum((spec.get("nominal") or {}).values())),
+                          status.get("usedChips", 0), status.get("borrowedChips", 0),
+                          status.get("pendingJobs", 0), f"{float(spec.get('weight', 1)):g}"]
+        if wide:
+            allowed = spec.get("namespaces")
+            row += [status.get("admittedJobs", 0),
+                    "<all>" if allowed is None else ",".join(allowed) or "<none>",
+                    ",".join(spec.get("defaultFor") or []) or "<none>"]
+        rows.append(row)
+    return headers, rows
+
+
 def top_rows(jobs: list[dict[str, Any]], *, namespaces: bool) -> Rows:
     headers = (["NAMESPACE"] if namespaces else []) + ["NAME", "KIND", "CHIPS", "UTILIZATION",
                                                        "POWER(kW)", "PROGRESS"]

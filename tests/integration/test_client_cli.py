@@ -328,3 +328,38 @@ def _status(api: Any, ns: str, name: str, status: dict[str, Any]) -> None:
     api.patch_namespaced_custom_object_status(GROUP, VERSION, ns, "trainingjobs", name,
                                               {"status": status},
                                               _content_type="application/merge-patch+json")
+
+
+def test_queues_from_serve_are_listed_by_the_plugin_and_a_bad_queues_file_is_exit_2(
+        tmp_path: Path) -> None:
+    queues = tmp_path / "queues.yaml"
+    queues.write_text("- name: research\n  nominal: {trn3-gen2: 144}\n  cohort: lab\n"
+                      "  defaultFor: [team-a]\n- name: serving\n  nominal: {trn3-gen2: 144}\n"
+                      "  cohort: lab\n  weight: 2\n")
+    with serving(tmp_path, "--queues", str(queues)) as base:
+        body = yaml.safe_dump(manifest("big", 144, 36_000))
+        assert cli("apply", "-f", "-", "-n", "team-a", "--server", base, plugin=True,
+                   stdin=body).returncode == 0
+        body2 = yaml.safe_dump(manifest("more", 144, 36_000))
+        assert cli("apply", "-f", "-", "-n", "team-a", "--server", base, plugin=True,
+                   stdin=body2).returncode == 0
+
+        def listed() -> list[list[str]] | None:
+            got = cli("get", "tq", "--server", base, plugin=True)
+            rows = [line.split() for line in got.stdout.splitlines()]
+            return rows if len(rows) == 3 and rows[1][3] == "288" else None
+
+        rows = until(listed, "research to use the whole fleet")
+        assert rows[0] == ["NAME", "COHORT", "NOMINAL", "USED", "BORROWED", "PENDING", "WEIGHT"]
+        assert rows[1] == ["research", "lab", "144", "288", "144", "0", "1"]
+        assert rows[2] == ["serving", "lab", "144", "0", "0", "0", "2"]
+        one = json.loads(cli("get", "tenantqueue", "serving", "-o", "json", "--server", base,
+                             plugin=True).stdout)
+        assert one["kind"] == "TenantQueue" and one["spec"]["weight"] == 2
+        missing = cli("get", "tq", "nope", "--server", base, plugin=True)
+        assert missing.returncode == 1 and '"nope" not found' in missing.stderr
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("- name: research\n  nominal: {trn3-gen2: -1}\n")
+    got = cli("serve", "--queues", str(bad), "--db", f"sqlite:///{tmp_path / 'b.db'}")
+    assert got.returncode == 2
+    assert got.stderr.startswith("Error: --queues:") and "queue research: nominal" in got.stderr
