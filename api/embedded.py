@@ -46,7 +46,7 @@ from ultraplane.simulator.runtime import JobRuntime
 from ultraplane.admissions import Admissions
 from ultraplane.allocator import Allocator
 from ultraplane.ids import JobKey, local_ref, parse_chip_id
-from ultraplane.queuespecs import queue_status, queue_wire, refusal
+from ultraplane.queuespecs import queue_statuses, queue_wire, refusal
 from ultraplane.quotas import QueueSpec, QuotaBook
 
 log = logging.getLogger("ultraplane.api.embedded")
@@ -355,19 +355,11 @@ class EmbeddedBackend:
         if book is None or not self.queues:
             return []
         with self.lock:
-            pending: dict[str | None, int] = {}
-            for queued in self.scheduler.queued():
-                name = book.queue_of(queued)
-                pending[name] = pending.get(name, 0) + 1
-            admitted: dict[str | None, int] = {}
-            for running in self.scheduler.running().values():
-                name = book.queue_of(running)
-                admitted[name] = admitted.get(name, 0) + 1
-            return [{"apiVersion": "ultraplane.dev/v1alpha1", "kind": "TenantQueue",
-                     "metadata": {"name": name}, "spec": queue_wire(spec),
-                     "status": queue_status(book, name, pending=pending.get(name, 0),
-                                            admitted=admitted.get(name, 0))}
-                    for name, spec in sorted(self.queues.items())]
+            statuses = queue_statuses(book, self.scheduler.queued(),
+                                      self.scheduler.running().values())
+        return [{"apiVersion": "ultraplane.dev/v1alpha1", "kind": "TenantQueue",
+                 "metadata": {"name": name}, "spec": queue_wire(spec), "status": statuses[name]}
+                for name, spec in sorted(self.queues.items())]
 
     def _find(self, kind: JobKind, namespace: str, name: str) -> JobState:
         job = self.jobs.get(self._names.get((kind, namespace, name), ""))

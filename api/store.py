@@ -285,52 +285,37 @@ def list_accounting(
     return session.exec(query).all()
 
 
-def usage_by_queue(session: Session) -> list[QueueUsage]:
-    """Jobs, chip-hours, energy and mean completion time per tenant queue."""
+def _usage_by(session: Session, column: Any) -> list[tuple[Any, int, int, float, float, float | None]]:
+    """Jobs, finished jobs, chip-hours, energy and mean completion time per value of one
+    accounting column (six columns: more than sqlmodel's typed `select` overloads, so
+    SQLAlchemy's own)."""
     rows = session.execute(
         sa_select(
-            col(AccountingRecord.queue),
+            col(column),
             func.count(col(AccountingRecord.id)),
             func.count(col(AccountingRecord.finished_s)),
             func.coalesce(func.sum(AccountingRecord.chip_hours), 0.0),
             func.coalesce(func.sum(AccountingRecord.energy_kwh), 0.0),
             func.avg(AccountingRecord.completion_time_s),
         )
-        .group_by(col(AccountingRecord.queue))
-        .order_by(col(AccountingRecord.queue))
+        .group_by(col(column))
+        .order_by(col(column))
     ).all()
-    return [
-        QueueUsage(queue=queue, jobs=jobs, finished_jobs=done, chip_hours=float(hours),
-                   energy_kwh=float(kwh), mean_completion_time_s=None if jct is None else float(jct))
-        for queue, jobs, done, hours, kwh, jct in rows
-    ]
+    return [(key, jobs, done, float(hours), float(kwh), None if jct is None else float(jct))
+            for key, jobs, done, hours, kwh, jct in rows]
+
+
+def usage_by_queue(session: Session) -> list[QueueUsage]:
+    """Per tenant queue (None: the jobs outside every quota)."""
+    return [QueueUsage(queue=q, jobs=n, finished_jobs=done, chip_hours=h, energy_kwh=e,
+                       mean_completion_time_s=jct)
+            for q, n, done, h, e, jct in _usage_by(session, AccountingRecord.queue)]
 
 
 def usage_by_namespace(session: Session) -> list[NamespaceUsage]:
-    # six columns: more than sqlmodel's typed `select` overloads, so SQLAlchemy's own
-    rows = session.execute(
-        sa_select(
-            col(AccountingRecord.namespace),
-            func.count(col(AccountingRecord.id)),
-            func.count(col(AccountingRecord.finished_s)),
-            func.coalesce(func.sum(AccountingRecord.chip_hours), 0.0),
-            func.coalesce(func.sum(AccountingRecord.energy_kwh), 0.0),
-            func.avg(AccountingRecord.completion_time_s),
-        )
-        .group_by(col(AccountingRecord.namespace))
-        .order_by(col(AccountingRecord.namespace))
-    ).all()
-    return [
-        NamespaceUsage(
-            namespace=ns,
-            jobs=jobs,
-            finished_jobs=done,
-            chip_hours=float(hours),
-            energy_kwh=float(kwh),
-            mean_completion_time_s=None if jct is None else float(jct),
-        )
-        for ns, jobs, done, hours, kwh, jct in rows
-    ]
+    return [NamespaceUsage(namespace=ns, jobs=n, finished_jobs=done, chip_hours=h, energy_kwh=e,
+                           mean_completion_time_s=jct)
+            for ns, n, done, h, e, jct in _usage_by(session, AccountingRecord.namespace)]
 
 
 def usage_by_day(

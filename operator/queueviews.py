@@ -21,7 +21,7 @@ from ultraplane.operator.jobviews import FLEET_LABEL
 from ultraplane.operator.writers import ApiCalls
 
 from ultraplane.admissions import Admissions
-from ultraplane.queuespecs import InvalidQueueError, queue_spec, queue_status
+from ultraplane.queuespecs import InvalidQueueError, queue_spec, queue_statuses
 from ultraplane.quotas import QueueSpec, QuotaBook
 
 __all__ = ["QueueViews"]
@@ -100,19 +100,11 @@ class QueueViews:
         book = admissions.quotas if admissions is not None else None
         if admissions is None or book is None:
             return {}
-        pending: dict[str | None, int] = {}
-        for job in admissions.scheduler.queued():
-            queue = book.queue_of(job)
-            pending[queue] = pending.get(queue, 0) + 1
-        admitted: dict[str | None, int] = {}
-        for job in admissions.scheduler.running().values():
-            queue = book.queue_of(job)
-            admitted[queue] = admitted.get(queue, 0) + 1
+        statuses = queue_statuses(book, admissions.scheduler.queued(),
+                                  admissions.scheduler.running().values(), self.generations,
+                                  names={*self.specs, *self.invalid})
         out: dict[str, dict[str, Any]] = {}
-        for name in sorted({*self.specs, *self.invalid}):
-            status = queue_status(book, name, pending=pending.get(name, 0),
-                                  admitted=admitted.get(name, 0),
-                                  generation=self.generations.get(name))
+        for name, status in statuses.items():
             why = self.invalid.get(name)
             status["conditions"] = [{
                 "type": "Active", "status": "False" if why else "True",

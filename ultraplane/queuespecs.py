@@ -8,16 +8,17 @@ and the API both report a queue's usage; reading and reporting once keeps them a
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from pydantic import ValidationError
 
 from ultraplane.quotas import QueueSpec, QuotaBook
 from ultraplane.resources.tenantqueues import TenantQueueSpec
+from ultraplane.scheduling import QueuedJob
 
-__all__ = ["InvalidQueueError", "queue_spec", "queue_specs", "queue_status", "queue_wire",
-           "refusal", "resolve_queue"]
+__all__ = ["InvalidQueueError", "queue_spec", "queue_specs", "queue_status", "queue_statuses",
+           "queue_wire", "refusal", "resolve_queue"]
 
 
 class InvalidQueueError(ValueError):
@@ -42,6 +43,25 @@ def queue_spec(name: str, spec: Mapping[str, Any] | TenantQueueSpec) -> QueueSpe
             default_for=tuple(model.default_for))
     except ValueError as exc:
         raise InvalidQueueError(str(exc)) from None
+
+
+def queue_statuses(book: QuotaBook, queued: Iterable[QueuedJob], running: Iterable[QueuedJob],
+                   generations: Mapping[str, int | None] | None = None,
+                   names: Iterable[str] | None = None) -> dict[str, dict[str, Any]]:
+    """The status document of every queue (of `names`, by default the book's): what the book
+    counts, and how many of the `queued` and `running` jobs use each queue."""
+    pending: dict[str | None, int] = {}
+    for job in queued:
+        queue = book.queue_of(job)
+        pending[queue] = pending.get(queue, 0) + 1
+    admitted: dict[str | None, int] = {}
+    for job in running:
+        queue = book.queue_of(job)
+        admitted[queue] = admitted.get(queue, 0) + 1
+    return {name: queue_status(book, name, pending=pending.get(name, 0),
+                               admitted=admitted.get(name, 0),
+                               generation=(generations or {}).get(name))
+            for name in sorted(book.queues if names is None else names)}
 
 
 def queue_status(book: QuotaBook, name: str, *, pending: int, admitted: int,
