@@ -41,7 +41,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final, Literal
 
-from ultraplane.allocator import Allocator, NoFit
+from ultraplane.allocator import Allocator, NoFit, Placement
 from ultraplane.ids import JobKey, namespace_of_job_key
 
 if TYPE_CHECKING:
@@ -119,6 +119,7 @@ class _Held:
     queue: str | None
     chips: dict[str, int]  # profile -> chips
     job: QueuedJob
+    on: dict[str, int]  # UltraServer -> chips
 
 
 @dataclass
@@ -151,6 +152,9 @@ class QuotaBook:
     _fresh: set[JobKey] = field(init=False, default_factory=set)
 
     _defaults: dict[str, str] = field(init=False, default_factory=dict)  # namespace -> queue
+    # UltraServer -> queue -> chips its jobs hold there (placement keeps borrowers apart)
+    _on: dict[str, dict[str | None, int]] = field(init=False, default_factory=dict)
+    _tiers: tuple[int, tuple[str, ...], tuple[str, ...]] | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         self.replace(self.specs)
@@ -211,6 +215,7 @@ class QuotaBook:
     def hold(self, job: QueuedJob, allocator: Allocator) -> None:
         held = allocator.allocations()
         chips: dict[str, int] = {}
+        on: dict[str, int] = {}
         for part in job.parts():
             placement = held.get(part)
             if placement is None:
@@ -218,9 +223,13 @@ class QuotaBook:
             for us, n in placement.chips_by_ultraserver:
                 profile = allocator.profile_of(us)
                 chips[profile] = chips.get(profile, 0) + n
+                on[us] = on.get(us, 0) + n
         self.unhold(job.key)
         queue = self.queue_of(job)
-        self._held[job.key] = _Held(queue, chips, job)
+        self._held[job.key] = _Held(queue, chips, job, on)
+        for us, n in on.items():
+            here = self._on.setdefault(us, {})
+            here[queue] = here.get(queue, 0) + n
         self._fresh.add(job.key)
         if queue is not None:
             for profile, n in chips.items():
@@ -238,6 +247,11 @@ class QuotaBook:
             for profile, n in held.chips.items():
                 self.usage[(held.queue, profile)] -= n
             self._total[held.queue] -= sum(held.chips.values())
+        for us, n in held.on.items():
+            here = self._on[us]
+            here[held.queue] -= n
+            if not here[held.queue]:
+                del here[held.queue]
         self._freed += 1
         self._moved()
 
@@ -358,6 +372,48 @@ class QuotaBook:
                 keyed.append((1, over / spec.weight, index, job))
         keyed.sort(key=lambda k: k[:3])
         return [k[3] for k in keyed]
+
+    def allocate_apart(self, job: QueuedJob, part: JobKey, allocator: Allocator, *,
+                       avoid: Iterable[str] = ()) -> Placement | None:
+        """Place one part of `job` where reclaim keeps working, or None (the caller then
+        places it as usual): a job that borrows only on UltraServers that hold no chips of a
+        queue within its nominal quota, a job within its nominal quota only on UltraServers
+        that hold no borrower's chips (best fit, idle ones last, none of `avoid`). So borrowed
+        chips gather on few UltraServers, and a lender's reclaim finds a whole one to free
+        instead of borrowed chips scattered beside guaranteed jobs."""
+        if (job.request.chips > allocator.largest_ultraserver()
+                or self.queue_of(job) not in self.queues):
+            return None
+        first = self._tier(not self.within_nominal(job))
+        if avoid:
+            skip = set(avoid)
+            first = tuple(us for us in first if us not in skip)
+        if not first:
+            return None
+        got = allocator.place_without(job.request, (), first)
+        if not isinstance(got, Placement):
+            return None
+        return allocator.assign(part, got.chip_ids, job.request)
+
+    def _tier(self, borrows: bool) -> tuple[str, ...]:
+        """The UltraServers a borrower (`borrows`) or a guaranteed job tries first."""
+        if self._tiers is None or self._tiers[0] != self._epoch:
+            over = {name for name in self.queues if self.borrowed(name)}
+            lent: list[str] = []  # no guaranteed chips: idle or borrowers only
+            kept: list[str] = []  # no borrowed chips
+            for us in self._names:
+                here = self._on.get(us)
+                if not here:
+                    lent.append(us)
+                    kept.append(us)
+                    continue
+                reclaimable = [q in over for q in here]
+                if all(reclaimable):
+                    lent.append(us)
+                elif not any(reclaimable):
+                    kept.append(us)
+            self._tiers = (self._epoch, tuple(lent), tuple(kept))
+        return self._tiers[1] if borrows else self._tiers[2]
 
     def victims(self, job: QueuedJob) -> list[QueuedJob]:
         """The running jobs `job` may preempt, best first: lowest priority, then the most

@@ -524,9 +524,11 @@ class Scheduler:
         """Hold back, for the rest of this cycle, where `job` would start soonest: one domain
         per gang (each replica of a replicated job gets its own), or nothing unless every gang
         gets one. `fences` None: nothing is queued behind it, so nothing is held back."""
-        if job.request in self._unreservable:
+        guaranteed = (self._queues is not None and job.replicas is None
+                      and self._queues.within_nominal(job))
+        if job.request in self._unreservable and not guaranteed:
             return nofit
-        if not self.allocator.reservation_domains(job.request):
+        if not self.allocator.reservation_domains(job.request) and not guaranteed:
             self._unreservable.add(job.request)
             return nofit
         picked: list[tuple[str, tuple[str, ...]]] = []
@@ -579,12 +581,26 @@ class Scheduler:
         """EASY: among the domains the gang may use, the one whose k UltraServers drain
         soonest by predicted end times, as (start, domain, UltraServers); ties go to the
         most free chips, then fleet order. None without a clock (the caller then uses the
-        allocator's freest-domain rule)."""
+        allocator's freest-domain rule).
+
+        A job within its queue's nominal quota (tenant queues) may drain an UltraServer even
+        when its gang is smaller than one: its tenant's unused quota may be free chips spread
+        over many UltraServers, and only a drained one (or one whose remaining jobs it may
+        reclaim, counted as ending now) gives it a place."""
         if self._now is None:
             return None
         now = self._now
         domains = self.allocator.reservation_domains(job.request)
         releases = self._releases()
+        if not domains and self._queues is not None:
+            domains = self.allocator.preemption_domains(job.request)
+            evictable = {p for v in self._queues.victims(job) for p in v.parts()}
+            held = self.allocator.allocations()
+            for part in evictable:
+                for us, chips in held[part].chips_by_ultraserver if part in held else ():
+                    releases[us] = [*releases.get(us, []), (now, chips)]
+                    releases[us].remove((self._ends.get(self._owners.get(part, part),
+                                                        math.inf), chips))
         drains = {us: drain_time(ends, now) for us, ends in releases.items()}  # else: now
         best: tuple[float, int, int, str, tuple[str, ...]] | None = None
         for order, (name, members) in enumerate(domains):
@@ -733,6 +749,10 @@ class Scheduler:
         """Place a part on powered UltraServers if it fits there, else anywhere (waking a
         powered-down one), so idle UltraServers stay idle and can stay powered down."""
         down = self.power.states.down() if self.power is not None else ()
+        if self._queues is not None:  # borrowers apart from guaranteed jobs, if it fits so
+            kept = self._queues.allocate_apart(job, part, self.allocator, avoid=down)
+            if kept is not None:
+                return kept
         if down:
             with self.allocator.held_back(down):
                 got = self.allocator.allocate(part, job.request)
