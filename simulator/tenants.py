@@ -10,10 +10,10 @@ replay advances, from the same instants the loop pops, and reported after it.
   size in one tenant share that state, so a clock per (tenant, size) runs while it holds and
   each job reads it when it starts waiting and when it stops.
 - `fair_share_jain`: Jain's index, over the tenants that wanted more than their nominal quota
-  (running plus waiting chips above it) at some time, of their borrowed chip-time over weight,
-  each per second it wanted more (so a tenant that wanted more for a day and one that wanted
-  more for a week are compared by what they got while they wanted it);
-  `fair_share_jain_total` is the same index over the whole run's borrowed chip-time.
+  (running plus waiting chips above it) at some time, of their borrowed chip-time over weight
+  (issue 30's definition); `fair_share_jain_rate` is the same index with each tenant's
+  borrowed chip-time taken per second it wanted more (a tenant that wanted more for a day and
+  one that wanted more for a week compared by what they got while they wanted it).
 - `reclaim_lost_fraction`: chip-time lost to reclaim preemption (work since the victim's last
   checkpoint) over all chip-time used.
 """
@@ -130,7 +130,7 @@ class TenantFigures:
         total = _jain([self.borrowed_cs[t] / self.weight[t] for t in wanting])
         used = sum(self.used_cs.values())
         lost = sum(self.lost_cs.values()) / used if used else 0.0
-        return {"guarantee_p99_s": p99, "fair_share_jain": rate, "fair_share_jain_total": total,
+        return {"guarantee_p99_s": p99, "fair_share_jain": total, "fair_share_jain_rate": rate,
                 "reclaim_lost_fraction": lost}
 
 
