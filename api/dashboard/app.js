@@ -303,6 +303,36 @@ function drawQueue(waiting) {
   $("queue-empty").hidden = waiting.length > 0;
 }
 
+// Each team's queue: a bar of its nominal quota, filled by what it uses, with what it
+// borrows beyond it in another colour (the bar's scale is the larger of the two).
+function drawTeams(queues) {
+  $("teams").hidden = queues.length === 0;
+  const body = $("queues").tBodies[0];
+  body.replaceChildren();
+  for (const queue of queues) {
+    const spec = queue.spec || {};
+    const status = queue.status || {};
+    const nominal = status.nominalChips ?? 0;
+    const used = status.usedChips ?? 0;
+    const borrowed = status.borrowedChips ?? 0;
+    const scale = Math.max(nominal, used, 1);
+    const own = el("span", { class: "used" });
+    const lent = el("span", { class: "borrowed" });
+    own.style.width = `${(100 * (used - borrowed)) / scale}%`;  // CSSOM: allowed by the CSP
+    lent.style.width = `${(100 * borrowed) / scale}%`;
+    const bar = el("div", { class: "bar", role: "img",
+      "aria-label": `${used} of ${nominal} nominal chips in use, ${borrowed} borrowed` }, own, lent);
+    body.append(el("tr", { "data-queue": queue.metadata.name },
+      el("td", { text: queue.metadata.name }),
+      el("td", { text: spec.cohort || "-" }),
+      el("td", { class: "num", text: String(nominal) }),
+      el("td", { class: "num", text: String(used) }),
+      el("td", { class: "num", text: String(borrowed) }),
+      el("td", { class: "num", text: String(status.pendingJobs ?? 0) }),
+      el("td", {}, bar)));
+  }
+}
+
 function drawTotals(fleet, running, waiting) {
   const chips = fleet.reduce((n, us) => n + us.chips, 0);
   const used = fleet.reduce((n, us) => n + us.allocatedChips, 0);
@@ -317,6 +347,7 @@ function drawTotals(fleet, running, waiting) {
 
 async function refresh() {
   const fleet = (await api("v1/ultraservers")).items;
+  const queues = (await api("v1/tenantqueues")).items;
   const { jobs, scope } = await readableJobs(fleet);
   const chipOwner = new Map();
   const running = [];
@@ -337,6 +368,7 @@ async function refresh() {
   drawFleet(fleet, chipOwner);
   drawLegend(running, fleet);
   drawQueue(waiting);
+  drawTeams(queues);
   drawTotals(fleet, running, waiting);
   const note = $("scope-note");
   note.hidden = scope === null;

@@ -244,3 +244,39 @@ def test_kubernetes_mode_draws_the_custom_resources(tmp_path: Path, browser: Any
             assert not errors, errors
     finally:
         kube_env.kubectl("delete", "ultraserver", name, "--wait=false", check=False)
+
+
+def test_teams_show_their_quota_use_and_borrowing(tmp_path: Path, browser: Any) -> None:
+    queues = tmp_path / "queues.yaml"
+    queues.write_text("- name: research\n  nominal: {trn3-gen2: 144}\n  cohort: lab\n"
+                      "  defaultFor: [team-a]\n- name: serving\n  nominal: {trn3-gen2: 144}\n"
+                      "  cohort: lab\n")
+    with served(tmp_path, "--cluster", cluster_file(tmp_path), "--queues", str(queues),
+                *FAST) as url, offline_page(browser, "dashboard-teams") as (page, offline, errors):
+        page.goto(f"{url}/?poll=0.5")
+        row = page.locator('#queues tr[data-queue="research"]')
+        until(lambda: row.count() == 1, "the research queue's row")
+        assert page.locator("#teams").is_visible()
+        submit(url, "team-a", "one", 143, level="ultraserver")  # the failed chip leaves 143
+        submit(url, "team-a", "two", 144, level="ultraserver")  # borrowed from serving
+        until(lambda: row.locator("td").all_inner_texts()[2:6] == ["144", "287", "143", "0"],
+              "research using its quota and borrowing serving's")
+        label = row.locator(".bar").get_attribute("aria-label")
+        assert label == "287 of 144 nominal chips in use, 143 borrowed"
+        widths = row.locator(".bar span").evaluate_all(
+            "nodes => nodes.map(n => n.getBoundingClientRect().width)")
+        assert widths[0] > 0 and widths[1] > 0  # its own share and the borrowed one, both drawn
+        serving = page.locator('#queues tr[data-queue="serving"] td').all_inner_texts()
+        assert serving[2:6] == ["144", "0", "0", "0"]
+        assert offline.attempts == []
+        assert not errors, errors
+
+
+def test_no_teams_section_without_queues(tmp_path: Path, browser: Any) -> None:
+    with served(tmp_path, "--cluster", cluster_file(tmp_path), *FAST) as url, \
+            offline_page(browser, "dashboard-no-teams") as (page, _offline, errors):
+        page.goto(f"{url}/?poll=0.5")
+        page.wait_for_selector('[data-ultraserver="gen2-0001"] .chip')
+        until(lambda: page.inner_text("#live").startswith("live"), "the first refresh")
+        assert not page.locator("#teams").is_visible()
+        assert not errors, errors
