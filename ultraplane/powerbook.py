@@ -94,15 +94,53 @@ class PowerBook:
         self._described: dict[JobKey, JobPower] = {}
         self._scale: dict[str, float] = {}  # budget -> measured / modelled dynamic draw
         self._measured: dict[str, float] = {}
+        self._allocator: Allocator | None = None  # the fleet `bind` resolved the budgets on
+        self._labels_of: Mapping[str, Mapping[str, str]] | None = None
         # bumped by everything that can move a cap (jobs held or let go, a measurement): a
         # caller may skip `caps()` while it has not moved
         self.changes = 0
+
+    @property
+    def active(self) -> bool:
+        """Whether any budget exists or UltraServers power down: without either, the cycle
+        runs as if there were no book (it still counts what jobs hold)."""
+        return bool(self.specs) or self.states.enabled
+
+    def replace(self, budgets: Sequence[BudgetSpec],
+                labels_of: Mapping[str, Mapping[str, str]] | None = None) -> None:
+        """Take a new set of budgets (one was created, edited or deleted), resolved on the
+        fleet last bound; what running jobs hold and their caps stay."""
+        validate_budgets(budgets)
+        self.specs = {b.name: b for b in budgets}
+        self._scale = {n: v for n, v in self._scale.items() if n in self.specs}
+        self._measured = {n: v for n, v in self._measured.items() if n in self.specs}
+        if labels_of is not None:
+            self._labels_of = labels_of
+        if self._allocator is not None:
+            self._resolve(self._allocator)
+        self.changes += 1
 
     # -- the fleet ---------------------------------------------------------------------
     def bind(self, allocator: Allocator,
              labels_of: Mapping[str, Mapping[str, str]] | None = None, now: float = 0.0) -> None:
         """Resolve every budget's UltraServers on the allocator's fleet (every UltraServer
         powered and idle since `now`)."""
+        self._allocator, self._labels_of = allocator, labels_of
+        self._resolve(allocator)
+        topo = allocator.topology
+        self.states.bind(self._chips, {us.name: us.profile for us in topo.ultraservers}, now)
+
+    def refleet(self, labels_of: Mapping[str, Mapping[str, str]] | None = None) -> None:
+        """The fleet changed (an UltraServer came, went or was relabelled): resolve the
+        budgets again, keeping the UltraServers' power states."""
+        if labels_of is not None:
+            self._labels_of = labels_of
+        if self._allocator is not None:
+            self._resolve(self._allocator)
+            self.changes += 1
+
+    def _resolve(self, allocator: Allocator) -> None:
+        labels_of = self._labels_of
         topo = allocator.topology
         validate_budgets(list(self.specs.values()), topo, labels_of)
         self._members = {n: members_of(s, topo, labels_of) for n, s in self.specs.items()}
@@ -113,7 +151,6 @@ class PowerBook:
             for us in members:
                 of.setdefault(us, []).append(name)
         self._of_us = {us: tuple(names) for us, names in of.items()}
-        self.states.bind(self._chips, {us.name: us.profile for us in topo.ultraservers}, now)
 
     def describe(self, key: JobKey, power: JobPower) -> None:
         """The adapter's knowledge of a job's draw (before it is admitted)."""

@@ -236,6 +236,12 @@ class Scheduler:
         return self._ends.get(key)
 
     @property
+    def _budgets(self) -> PowerBook | None:
+        """The power budgets, while any exist or UltraServers power down (with neither, a
+        cycle is today's cycle)."""
+        return self.power if self.power is not None and self.power.active else None
+
+    @property
     def _queues(self) -> QuotaBook | None:
         """The tenant queues, while any exist (with none, a cycle is today's cycle)."""
         return self.quotas if self.quotas is not None and self.quotas.active else None
@@ -374,7 +380,7 @@ class Scheduler:
         and the operator without pods)."""
         self._now = now
         self._budget = launch_budget
-        if self._queues is not None or self.power is not None:  # usage moves the order, or
+        if self._queues is not None or self._budgets is not None:  # usage moves the order, or
             self._standing = None  # the headroom: every cycle is a full one
         result = CycleResult()
         carried = False
@@ -762,9 +768,9 @@ class Scheduler:
 
     def _power_refuses(self, job: QueuedJob, placements: tuple[Placement, ...]) -> NoFit | None:
         """A `NoPower` NoFit when a budget covering `placements` cannot hold `job`."""
-        if self.power is None or not placements:
+        if self._budgets is None or not placements:
             return None
-        return self.power.refuse(job.key, job.priority, placements)
+        return self._budgets.refuse(job.key, job.priority, placements)
 
     def _may_preempt(self, job: QueuedJob) -> bool:
         """Whether some running job is a victim `job` may take chips from."""
