@@ -12,6 +12,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from ultraplane.resources import podtemplates
+from ultraplane.resources.budgets import PowerBudget, PowerBudgetSpec, PowerBudgetStatus
 from ultraplane.resources.commons import GROUP
 from ultraplane.resources.inferencejobs import InferenceJob, InferenceJobSpec, InferenceJobStatus
 from ultraplane.resources.schemas import structural
@@ -118,6 +119,24 @@ KINDS: tuple[Kind, ...] = (
             ("Borrowed", "integer", ".status.borrowedChips", "Chips held above nominal."),
             ("Pending", "integer", ".status.pendingJobs", "Jobs waiting."),
             ("Weight", "number", ".spec.weight", "Fair-share weight."),
+            _AGE,
+        ),
+    ),
+    Kind(
+        "PowerBudget",
+        "powerbudgets",
+        "pb",
+        "Cluster",
+        PowerBudget,
+        PowerBudgetSpec,
+        PowerBudgetStatus,
+        (
+            ("Watts", "number", ".spec.watts", "The limit, in watts."),
+            ("Predicted", "number", ".status.predictedWatts", "Predicted draw, in watts."),
+            ("Measured", "number", ".status.measuredWatts", "Measured draw, in watts."),
+            ("Headroom", "number", ".status.headroomWatts", "Watts left under the limit."),
+            ("Policy", "string", ".spec.policy", "Peak, Predicted or Measured."),
+            ("Parent", "string", ".spec.parent", "The budget it sits inside."),
             _AGE,
         ),
     ),
