@@ -12,10 +12,16 @@ The model is Kueue's ClusterQueue with cohorts (docs/queues.md maps it field by 
 - The cohort's pool is what its queues lend. A queue may take chips while its usage stays
   within nominal plus what the pool has idle (and within its borrowing limit).
 - Admission order inside a cycle (weighted max-min fair share): every job that keeps its
-  queue within nominal first, in the queue's own order; then the jobs that borrow, by how much
-  their queue would have borrowed once admitted, divided by its weight, lowest first. So idle
-  cohort capacity is handed out by water-filling: each queue that wants more gets its
-  weighted share before any gets more than that.
+  queue within nominal first, the queue furthest below its nominal quota first (each queue's
+  own order kept); then the jobs that borrow, by how much their queue would have borrowed
+  once admitted, divided by its weight, lowest first. So idle cohort capacity is handed out
+  by water-filling: each queue that wants more gets its weighted share before any gets more.
+- Placement keeps borrowed chips apart (`allocate_apart`): a borrower goes first where only
+  borrowers run (or an idle UltraServer), a guaranteed job where no borrower runs. A quota
+  counts chips, but a gang needs them in one domain: borrowers scattered beside guaranteed
+  jobs would leave no UltraServer that reclaim can free. For the same reason a job within
+  nominal that fits nowhere, even by reclaim, may reserve an UltraServer to drain (the
+  Scheduler's EASY reservation, which otherwise only gangs of whole UltraServers get).
 - Reclaim: a job whose queue stays within nominal once it is admitted may preempt the jobs of
   queues in its cohort that are borrowing (policy `Any`, or only lower-priority ones with
   `LowerPriority`). The victims are planned by `ultraplane.preemption` inside one domain the
@@ -344,9 +350,11 @@ class QuotaBook:
                    for p in self._profiles_for(spec))
 
     def arrange(self, queue: Sequence[QueuedJob]) -> list[QueuedJob]:
-        """The cycle's try order: jobs that fit their queue's unused nominal quota first (in
-        `queue`'s order), then borrowers by their queue's borrowed chips once it and every job
-        of its queue ahead of it are admitted, over its weight (water-filling)."""
+        """The cycle's try order: jobs that fit their queue's unused nominal quota first, by
+        the share of its nominal quota their queue would use once it and the guaranteed jobs
+        of its queue ahead of it are admitted (each queue's own order kept), then borrowers
+        by their queue's borrowed chips once it and every job of its queue ahead of it are
+        admitted, over its weight (water-filling both times)."""
         ahead: dict[str | None, int] = {}
         guaranteed: dict[str | None, int] = {}
         keyed: list[tuple[int, float, int, QueuedJob]] = []
@@ -367,7 +375,8 @@ class QuotaBook:
             # reservation), even behind a queue-mate too large for it
             if chips <= left:
                 guaranteed[name] = guaranteed.get(name, 0) + chips
-                keyed.append((0, 0.0, index, job))
+                # the queue furthest below its nominal quota first (water-filling again)
+                keyed.append((0, (nominal - left + chips) / max(nominal, 1), index, job))
             else:
                 keyed.append((1, over / spec.weight, index, job))
         keyed.sort(key=lambda k: k[:3])
