@@ -140,6 +140,63 @@ def test_borrowed_capacity_is_split_by_weight() -> None:
     assert book.borrowed("A") == 192 and book.borrowed("B") == 96
 
 
+def test_a_borrower_goes_beside_borrowers_not_into_a_hole_beside_a_guaranteed_job() -> None:
+    # gen2-0000 [ b1 36 | c1 72 | 36 free ]  gen2-0001 [ b2 72 | 72 free ]  gen2-0002 [ idle ]
+    # A (288, idle) lends; B (72) borrows with b2. b3 (36, B still borrowing) would fit
+    # gen2-0000's hole best, beside C's guaranteed c1: it goes beside b2, so gen2-0001 stays
+    # one UltraServer of borrowers that a reclaim by A can free whole.
+    adm = queues(q("A", 288), q("B", 72), q("C", 72), count=3)
+    run(adm, job("b1", "B", 36))
+    run(adm, job("c1", "C", 72))
+    run(adm, job("b2", "B", 72))
+    assert adm.placements(JobKey("b2"))[0].ultraservers == ("gen2-0001",)
+    assert run(adm, job("b3", "B", 36))[0] == ["b3"]
+    assert adm.placements(JobKey("b3"))[0].ultraservers == ("gen2-0001",)
+    # A takes the idle UltraServer, then reclaims gen2-0001 whole (only B's jobs there go)
+    assert run(adm, job("a1", "A", 144))[0] == ["a1"]
+    admitted, _, preempted = run(adm, job("a2", "A", 144))
+    assert admitted == ["a2"] and sorted(preempted) == [("b2", "a2"), ("b3", "a2")]
+
+
+def test_a_guaranteed_gang_smaller_than_an_ultraserver_reserves_one_to_drain() -> None:
+    # gen2-0000 [ b1 108 (ends at 1000) | 36 free ]  gen2-0001 [ b2 108 (ends at 5000) | 36 free ]
+    # A's whole nominal quota (72) is unused, but as 36 free chips on each UltraServer, and no
+    # borrower runs to reclaim: a1 (72) reserves gen2-0000, the one that drains first. A job
+    # queued behind it (b3, which borrows A's idle quota) goes to gen2-0001, not into the
+    # reserved UltraServer's hole, and a1 starts there when b1 ends.
+    from dataclasses import replace
+
+    adm = Admissions(Allocator(build_fleet(GEN2, 2)),
+                     quotas=QuotaBook([q("A", 72), q("B", 216)]))
+    for key, ends in (("b1", 1000.0), ("b2", 5000.0)):
+        adm.submit(replace(job(key, "B", 108), expected_s=ends))
+        adm.cycle(0.0)
+    adm.submit(job("a1", "A", 72))
+    adm.submit(replace(job("b3", "B", 36), expected_s=10_000.0))
+    d = adm.cycle(0.0)
+    assert d.reservation is not None and d.reservation.key == "a1"
+    assert d.reservation.ultraservers == ("gen2-0000",)
+    assert [a.key for a in d.admitted] == ["b3"]
+    assert adm.placements(JobKey("b3"))[0].ultraservers == ("gen2-0001",)
+    adm.withdraw(JobKey("b1"))
+    d = adm.cycle(1000.0)
+    assert [a.key for a in d.admitted] == ["a1"]
+    assert adm.placements(JobKey("a1"))[0].ultraservers == ("gen2-0000",)
+
+
+def test_guaranteed_jobs_of_the_queue_furthest_below_nominal_go_first() -> None:
+    # A (nominal 72) already uses 36, B (nominal 72) nothing; both queue a 36-chip job within
+    # nominal, A's first: B's is tried first (B would use half its quota, A all of its own).
+    adm = queues(q("A", 72), q("B", 72), count=1)
+    run(adm, job("a0", "A", 36))
+    book = adm.quotas
+    assert book is not None
+    assert [j.key for j in book.arrange([job("a1", "A", 36), job("b1", "B", 36)])] == ["b1", "a1"]
+    # a queue's own order holds: its second job comes after the other queue's first
+    order = book.arrange([job("a2", "A", 4), job("b2", "B", 36), job("b3", "B", 36)])
+    assert [j.key for j in order] == ["b2", "a2", "b3"]
+
+
 def test_equal_shares_add_up_to_the_fleet() -> None:
     specs = equal_shares(["x", "y", "z"], {GEN2: 1000})
     assert [s.nominal[GEN2] for s in specs] == [334, 333, 333]
