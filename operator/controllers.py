@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from ultraplane.operator.budgetviews import BudgetViews
 from ultraplane.operator.inventory import Inventory
 from ultraplane.operator.loops import AdmissionLoop, LaunchGate
 from ultraplane.operator.observations import ObservationCache
@@ -71,6 +72,8 @@ class Controller:
         # kept across lease gains: each new leader's book starts from the queues known
         self.queues = QueueViews(self.api, fleet=fleet, clock=clock, wake=self.wake,
                                  leader=lambda: self.loop.leader, seconds=us_seconds)
+        self.budgets = BudgetViews(self.api, fleet=fleet, clock=clock, wake=self.wake,
+                                   leader=lambda: self.loop.leader, seconds=us_seconds)
         parts = self.build()
         self.loop = AdmissionLoop(parts.cache, parts.outbox, parts.writers, parts.views,
                                   clock=clock, fleet=fleet, batch_seconds=batch_seconds,
@@ -84,8 +87,9 @@ class Controller:
         allocator = Allocator(Topology(()))
         admissions = Admissions(allocator, reservation=self.reservation,
                                 order=QueueOrder(stretch=self.queue_stretch),
-                                quotas=self.queues.book())
+                                quotas=self.queues.book(), power=self.budgets.book())
         self.queues.attach(admissions)
+        self.budgets.attach(admissions)
         outbox = Outbox()
         cache = ObservationCache(admissions, Inventory(), outbox, wake=self.wake,
                                  emit=self._post, fleet=self.fleet)
@@ -178,6 +182,8 @@ class Controller:
         admits within them, then the fleet and the jobs."""
         self.queues.load(await self.api.call(self.api.kube.list_tenantqueues, self.fleet))
         await self.loop.sync()
+        # budgets after the fleet: their selectors resolve on the UltraServers just listed
+        self.budgets.load(await self.api.call(self.api.kube.list_powerbudgets, self.fleet))
 
     async def run(self) -> None:
         await self.loop.run()
@@ -190,10 +196,16 @@ class Controller:
 
     def observe_job(self, body: Mapping[str, Any], *, deleted: bool = False,
                     kind: str | None = None) -> None:
+        if not deleted:
+            self.budgets.describe(body, kind or str(body.get("kind") or "TrainingJob"))
         self.loop.cache.observe_job(body, deleted=deleted, kind=kind)
 
     def observe_ultraserver(self, body: Mapping[str, Any], *, deleted: bool = False) -> None:
         self.loop.cache.observe_ultraserver(body, deleted=deleted)
+        self.budgets.ultraserver(body, deleted=deleted)
+
+    def observe_budget(self, body: Mapping[str, Any], *, deleted: bool = False) -> None:
+        self.budgets.observe(body, deleted=deleted)
 
     def observe_queue(self, body: Mapping[str, Any], *, deleted: bool = False) -> None:
         self.queues.observe(body, deleted=deleted)

@@ -30,6 +30,7 @@ from ultraplane.operator.gctuning import DEFAULT_FULL_SECONDS
 from ultraplane.operator.jobviews import (
     GROUP,
     INFERENCE,
+    POWERBUDGETS,
     TENANTQUEUES,
     TRAINING,
     ULTRASERVERS,
@@ -155,7 +156,8 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     controller = new_controller(kube)
     memo["controller"] = controller
     tasks = [asyncio.create_task(controller.run(), name="ultraplane-admission"),
-             asyncio.create_task(controller.queues.run(), name="ultraplane-queues")]
+             asyncio.create_task(controller.queues.run(), name="ultraplane-queues"),
+             asyncio.create_task(controller.budgets.run(), name="ultraplane-budgets")]
     discovery: NodeDiscovery | None = None
     labels = NodeLabels(ultraserver=CONFIG.ultraserver_label,
                         server_index=CONFIG.server_index_label)
@@ -229,6 +231,13 @@ async def tenantqueue_event(event: Mapping[str, Any], body: Mapping[str, Any],
                             memo: kopf.Memo, **_: Any) -> None:
     controller: Controller = memo["controller"]
     controller.observe_queue(body, deleted=event.get("type") == "DELETED")
+
+
+@kopf.on.event(GROUP, VERSION, POWERBUDGETS)
+async def powerbudget_event(event: Mapping[str, Any], body: Mapping[str, Any],
+                            memo: kopf.Memo, **_: Any) -> None:
+    controller: Controller = memo["controller"]
+    controller.observe_budget(body, deleted=event.get("type") == "DELETED")
 
 
 @kopf.on.event(GROUP, VERSION, TRAINING)

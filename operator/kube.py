@@ -17,6 +17,7 @@ from ultraplane.operator.jobviews import (
     FLEET_LABEL,
     GROUP,
     PLURALS,
+    POWERBUDGETS,
     TENANTQUEUES,
     ULTRASERVERS,
     VERSION,
@@ -179,14 +180,28 @@ class KubeClient:
 
     def list_tenantqueues(self, fleet: str | None = None) -> list[dict[str, Any]]:
         """TenantQueues (of the fleet, if one is named); none when the CRD is not installed."""
+        return self._list_cluster(TENANTQUEUES, fleet)
+
+    def list_powerbudgets(self, fleet: str | None = None) -> list[dict[str, Any]]:
+        """PowerBudgets (of the fleet, if one is named); none when the CRD is not installed."""
+        return self._list_cluster(POWERBUDGETS, fleet)
+
+    def patch_powerbudget_status(self, name: str, status: Mapping[str, Any]) -> None:
+        try:
+            self.custom.patch_cluster_custom_object_status(
+                GROUP, VERSION, POWERBUDGETS, name, {"status": dict(status)}, _content_type=MERGE)
+        except Exception as exc:
+            raise _translate(exc) from exc
+
+    def _list_cluster(self, plural: str, fleet: str | None) -> list[dict[str, Any]]:
         selector = f"{FLEET_LABEL}={fleet}" if fleet else None
         try:
             result = self.custom.list_cluster_custom_object(
-                GROUP, VERSION, TENANTQUEUES, label_selector=selector)
+                GROUP, VERSION, plural, label_selector=selector)
         except Exception as exc:
             error = _translate(exc)
             if isinstance(error, Gone):
-                log.warning("no %s resource on the API server; no tenant queues", TENANTQUEUES)
+                log.warning("no %s resource on the API server; none listed", plural)
                 return []
             raise error from exc
         return _items(result)

@@ -32,6 +32,7 @@ __all__ = [
     "HOLDING_PHASES",
     "INFERENCE",
     "PLURALS",
+    "POWERBUDGETS",
     "TENANTQUEUES",
     "TERMINAL_PHASES",
     "TRAINING",
@@ -55,6 +56,7 @@ INFERENCE = "inferencejobs"
 PLURALS: dict[str, str] = {"TrainingJob": TRAINING, "InferenceJob": INFERENCE}
 ULTRASERVERS = "ultraservers"
 TENANTQUEUES = "tenantqueues"
+POWERBUDGETS = "powerbudgets"
 # The phase sets, once, from the CRD's own enum (a StrEnum: `"Failed" in TERMINAL_PHASES`).
 TERMINAL_PHASES: frozenset[str] = frozenset({Phase.SUCCEEDED, Phase.FAILED})
 HOLDING_PHASES: frozenset[str] = frozenset({Phase.ADMITTED, Phase.RUNNING})

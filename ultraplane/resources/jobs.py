@@ -69,6 +69,14 @@ class JobStatus(StatusModel):
     power_watts: float | None = Field(
         default=None, ge=0, description="Power draw of the job's chips in watts."
     )
+    power_cap_watts: float | None = Field(
+        default=None, ge=0,
+        description="Per-chip power cap a PowerBudget set on the job's chips (absent: not "
+        "capped); the job runs slower while it holds.",
+    )
+    capped_since: datetime | None = Field(
+        default=None, description="When the job's current power cap began (absent: not capped)."
+    )
     energy_kwh: float | None = Field(
         default=None, ge=0, alias="energyKWh", description="Energy used so far, in kWh."
     )
