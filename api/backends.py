@@ -52,6 +52,7 @@ class Backend(Protocol):
     def ultraservers_json(self) -> bytes: ...  # `{"items": [...]}`, pre-rendered for speed
     def capacity_json(self) -> bytes: ...
     def tenant_queues(self) -> list[dict[str, Any]]: ...  # TenantQueue objects, with status
+    def power_budgets(self) -> list[dict[str, Any]]: ...  # PowerBudget objects, with status
     def list_jobs(
         self, kind: JobKind, namespace: str | None, *, limit: int, cont: str | None
     ) -> JobPage: ...

@@ -20,6 +20,7 @@ FLAG_OF_FIELD = {
     "backend": "--backend", "db": "--db", "fleet": "--fleet", "cluster": "--cluster",
     "time_scale": "--time-scale", "token_file": "--token-file", "tick_seconds": "--tick-seconds",
     "kubeconfig": "--kubeconfig", "kube_context": "--context", "queues": "--queues",
+    "power_budgets": "--power-budgets",
 }
 
 
@@ -45,6 +46,8 @@ def _fail(message: str) -> None:
               help="File of bearer tokens, one per line; mutating calls then need one.")
 @click.option("--queues", type=click.Path(dir_okay=False), default=None,
               help="Embedded fleet: tenant queues from a YAML list (docs/queues.md).")
+@click.option("--power-budgets", type=click.Path(dir_okay=False), default=None,
+              help="Embedded fleet: power budgets from a YAML list (docs/power.md).")
 @cluster_options
 @log_level_option(default="warning")
 def serve(**opts: Any) -> None:
@@ -57,7 +60,7 @@ def serve(**opts: Any) -> None:
     overrides = {
         key: opts[key]
         for key in ("backend", "db", "fleet", "cluster", "time_scale", "token_file", "tick_seconds",
-                    "kubeconfig", "kube_context", "queues")
+                    "kubeconfig", "kube_context", "queues", "power_budgets")
         if opts[key] is not None
     }
     overrides["demo"] = opts["demo"] and (opts["backend"] or "embedded") == "embedded"

@@ -45,7 +45,9 @@ from ultraplane.simulator.runtime import JobRuntime
 
 from ultraplane.admissions import Admissions
 from ultraplane.allocator import Allocator
+from ultraplane.budgetspecs import budget_statuses, budget_wire
 from ultraplane.ids import JobKey, local_ref, parse_chip_id
+from ultraplane.powerbook import PowerBook
 from ultraplane.queuespecs import queue_statuses, queue_wire, refusal
 from ultraplane.quotas import QueueSpec, QuotaBook
 
@@ -75,7 +77,11 @@ class EmbeddedBackend:
         # Tenant queues (--queues FILE): the core's book decides quotas, borrowing and reclaim
         self.queues = {q.name: q for q in (
             Settings.read_queues(settings.queues) if settings.queues else [])}
-        self.admissions = Admissions(self.allocator, quotas=QuotaBook(list(self.queues.values())))
+        # Power budgets (--power-budgets FILE): the core's book admits within headroom, caps
+        self.power = PowerBook(Settings.read_budgets(settings.power_budgets)
+                               if settings.power_budgets else [])
+        self.admissions = Admissions(self.allocator, quotas=QuotaBook(list(self.queues.values())),
+                                     power=self.power)
         self.scheduler = self.admissions.scheduler
         self.reserved: dict[str, JobKey] = {}  # UltraServer -> job held back for (last cycle)
         self.reservation: tuple[tuple[str, ...], int] | None = None  # (UltraServers, priority)
@@ -224,6 +230,8 @@ class EmbeddedBackend:
                 self._refresh_fleet()
             else:
                 self.fleet.energy_kwh = float(self.runtime.fleet().energy_kwh)
+            if self.power.active:
+                self.runner.power(now)
             self._ticks += 1
         self.persist()
 
@@ -347,7 +355,18 @@ class EmbeddedBackend:
             summary = self.fleet.summary(self.jobs)
         summary["queues"] = [{"name": q["metadata"]["name"], **q["status"]}
                              for q in self.tenant_queues()]
+        summary["budgets"] = [{"name": b["metadata"]["name"], "watts": b["spec"]["watts"],
+                               **b["status"]} for b in self.power_budgets()]
         return summary
+
+    def power_budgets(self) -> list[dict[str, Any]]:
+        """Every budget of `--power-budgets`, its spec and what the core predicts and caps."""
+        with self.lock:
+            statuses = budget_statuses(self.power)
+            return [{"apiVersion": "ultraplane.dev/v1alpha1", "kind": "PowerBudget",
+                     "metadata": {"name": name}, "spec": budget_wire(spec),
+                     "status": statuses[name]}
+                    for name, spec in sorted(self.power.specs.items())]
 
     def tenant_queues(self) -> list[dict[str, Any]]:
         """Every queue of `--queues`, its spec and what the core counts against it now."""

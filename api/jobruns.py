@@ -22,6 +22,7 @@ from ultraplane.api.models import AccountingCreate
 
 from ultraplane import jobstatuses
 from ultraplane.admissions import Requeued
+from ultraplane.budgetspecs import job_power
 from ultraplane.conversions import TERMINAL_PHASES, InvalidJobError
 from ultraplane.decisions import (
     Admitted,
@@ -88,8 +89,26 @@ class JobRunner:
 
     # -- intake ----------------------------------------------------------------------------
     def submit(self, job: JobState) -> None:
+        self.b.power.describe(job.key, job_power(job.kind, job.spec_wire))
         if not job.held:
             self.b.admissions.submit(job.queued)
+
+    def power(self, now: float) -> None:
+        """The fleet's simulated draw to the power book (the telemetry the Measured policy
+        reads), and each running job's cap: `powerCapWatts` and `cappedSince` in its status."""
+        book = self.b.power
+        book.measure({v.name: v.power_watts for v in self.b.fleet.ultraservers})
+        for key, cap in book.caps(now).items():
+            job = self._by_sched_key(key)
+            if job is None:
+                continue
+            cap = None if cap is None else round(cap, 1)
+            if job.status.get("powerCapWatts") == cap:
+                continue
+            held = book.capped_for(key, now) if cap is not None else None
+            self._set(job, powerCapWatts=cap,
+                      cappedSince=None if cap is None else jobstatuses.stamp(
+                          moment(now - (held or 0.0))))
 
     def recover(self, now: float) -> None:
         """After a restart: re-adopt chips from the store, resume from checkpoints, requeue the rest."""

@@ -102,6 +102,7 @@ class KubernetesBackend:
         self.phases: dict[tuple[str, str], int] = {}
         self.queue_objects: list[dict[str, Any]] = []  # TenantQueues, as of the last poll
         self.queue_specs: dict[str, QueueSpec] = {}  # and the core's reading of them
+        self.budget_objects: list[dict[str, Any]] = []  # PowerBudgets, as of the last poll
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._error = "not polled yet"
@@ -136,6 +137,7 @@ class KubernetesBackend:
         """Rebuild the fleet snapshot from the cluster and write accounting rows."""
         self.queue_objects = self.tenant_queues()
         self.queue_specs = self._queue_specs()
+        self.budget_objects = self._cluster_list("powerbudgets")
         servers = _items(self.custom.list_cluster_custom_object(GROUP, VERSION, "ultraservers"))
         jobs = [
             (kind, obj)
@@ -260,6 +262,8 @@ class KubernetesBackend:
             "jobs": dict(self.phases),
             "queues": [{"name": q["metadata"]["name"], **(q.get("status") or {})}
                        for q in self.queue_objects],
+            "budgets": [{"name": b["metadata"]["name"], "watts": (b.get("spec") or {}).get("watts"),
+                         **(b.get("status") or {})} for b in self.budget_objects],
         }
 
     def _resource(self, kind: JobKind, obj: dict[str, Any]) -> JobResource:
@@ -312,8 +316,15 @@ class KubernetesBackend:
 
     def tenant_queues(self) -> list[dict[str, Any]]:
         """The cluster's TenantQueues as the operator last wrote their statuses."""
+        return self._cluster_list("tenantqueues")
+
+    def power_budgets(self) -> list[dict[str, Any]]:
+        """The cluster's PowerBudgets as the operator last wrote their statuses (last poll)."""
+        return self.budget_objects
+
+    def _cluster_list(self, plural: str) -> list[dict[str, Any]]:
         try:
-            items = _items(self.custom.list_cluster_custom_object(GROUP, VERSION, "tenantqueues"))
+            items = _items(self.custom.list_cluster_custom_object(GROUP, VERSION, plural))
         except Exception as exc:  # the CRD is not installed (404), or the API is down
             if getattr(exc, "status", None) == 404:
                 return []

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 Scope = dict[str, Any]
@@ -25,7 +25,7 @@ class FleetCollector(Collector):
     def __init__(self, summary: Callable[[], dict[str, Any]]) -> None:
         self.summary = summary
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
+    def collect(self) -> Iterator[Metric]:
         data = self.summary()
         simple = {
             "ultraplane_fleet_chips": ("Chips in the fleet.", "chips"),
@@ -50,6 +50,30 @@ class FleetCollector(Collector):
             for queue in data.get("queues", []):
                 family.add_metric([str(queue["name"])], float(queue.get(key) or 0))
             yield family
+        per_budget = {
+            "watts": ("ultraplane_power_budget_watts", "A power budget's limit, in watts."),
+            "predictedWatts": ("ultraplane_power_budget_predicted_watts",
+                               "A power budget's predicted draw, in watts."),
+            "measuredWatts": ("ultraplane_power_budget_measured_watts",
+                              "A power budget's measured draw, in watts."),
+            "headroomWatts": ("ultraplane_power_budget_headroom_watts",
+                              "Watts left under a power budget (negative: over it)."),
+        }
+        for key, (name, doc) in per_budget.items():
+            family = GaugeMetricFamily(name, doc, labels=["budget"])
+            for budget in data.get("budgets", []):
+                if budget.get(key) is not None:
+                    family.add_metric([str(budget["name"])], float(budget[key]))
+            yield family
+        capped = GaugeMetricFamily("ultraplane_power_budget_capped_jobs",
+                                   "Jobs power-capped to keep a budget.", labels=["budget"])
+        for budget in data.get("budgets", []):
+            capped.add_metric([str(budget["name"])], float(len(budget.get("capped") or ())))
+        yield capped
+        if "energy_kwh" in data:  # Prometheus' unit for energy: joules, as a counter
+            yield CounterMetricFamily("ultraplane_fleet_energy_joules",
+                                      "Energy the fleet drew since it started, in joules.",
+                                      value=float(data["energy_kwh"]) * 3.6e6)
         phases = GaugeMetricFamily("ultraplane_jobs", "Jobs by kind and phase.", labels=["kind", "phase"])
         for (kind, phase), count in sorted(data.get("jobs", {}).items()):
             phases.add_metric([kind, phase], float(count))

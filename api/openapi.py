@@ -20,7 +20,7 @@ from ultraplane.api.errors import ApiError
 
 ERROR = {"content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}}
 # Dry runs (/v1/placements) are not among them: once tokens are on, they need one (CPU).
-FLEET_READS = ("/v1/ultraservers", "/v1/capacity", "/v1/tenantqueues")
+FLEET_READS = ("/v1/ultraservers", "/v1/capacity", "/v1/tenantqueues", "/v1/powerbudgets")
 METHODS = ("get", "put", "post", "delete", "patch", "head", "options", "trace")
 
 # Rules the spec models enforce in validators (and the CRDs in CEL), as JSON Schema. The models

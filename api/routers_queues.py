@@ -1,4 +1,5 @@
-"""Tenant queues: each team's quota and what it holds, borrows and waits for."""
+"""Tenant queues and power budgets: what each team holds, borrows and waits for, and the
+watts each budget allows, predicts and caps."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from ultraplane.api.auth import require_fleet_read
 from ultraplane.api.deps import BackendDep, NamePath
 from ultraplane.api.errors import ApiError, ErrorBody
 
+from ultraplane.resources.budgets import PowerBudget
 from ultraplane.resources.tenantqueues import TenantQueue
 
 router = APIRouter(prefix="/v1", tags=["queues"], dependencies=[Depends(require_fleet_read)])
@@ -16,16 +18,32 @@ ERRORS: dict[int | str, dict[str, Any]] = {401: {"model": ErrorBody}, 403: {"mod
                                            404: {"model": ErrorBody}}
 
 
-@router.get("/tenantqueues", responses=ERRORS)
+@router.get("/tenantqueues", responses=ERRORS, response_model_exclude_none=True)
 def list_queues(backend: BackendDep) -> dict[str, list[TenantQueue]]:
     """List the tenant queues: nominal chips, cohort, and used, borrowed and waiting now."""
     return {"items": [TenantQueue.model_validate(q) for q in backend.tenant_queues()]}
 
 
-@router.get("/tenantqueues/{name}", responses=ERRORS)
+@router.get("/tenantqueues/{name}", responses=ERRORS, response_model_exclude_none=True)
 def get_queue(backend: BackendDep, name: NamePath) -> TenantQueue:
     """One tenant queue with its usage."""
     for q in backend.tenant_queues():
         if q["metadata"]["name"] == name:
             return TenantQueue.model_validate(q)
     raise ApiError(404, "NotFound", "name", f"TenantQueue {name} does not exist")
+
+
+@router.get("/powerbudgets", responses=ERRORS, response_model_exclude_none=True)
+def list_budgets(backend: BackendDep) -> dict[str, list[PowerBudget]]:
+    """List the power budgets: watts, and the predicted and measured draw, headroom and
+    capped jobs now."""
+    return {"items": [PowerBudget.model_validate(b) for b in backend.power_budgets()]}
+
+
+@router.get("/powerbudgets/{name}", responses=ERRORS, response_model_exclude_none=True)
+def get_budget(backend: BackendDep, name: NamePath) -> PowerBudget:
+    """One power budget with its draw and headroom."""
+    for b in backend.power_budgets():
+        if b["metadata"]["name"] == name:
+            return PowerBudget.model_validate(b)
+    raise ApiError(404, "NotFound", "name", f"PowerBudget {name} does not exist")

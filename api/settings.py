@@ -74,6 +74,27 @@ class Settings(BaseSettings):
         default=None, description="Embedded fleet: a YAML list of tenant queues (each a name "
         "and the fields of a TenantQueue spec), the same file as `ultraplane simulate --queues`.")
 
+    power_budgets: str | None = Field(
+        default=None, description="Embedded fleet: a YAML list of power budgets (each a name "
+        "and the fields of a PowerBudget spec).")
+
+    @field_validator("power_budgets")
+    @classmethod
+    def _budgets_file(cls, value: str | None) -> str | None:
+        if value is not None:
+            cls.read_budgets(value)
+        return value
+
+    @staticmethod
+    def read_budgets(path: str) -> list[Any]:
+        """The budgets of a `--power-budgets` file, or ValueError with one sentence."""
+        from ultraplane.budgetspecs import InvalidBudgetError, budget_specs
+
+        try:
+            return budget_specs(_yaml_of(path))
+        except InvalidBudgetError as exc:
+            raise ValueError(f"{path}: {exc}") from None
+
     @field_validator("queues")
     @classmethod
     def _queues_file(cls, value: str | None) -> str | None:
@@ -135,3 +156,15 @@ class Settings(BaseSettings):
         """Split `trn3-gen2:8`; a bare profile name means one UltraServer."""
         profile, _, count = self.fleet.partition(":")
         return profile, int(count or 1)
+
+
+def _yaml_of(path: str) -> Any:
+    """The YAML document of a file a flag names, or ValueError with one sentence."""
+    import yaml
+
+    try:
+        return yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ValueError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{path} is not valid YAML: {str(exc).splitlines()[0]}") from None

@@ -25,11 +25,10 @@ from ultraplane.operator.jobviews import FLEET_LABEL, PLURALS
 from ultraplane.operator.writers import ApiCalls
 
 from ultraplane.admissions import Admissions
-from ultraplane.budgetspecs import InvalidBudgetError, budget_spec, budget_statuses
+from ultraplane.budgetspecs import InvalidBudgetError, budget_spec, budget_statuses, job_power
 from ultraplane.ids import JobKey, job_key
-from ultraplane.powerbook import DEFAULT_ACTIVITY, JobPower, PowerBook
+from ultraplane.powerbook import PowerBook
 from ultraplane.powerbudgets import BudgetSpec, validate_budgets
-from ultraplane.powermodels import chip_power_of
 
 __all__ = ["BudgetViews"]
 
@@ -122,23 +121,13 @@ class BudgetViews:
                 log.warning("power budgets not resolved on the fleet: %s", exc)
 
     def describe(self, body: Mapping[str, Any], kind: str) -> None:
-        """What the book predicts a job's draw with: its precision at the default activity;
-        an InferenceJob with a latency objective is never capped below its predicted draw,
-        so capping never breaks the objective."""
+        """What the book predicts a job's draw with (`budgetspecs.job_power`)."""
         book = self._book()
         if book is None:
             return
-        meta, spec = body.get("metadata") or {}, body.get("spec") or {}
-        key = job_key(kind, str(meta.get("namespace")), str(meta.get("name")))
-        precision = str(spec.get("precision") or "BF16")
-        floor = None
-        if kind == "InferenceJob" and spec.get("latencySLO"):
-            profile = str(spec.get("profile") or "trn3-gen2")
-            try:
-                floor = chip_power_of(profile).busy(DEFAULT_ACTIVITY, precision)
-            except (KeyError, ValueError, OSError):
-                floor = None
-        book.describe(key, JobPower(DEFAULT_ACTIVITY, precision, floor))
+        meta = body.get("metadata") or {}
+        book.describe(job_key(kind, str(meta.get("namespace")), str(meta.get("name"))),
+                      job_power(kind, body.get("spec") or {}))
 
     def _replace(self) -> None:
         book = self._book()

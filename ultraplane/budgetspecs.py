@@ -12,12 +12,13 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ultraplane.powerbook import BudgetStatus, PowerBook
+from ultraplane.powerbook import DEFAULT_ACTIVITY, BudgetStatus, JobPower, PowerBook
 from ultraplane.powerbudgets import BudgetSpec, PowerPolicy, validate_budgets
+from ultraplane.powermodels import chip_power_of
 from ultraplane.resources.budgets import PowerBudgetSpec
 
 __all__ = ["InvalidBudgetError", "budget_spec", "budget_specs", "budget_status",
-           "budget_statuses", "budget_wire"]
+           "budget_statuses", "budget_wire", "job_power"]
 
 
 class InvalidBudgetError(ValueError):
@@ -94,3 +95,19 @@ def budget_statuses(book: PowerBook,
                     generations: Mapping[str, int | None] | None = None) -> dict[str, dict[str, Any]]:
     """Every budget's status document, by name."""
     return {s.name: budget_status(s, (generations or {}).get(s.name)) for s in book.status()}
+
+
+def job_power(kind: str, spec: Mapping[str, Any]) -> JobPower:
+    """What the power book predicts a job's draw with (wire-form spec): its precision at the
+    default activity. An InferenceJob with a latency objective is never capped below its
+    predicted draw, so a cap never breaks the objective (no adapter measures latency under a
+    cap before it is set)."""
+    precision = str(spec.get("precision") or "BF16")
+    floor = None
+    if kind == "InferenceJob" and spec.get("latencySLO"):
+        try:
+            floor = chip_power_of(str(spec.get("profile") or "trn3-gen2")).busy(
+                DEFAULT_ACTIVITY, precision)
+        except (KeyError, ValueError, OSError):  # an unknown profile: the job cannot fit
+            floor = None
+    return JobPower(DEFAULT_ACTIVITY, precision, floor)
