@@ -129,7 +129,8 @@ def _names(value: Any, where: str) -> tuple[str, ...] | None:
 
 def budgets_from_yaml(text: str) -> list[BudgetSpec]:
     """Budgets from YAML: a list (or `{budgets: [...]}`) of mappings with `name`, `watts`,
-    optional `ultraservers`, `blocks`, `labels`, `parent`, `policy`, `margin`."""
+    optional `ultraservers`, `blocks`, `labels` (or the PowerBudget resource's `ultraServers:
+    {names, blocks, matchLabels}`), `parent`, `policy`, `margin`."""
     try:
         raw = yaml.safe_load(text)
     except yaml.YAMLError as exc:
@@ -143,6 +144,16 @@ def budgets_from_yaml(text: str) -> list[BudgetSpec]:
     for i, item in enumerate(raw):
         if not isinstance(item, dict):
             raise ValueError(f"power budget {i + 1}: must be a mapping")
+        chosen = item.get("ultraServers")  # the PowerBudget resource's selector, as well
+        if chosen is not None:
+            if not isinstance(chosen, dict) or set(chosen) - {"names", "blocks", "matchLabels"}:
+                raise ValueError(f"power budget {item.get('name', i + 1)}: ultraServers takes "
+                                 "names, blocks and matchLabels")
+            item = {k: v for k, v in item.items() if k != "ultraServers"}
+            item.update({k: v for k, v in (("ultraservers", chosen.get("names")),
+                                           ("blocks", chosen.get("blocks")),
+                                           ("labels", chosen.get("matchLabels")))
+                         if v is not None})
         extra = set(item) - allowed
         if extra:
             raise ValueError(f"power budget {item.get('name', i + 1)}: unknown field "

@@ -193,6 +193,47 @@ spec:
         release.kc("delete", "tenantqueue", queue, "--ignore-not-found", check=False)
 
 
+def test_a_power_budget_applied_with_kubectl_holds_jobs_until_it_is_lifted(release: Kind) -> None:
+    # A fleet-wide budget below the fleet's idle draw: a new job waits for headroom with the
+    # budget named in its status; deleting the budget lets it in.
+    release.kc("apply", "-f", str(EXAMPLES / "fleet-gen2.yaml"))
+    ns, name = "power-e2e", "e2e-hall"
+    release.kc("create", "namespace", ns)
+    try:
+        release.apply(f"""
+apiVersion: ultraplane.dev/v1alpha1
+kind: PowerBudget
+metadata: {{name: {name}}}
+spec:
+  watts: 1000
+  policy: Predicted
+""")
+        status = wait_until("the budget's status", lambda: (lambda s: s if s.get(
+            "predictedWatts") else None)(release.get("powerbudget", name).get("status") or {}),
+            timeout=120)
+        assert status["headroomWatts"] < 0 and status["ultraServers"] > 0
+        release.apply("""
+apiVersion: ultraplane.dev/v1alpha1
+kind: TrainingJob
+metadata: {name: small}
+spec:
+  chips: 4
+  topology: {requiredLevel: server}
+  work: {durationSeconds: 86400}
+""", "-n", ns)
+        held = wait_until("the job held for power", lambda: (lambda s: s if s.get(
+            "reason") == "NoPower" else None)(release.get("trainingjob", "small", "-n", ns)
+                                              .get("status") or {}), timeout=180)
+        assert held["phase"] == "Pending" and f"budget {name}" in held["message"]
+        release.kc("delete", "powerbudget", name)
+        wait_until("the job admitted once the budget is gone", lambda: (
+            release.get("trainingjob", "small", "-n", ns).get("status") or {}).get("phase")
+            in ("Admitted", "Running"), timeout=180)
+    finally:
+        release.kc("delete", "powerbudget", name, "--ignore-not-found", check=False)
+        release.kc("delete", "namespace", ns, "--wait", timeout=300, check=False)
+
+
 def finish_the_examples(release: Kind) -> None:
     applied = jobs(release)
     assert {j["metadata"]["name"] for j in applied} >= {"finetune-8b", "pretrain-405b", "chat-70b"}
