@@ -53,8 +53,8 @@ function colour(key) {
 }
 
 function watts(w) {
-  if (w >= 1e6) return `${(w / 1e6).toFixed(2)} MW`;
-  if (w >= 1e3) return `${(w / 1e3).toFixed(1)} kW`;
+  if (Math.abs(w) >= 1e6) return `${(w / 1e6).toFixed(2)} MW`;
+  if (Math.abs(w) >= 1e3) return `${(w / 1e3).toFixed(1)} kW`;
   return `${Math.round(w)} W`;
 }
 
@@ -333,6 +333,31 @@ function drawTeams(queues) {
   }
 }
 
+// Each power budget: its limit, predicted and measured draw, headroom and capped jobs, and a
+// bar of the predicted draw against the limit (red once over it).
+function drawBudgets(budgets) {
+  $("budgets").hidden = budgets.length === 0;
+  const body = $("power").tBodies[0];
+  body.replaceChildren();
+  for (const budget of budgets) {
+    const limit = budget.spec.watts;
+    const status = budget.status || {};
+    const predicted = status.predictedWatts ?? 0;
+    const fill = el("span", { class: "used" });
+    fill.style.width = `${Math.min(100, (100 * predicted) / Math.max(limit, 1))}%`;
+    const bar = el("div", { class: predicted > limit ? "bar over" : "bar", role: "img",
+      "aria-label": `predicted ${watts(predicted)} of ${watts(limit)}` }, fill);
+    body.append(el("tr", { "data-budget": budget.metadata.name },
+      el("td", { text: budget.metadata.name }),
+      el("td", { class: "num", text: watts(limit) }),
+      el("td", { class: "num", text: watts(predicted) }),
+      el("td", { class: "num", text: status.measuredWatts == null ? "-" : watts(status.measuredWatts) }),
+      el("td", { class: "num", text: watts(status.headroomWatts ?? limit - predicted) }),
+      el("td", { class: "num", text: String((status.capped || []).length) }),
+      el("td", {}, bar)));
+  }
+}
+
 function drawTotals(fleet, running, waiting) {
   const chips = fleet.reduce((n, us) => n + us.chips, 0);
   const used = fleet.reduce((n, us) => n + us.allocatedChips, 0);
@@ -348,6 +373,7 @@ function drawTotals(fleet, running, waiting) {
 async function refresh() {
   const fleet = (await api("v1/ultraservers")).items;
   const queues = (await api("v1/tenantqueues")).items;
+  const budgets = (await api("v1/powerbudgets")).items;
   const { jobs, scope } = await readableJobs(fleet);
   const chipOwner = new Map();
   const running = [];
@@ -369,6 +395,7 @@ async function refresh() {
   drawLegend(running, fleet);
   drawQueue(waiting);
   drawTeams(queues);
+  drawBudgets(budgets);
   drawTotals(fleet, running, waiting);
   const note = $("scope-note");
   note.hidden = scope === null;

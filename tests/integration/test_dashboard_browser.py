@@ -280,3 +280,31 @@ def test_no_teams_section_without_queues(tmp_path: Path, browser: Any) -> None:
         until(lambda: page.inner_text("#live").startswith("live"), "the first refresh")
         assert not page.locator("#teams").is_visible()
         assert not errors, errors
+
+
+def test_power_budgets_show_their_draw_against_the_limit(tmp_path: Path, browser: Any) -> None:
+    # two Gen2 UltraServers idle at the assumed 300 W a chip: 86.4 kW; the limit leaves 100 kW
+    budgets = tmp_path / "budgets.yaml"
+    budgets.write_text("- name: hall\n  watts: 186400\n")
+    with served(tmp_path, "--cluster", cluster_file(tmp_path), "--power-budgets", str(budgets),
+                *FAST) as url, offline_page(browser, "dashboard-power") as (page, offline, errors):
+        page.goto(f"{url}/?poll=0.5")
+        row = page.locator('#power tr[data-budget="hall"]')
+        until(lambda: row.count() == 1, "the hall budget's row")
+        cells = row.locator("td").all_inner_texts()
+        assert cells[:2] == ["hall", "186.4 kW"]
+        submit(url, "team-a", "big", 143, level="ultraserver")
+        until(lambda: allocation(url, "team-a", "big"), "big placed")
+
+        def drawn() -> list[str] | None:
+            got = row.locator("td").all_inner_texts()
+            return got if got[2] != "86.4 kW" else None
+        cells = until(drawn, "the predicted draw to include the job")
+        predicted = float(cells[2].split()[0])
+        assert 86.4 < predicted <= 186.4
+        assert cells[4].endswith(" kW")
+        assert abs(float(cells[4].split()[0]) - (186.4 - predicted)) <= 0.11  # (each rounded)
+        label = row.locator(".bar").get_attribute("aria-label")
+        assert label == f"predicted {cells[2]} of 186.4 kW"
+        assert offline.attempts == []
+        assert not errors, errors
