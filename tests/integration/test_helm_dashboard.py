@@ -140,7 +140,10 @@ def exported_metric_names() -> set[str]:
     api = Metrics()
     api.watch_fleet(lambda: {"chips": 1, "allocated_chips": 0, "power_watts": 0.0,
                              "utilization": 0.0, "energy_kwh": 0.0,
-                             "jobs": {("TrainingJob", "Running"): 1}})
+                             "jobs": {("TrainingJob", "Running"): 1},
+                             "queues": [{"name": "q", "usedChips": 1, "nominalChips": 1}],
+                             "budgets": [{"name": "b", "watts": 1.0, "predictedWatts": 1.0,
+                                          "measuredWatts": 1.0, "headroomWatts": 0.0}]})
     api.requests.labels("GET", "/", "200").inc()
     api.latency.labels("GET", "/").observe(0.01)
     sim = SimulatorMetrics()
@@ -168,7 +171,8 @@ def test_grafana_dashboard_reads_only_metrics_the_code_exports() -> None:
     # Every fleet gauge of the API and the simulator's per-UltraServer power are drawn.
     for wanted in ("ultraplane_fleet_power_watts", "ultraplane_fleet_allocated_chips",
                    "ultraplane_jobs", "ultraplane_sim_ultraserver_power_watts",
-                   "ultraplane_http_request_seconds_bucket"):
+                   "ultraplane_http_request_seconds_bucket", "ultraplane_queue_used_chips",
+                   "ultraplane_power_budget_headroom_watts"):
         assert wanted in used
     ids = [p["id"] for p in dashboard["panels"]]
     assert len(ids) == len(set(ids))
