@@ -20,6 +20,7 @@ from ultraplane.api.client.transports import ClientError, not_found
 from ultraplane.conversions import (
     GROUP,
     PLURALS,
+    POWERBUDGETS,
     TENANTQUEUES,
     ULTRASERVERS,
     VERSION,
@@ -138,7 +139,13 @@ class ClusterTransport:
         return [_view(obj) for obj in got.get("items") or []]
 
     def tenant_queues(self) -> list[dict[str, Any]]:
-        got = self._call(self.custom.list_cluster_custom_object, GROUP, VERSION, TENANTQUEUES)
+        return self._cluster_objects(TENANTQUEUES)
+
+    def power_budgets(self) -> list[dict[str, Any]]:
+        return self._cluster_objects(POWERBUDGETS)
+
+    def _cluster_objects(self, plural: str) -> list[dict[str, Any]]:
+        got = self._call(self.custom.list_cluster_custom_object, GROUP, VERSION, plural)
         return sorted(got.get("items") or [], key=lambda q: str(q["metadata"]["name"]))
 
     def explain(self, kind: str, namespace: str, name: str) -> dict[str, Any]:

@@ -18,6 +18,7 @@ from ultraplane.api.client.connections import connection_options
 from ultraplane.api.client.tables import OUTPUTS, document, resource_name, table
 from ultraplane.api.client.transports import ClientError, Transport, not_found
 from ultraplane.api.client.views import (
+    budget_rows,
     describe_job,
     explanation_text,
     job_rows,
@@ -36,6 +37,7 @@ JOB_TYPES = {
 ALL_JOBS = ("jobs", "job")
 SERVER_TYPES = ("ultraservers", "ultraserver", "us")
 QUEUE_TYPES = ("tenantqueues", "tenantqueue", "tq", "queues", "queue")
+BUDGET_TYPES = ("powerbudgets", "powerbudget", "pb", "budgets", "budget")
 KINDS = ("TrainingJob", "InferenceJob")
 OUTPUT = click.option("-o", "--output", type=click.Choice(OUTPUTS), default="table",
                       show_default=True, help="Output format.")
@@ -93,20 +95,23 @@ def _emit(items: list[dict[str, Any]], output: str, *, single: bool,
 @ALL_NS
 @connection_options
 def get(args: tuple[str, ...], output: str, all_namespaces: bool, transport: Transport) -> None:
-    """List jobs, UltraServers or queues: TYPE is jobs (default), trainingjobs (tj),
-    inferencejobs (ij), ultraservers (us) or tenantqueues (tq)."""
-    if args and args[0].lower() in QUEUE_TYPES:
+    """List jobs, UltraServers, queues or budgets: TYPE is jobs (default), trainingjobs (tj),
+    inferencejobs (ij), ultraservers (us), tenantqueues (tq) or powerbudgets (pb)."""
+    if args and args[0].lower() in (*QUEUE_TYPES, *BUDGET_TYPES):
+        queues = args[0].lower() in QUEUE_TYPES
+        kind, plural = ("TenantQueue", "tenantqueues") if queues else ("PowerBudget",
+                                                                       "powerbudgets")
         wanted = set(args[1:])
-        queues = [q for q in transport.tenant_queues()
-                  if not wanted or q["metadata"]["name"] in wanted]
-        for missing in sorted(wanted - {q["metadata"]["name"] for q in queues}):
-            raise ClientError(f'Error from server (NotFound): tenantqueues.ultraplane.dev '
+        found = transport.tenant_queues() if queues else transport.power_budgets()
+        found = [o for o in found if not wanted or o["metadata"]["name"] in wanted]
+        for missing in sorted(wanted - {o["metadata"]["name"] for o in found}):
+            raise ClientError(f'Error from server (NotFound): {plural}.ultraplane.dev '
                               f'"{missing}" not found', 1)
-        if not queues and not wanted and output in ("table", "wide"):
+        if not found and not wanted and output in ("table", "wide"):
             click.echo("No resources found.", err=True)
             return
-        _emit([{"kind": "TenantQueue", **q} for q in queues], output, single=bool(wanted),
-              rows=queue_rows(queues, wide=output == "wide"))
+        rows = (queue_rows if queues else budget_rows)(found, wide=output == "wide")
+        _emit([{"kind": kind, **o} for o in found], output, single=bool(wanted), rows=rows)
         return
     if args and args[0].lower() in SERVER_TYPES:
         wanted = set(args[1:])

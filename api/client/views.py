@@ -94,6 +94,26 @@ def queue_rows(queues: list[dict[str, Any]], *, wide: bool = False) -> Rows:
     return headers, rows
 
 
+def budget_rows(budgets: list[dict[str, Any]], *, wide: bool = False) -> Rows:
+    """`kubectl get powerbudgets` columns (kW), from the budgets' specs and statuses."""
+    def kw(w: Any) -> str:
+        return "-" if w is None else f"{float(w) / 1000:.1f}"
+
+    headers = ["NAME", "LIMIT(kW)", "PREDICTED(kW)", "MEASURED(kW)", "HEADROOM(kW)", "CAPPED",
+               "POLICY"] + (["PARENT", "ULTRASERVERS"] if wide else [])
+    rows = []
+    for b in budgets:
+        spec, status = b.get("spec") or {}, b.get("status") or {}
+        row: list[Any] = [b["metadata"]["name"], kw(spec.get("watts")),
+                          kw(status.get("predictedWatts")), kw(status.get("measuredWatts")),
+                          kw(status.get("headroomWatts")), len(status.get("capped") or ()),
+                          spec.get("policy", "Predicted")]
+        if wide:
+            row += [spec.get("parent") or "<none>", status.get("ultraServers", "-")]
+        rows.append(row)
+    return headers, rows
+
+
 def top_rows(jobs: list[dict[str, Any]], *, namespaces: bool) -> Rows:
     headers = (["NAMESPACE"] if namespaces else []) + ["NAME", "KIND", "CHIPS", "UTILIZATION",
                                                        "POWER(kW)", "PROGRESS"]

@@ -358,8 +358,27 @@ def test_queues_from_serve_are_listed_by_the_plugin_and_a_bad_queues_file_is_exi
         assert one["kind"] == "TenantQueue" and one["spec"]["weight"] == 2
         missing = cli("get", "tq", "nope", "--server", base, plugin=True)
         assert missing.returncode == 1 and '"nope" not found' in missing.stderr
+        none = cli("get", "pb", "--server", base, plugin=True)
+        assert none.returncode == 0 and none.stderr.strip() == "No resources found."
     bad = tmp_path / "bad.yaml"
     bad.write_text("- name: research\n  nominal: {trn3-gen2: -1}\n")
     got = cli("serve", "--queues", str(bad), "--db", f"sqlite:///{tmp_path / 'b.db'}")
     assert got.returncode == 2
     assert got.stderr.startswith("Error: --queues:") and "queue research: nominal" in got.stderr
+
+
+def test_power_budgets_from_serve_are_listed_by_the_plugin(tmp_path: Path) -> None:
+    budgets = tmp_path / "budgets.yaml"
+    budgets.write_text("- name: hall\n  watts: 500000\n- name: row-1\n  watts: 200000\n"
+                       "  parent: hall\n  ultraServers: {names: [gen2-0000]}\n")
+    with serving(tmp_path, "--power-budgets", str(budgets)) as base:
+        got = cli("get", "powerbudgets", "-o", "wide", "--server", base, plugin=True)
+        rows = [line.split() for line in got.stdout.splitlines()]
+        assert rows[0] == ["NAME", "LIMIT(KW)", "PREDICTED(KW)", "MEASURED(KW)", "HEADROOM(KW)",
+                           "CAPPED", "POLICY", "PARENT", "ULTRASERVERS"]
+        # two idle Gen2 UltraServers at the assumed 300 W a chip: 86.4 kW; one: 43.2 kW
+        assert rows[1][:3] == ["hall", "500.0", "86.4"] and rows[1][7:] == ["<none>", "2"]
+        assert rows[2][:3] == ["row-1", "200.0", "43.2"] and rows[2][7:] == ["hall", "1"]
+        one = json.loads(cli("get", "pb", "row-1", "-o", "json", "--server", base,
+                             plugin=True).stdout)
+        assert one["kind"] == "PowerBudget" and one["spec"]["parent"] == "hall"
