@@ -38,7 +38,9 @@ from ultraplane.resources import (
     to_wire,
 )
 from ultraplane.resources.apidocs import render_reference
+from ultraplane.resources.budgets import PowerBudget
 from ultraplane.resources.schemas import structural, walk
+from ultraplane.resources.tenantqueues import TenantQueue
 
 ROOT = Path(__file__).resolve().parents[2]
 CORPUS = ROOT / "tests" / "integration" / "invalid_manifests"
@@ -46,6 +48,8 @@ ROOTS: dict[str, type[BaseModel]] = {
     "UltraServer": UltraServer,
     "TrainingJob": TrainingJob,
     "InferenceJob": InferenceJob,
+    "TenantQueue": TenantQueue,
+    "PowerBudget": PowerBudget,
 }
 
 
@@ -254,6 +258,8 @@ def rules_rank(level: str) -> int:
 # Every examples/*.yaml is a manifest: `kubectl apply -f examples/` applies them all
 # (`--cluster` files live in examples/clusters/, which kubectl does not descend into).
 EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
+# Cluster-wide policy (queues, budgets) sits in folders of its own, applied on purpose.
+POLICY_EXAMPLES = sorted((ROOT / "examples").glob("*/*.yaml"))
 
 
 def test_kubectl_apply_f_examples_sees_only_ultraplane_manifests() -> None:
@@ -280,6 +286,22 @@ def test_example_validates_with_the_models(path: Path) -> None:
     assert docs
     for doc in docs:
         ROOTS[doc["kind"]].model_validate(doc)
+
+
+@pytest.mark.parametrize("path", [p for p in POLICY_EXAMPLES if p.parent.name != "clusters"],
+                         ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_policy_example_validates_and_reads_in_the_core(path: Path) -> None:
+    from ultraplane.budgetspecs import budget_specs
+    from ultraplane.queuespecs import queue_specs
+
+    docs = _docs(path)
+    kinds = {d["kind"] for d in docs}
+    assert kinds in ({"TenantQueue"}, {"PowerBudget"}), path
+    for doc in docs:
+        ROOTS[doc["kind"]].model_validate(doc)
+    entries = [{"name": d["metadata"]["name"], **d["spec"]} for d in docs]
+    specs = queue_specs(entries) if kinds == {"TenantQueue"} else budget_specs(entries)
+    assert [s.name for s in specs] == [d["metadata"]["name"] for d in docs]
 
 
 def test_examples_describe_a_gen2_fleet_and_a_two_ultraserver_job() -> None:
