@@ -22,6 +22,9 @@ smaller fleet rejects gangs larger than itself, which would otherwise flatter it
 energy_per_useful_chip_hour_vs_unconstrained <= 0.8 (at 70%), jct_mean_vs_unconstrained_at_100
 <= 1.02, split_jobs_that_fit_one_domain = 0. Every figure rests on the power assumptions in the
 profile YAML (idle, standby, wake time, cap range and perf-vs-power curve; docs/simulator.md).
+UltraServers power down after the profile's energy break-even (`ChipPower.break_even_s`: the
+wake latency, since waking draws the idle power), a timeout chosen from the hardware figures,
+not from the traces.
 
     python bench/power.py [--traces DIR] [--only cluster03,...] [--max-jobs N] [--quick]
 
@@ -94,7 +97,8 @@ def main() -> None:
     ap.add_argument("--load", type=float, default=0.85)
     ap.add_argument("--only", default="", help="comma-separated trace stems")
     ap.add_argument("--max-jobs", type=int, default=2000, help="first N jobs of each trace")
-    ap.add_argument("--idle-power-down", type=float, default=600.0, metavar="SECONDS")
+    ap.add_argument("--idle-power-down", type=float, default=None, metavar="SECONDS",
+                    help="default: the profile's energy break-even (ChipPower.break_even_s)")
     ap.add_argument("--quick", action="store_true", help="two traces, 600 jobs, 70%% and 100%%")
     args = ap.parse_args()
     files = sorted(args.traces.glob("*.csv"))
@@ -107,6 +111,8 @@ def main() -> None:
     if not files:
         raise SystemExit(f"no trace CSV files in {args.traces} (set --traces or ULTRAPLANE_TRACES)")
     peak_us = chip_power_of(PROFILE).peak * US_CHIPS
+    if args.idle_power_down is None:
+        args.idle_power_down = chip_power_of(PROFILE).break_even_s
     base = ReplayConfig(chips_per_gpu=CHIPS_PER_GPU)
     ratios: dict[str, list[float]] = {k: [] for k in (
         "useful_work_vs_peak_provisioned_at_70", "jct_mean_vs_peak_provisioned_at_70",

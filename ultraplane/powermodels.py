@@ -68,6 +68,20 @@ class ChipPower:
         """What a chip drawing `uncapped` watts draws under `cap`."""
         return uncapped if cap is None else min(uncapped, self.clamp_cap(cap))
 
+    @property
+    def break_even_s(self) -> float:
+        """Idle seconds after which powering an UltraServer down saves energy: the wake's
+        energy over the saving rate, `wake_s + wake_s x (P_wake - idle) / (idle - standby)`
+        (the break-even time of dynamic power management, Benini et al. 2000). Waking draws
+        the idle power (what the replay charges), so it is the wake latency. A timeout equal
+        to it never spends more than twice the energy of an oracle that knew each idle
+        period's length (Karlin et al.'s ski-rental bound), whatever the arrivals: a
+        default that needs no knowledge of the workload."""
+        p_wake = self.idle
+        if self.idle <= self.standby:
+            return float("inf")  # powering down saves nothing
+        return self.wake_s + self.wake_s * (p_wake - self.idle) / (self.idle - self.standby)
+
 
 @cache
 def chip_power_of(profile: str) -> ChipPower:

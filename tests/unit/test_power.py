@@ -191,3 +191,10 @@ def test_a_capped_job_says_for_how_long() -> None:
     adm.finished(JobKey("b"), "Succeeded")
     adm.power.caps(now=500.0)
     assert adm.power.cap_of(JobKey("a")) is None and adm.power.capped_for(JobKey("a"), 600) is None
+
+
+def test_the_power_down_break_even_is_the_wake_time_when_waking_draws_idle() -> None:
+    # staying up for T idle costs T x (idle - standby); a wake costs wake_s x idle over
+    # standby's share: equal at T = wake_s (Gen2: 300 s)
+    chip = chip_power_of(GEN2)
+    assert chip.break_even_s == pytest.approx(chip.wake_s) == pytest.approx(300.0)
