@@ -20,12 +20,19 @@ The rules:
 - `caps()` then picks the caps: per budget over its limit, the lowest priority first, one cap
   level (a share of peak) for all jobs of a priority, as high as the budget allows. A higher
   priority is touched only once every lower one is at its floor.
+- Headroom reservation (EASY, as the scheduler's chip reservation): the first job of a cycle
+  refused for headroom reserves it, so a stream of small jobs cannot starve a large one. Its
+  start is predicted from running jobs' predicted ends (when enough of its budgets' draw
+  ends). For the rest of the cycle a job of its priority or lower that draws from those
+  budgets is admitted only if it is predicted to end before that start. A job that would not
+  fit its budgets even alone reserves nothing (it would hold them forever).
 - Power-down (`ultraplane.powerstates`): an UltraServer powered down draws standby; a job
   placed there wakes it (its idle draw counts from then on) and starts after the wake latency.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
@@ -67,6 +74,17 @@ class BudgetStatus:
     powered_down: int
 
 
+@dataclass(frozen=True)
+class _Reserved:
+    """This cycle's headroom reservation: the job, the budgets it waits for, its predicted
+    start (None: not predicted) and priority."""
+
+    key: JobKey
+    budgets: frozenset[str]
+    start: float | None
+    priority: int
+
+
 @dataclass
 class _Held:
     key: JobKey
@@ -96,6 +114,7 @@ class PowerBook:
         self._measured: dict[str, float] = {}
         self._allocator: Allocator | None = None  # the fleet `bind` resolved the budgets on
         self._labels_of: Mapping[str, Mapping[str, str]] | None = None
+        self.reserved: _Reserved | None = None  # this cycle's headroom reservation
         # bumped by everything that can move a cap (jobs held or let go, a measurement): a
         # caller may skip `caps()` while it has not moved
         self.changes = 0
@@ -207,9 +226,11 @@ class PowerBook:
         return [h for h in self._jobs.values() if any(us in members for us in h.per_us)]
 
     # -- admission -----------------------------------------------------------------------
-    def refuse(self, key: JobKey, priority: int, placements: Sequence[Placement]) -> NoFit | None:
-        """Why a job placed on `placements` does not fit its budgets (a `NoPower` NoFit), or
-        None. Nothing is recorded: the caller holds it with `hold` once admitted."""
+    def refuse(self, key: JobKey, priority: int, placements: Sequence[Placement],
+               end: float | None = None) -> NoFit | None:
+        """Why a job placed on `placements` (predicted to end at `end`, if known) does not fit
+        its budgets or their reservation (a `NoPower` NoFit), or None. Nothing is recorded:
+        the caller holds it with `hold` once admitted."""
         held = self._held(key, priority, placements)
         worst: tuple[float, str] | None = None
         for name in {b for us in held.per_us for b in self._of_us.get(us, ())}:
@@ -218,25 +239,79 @@ class PowerBook:
             if over > 1e-6 and (worst is None or over > worst[0]):
                 worst = (over, name)
         if worst is None:
-            return None
+            return self._reserved_for(held, end)
         return NoFit(NO_POWER, f"waiting for {_kw(worst[0])} of headroom in budget {worst[1]} "
                      f"({_kw(self.specs[worst[1]].watts)}, predicted {_kw(self.predicted(worst[1]))}"
                      f" drawn)")
 
-    def _least(self, name: str, new: _Held) -> float:
+    def _reserved_for(self, held: _Held, end: float | None) -> NoFit | None:
+        """A `NoPower` NoFit when this cycle's reservation holds the headroom `held` would
+        take: it draws from a reserved budget, ranks no higher, and is not predicted to end
+        before the reserved job starts."""
+        r = self.reserved
+        if r is None or r.key == held.key or held.priority > r.priority:
+            return None
+        hit = sorted(r.budgets & {b for us in held.per_us for b in self._of_us.get(us, ())})
+        if not hit or (r.start is not None and end is not None and end <= r.start):
+            return None
+        return NoFit(NO_POWER, f"waiting for headroom in budget {hit[0]}: it is reserved for "
+                     f"job {r.key}, which waits for it, and this job is "
+                     + ("not predicted to end before that job starts" if r.start is not None
+                        else "not predicted to end before headroom frees"))
+
+    def begin_cycle(self) -> None:
+        """A scheduling cycle starts: last cycle's headroom reservation lapses."""
+        self.reserved = None
+
+    def reserve(self, key: JobKey, priority: int, placements: Sequence[Placement],
+                ends: Mapping[JobKey, float], now: float | None) -> float | None:
+        """Reserve headroom for a job `refuse` just refused (the first of a cycle): later
+        jobs may draw from its budgets only if predicted to end before it starts. Returns its
+        predicted start (from running jobs' predicted `ends`; None when not predicted); no
+        reservation when it would not fit its budgets even alone."""
+        new = self._held(key, priority, placements)
+        short: set[str] = set()
+        start = -math.inf if now is None else now
+        for name in {b for us in new.per_us for b in self._of_us.get(us, ())}:
+            watts = self.specs[name].watts
+            over = self._least(name, new) - watts
+            if over <= 1e-6:
+                continue
+            if self._least(name, new, alone=True) > watts + 1e-6:
+                return None  # never fits while the budget stays: holding it would starve all
+            short.add(name)
+            # ending jobs give back what they count in `_least`, soonest end first
+            freed, when = 0.0, math.inf
+            for held in sorted(self._inside(name), key=lambda h: ends.get(h.key, math.inf)):
+                freed += self._counted(name, held, new)
+                if freed >= over - 1e-6:
+                    when = ends.get(held.key, math.inf)
+                    break
+            start = max(start, when)
+        if not short:
+            return None
+        self.reserved = _Reserved(key, frozenset(short),
+                                  None if start in (math.inf, -math.inf) else start, priority)
+        return self.reserved.start
+
+    def _counted(self, name: str, held: _Held, new: _Held) -> float:
+        """What a running job adds to `_least(name, new)`."""
+        if self.capping and held.priority <= new.priority:
+            return self._at_floor(name, held)
+        return self._job_draw(name, held, None)
+
+    def _least(self, name: str, new: _Held, *, alone: bool = False) -> float:
         """The lowest predicted draw of budget `name` with `new` admitted: every job of its
-        priority or lower at its floor (with capping), the rest as they are, wakes counted."""
+        priority or lower at its floor (with capping), the rest as they are, wakes counted
+        (`alone`: as if no other job ran)."""
         total = self._base(name)
         members = self._members[name]
         for us in new.per_us:
             if us in members and self.states.is_down(us):
                 chip = self._chip[us]
                 total += self._chips[us] * (chip.idle - chip.standby)
-        for held in [*self._inside(name), new]:
-            if self.capping and held.priority <= new.priority:
-                total += self._at_floor(name, held)
-            else:
-                total += self._job_draw(name, held, None)
+        for held in [*([] if alone else self._inside(name)), new]:
+            total += self._counted(name, held, new)
         return total
 
     def _at_floor(self, name: str, held: _Held) -> float:

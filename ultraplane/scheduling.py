@@ -405,6 +405,8 @@ class Scheduler:
         if quotas is not None:
             quotas.begin_cycle(self.allocator)
             queue = quotas.arrange(queue)
+        if self._budgets is not None:
+            self._budgets.begin_cycle()
         # Jobs admitted during a cycle rank above the ones after them, so the lowest running
         # priority at its start bounds every later victim: below it, nothing can preempt.
         self._lowest = min(self._preemptible) if self._preemptible else None
@@ -767,10 +769,27 @@ class Scheduler:
         return self.allocator.allocate(part, job.request)
 
     def _power_refuses(self, job: QueuedJob, placements: tuple[Placement, ...]) -> NoFit | None:
-        """A `NoPower` NoFit when a budget covering `placements` cannot hold `job`."""
-        if self._budgets is None or not placements:
+        """A `NoPower` NoFit when a budget covering `placements` cannot hold `job`, or its
+        headroom is reserved for a job ahead (EASY: the first job refused for headroom
+        reserves it, with reservations on; `PowerBook.reserve`)."""
+        book = self._budgets
+        if book is None or not placements:
             return None
-        return self._budgets.refuse(job.key, job.priority, placements)
+        end = None
+        if self._now is not None and job.expected_s is not None:
+            slow = max(self._slowdown(p, job.request.chips) for p in placements)
+            end = self._now + job.expected_s * slow
+        refused = book.refuse(job.key, job.priority, placements, end)
+        if refused is None or not self.reservation or book.reserved is not None:
+            return refused
+        start = book.reserve(job.key, job.priority, placements, self._ends, self._now)
+        if book.reserved is None:
+            return refused
+        when = "" if start is None or self._now is None else \
+            f" (predicted in {_span(max(start - self._now, 0.0))})"
+        return NoFit(refused.kind, f"{refused.message}; the headroom is reserved for it until "
+                     f"it frees{when}: jobs queued behind it draw from the budget only if "
+                     "predicted to end before it starts", refused.blocking)
 
     def _may_preempt(self, job: QueuedJob) -> bool:
         """Whether some running job is a victim `job` may take chips from."""

@@ -198,3 +198,42 @@ def test_the_power_down_break_even_is_the_wake_time_when_waking_draws_idle() -> 
     # standby's share: equal at T = wake_s (Gen2: 300 s)
     chip = chip_power_of(GEN2)
     assert chip.break_even_s == pytest.approx(chip.wake_s) == pytest.approx(300.0)
+
+
+def test_the_first_job_waiting_for_headroom_reserves_it_and_only_shorter_jobs_backfill() -> None:
+    # gen2-0000 [ a 144, ends 1 h ]  gen2-0001 [ b 144, ends 2 h ]  gen2-0002 [ big? 144 ]
+    # budget: idle + two 144-chip jobs + 12 kW; an 8-chip job needs 5.0 kW, big 90.5 kW
+    book = PowerBook([BudgetSpec("fleet", 3 * IDLE_US + 2 * EXTRA + 12e3)], capping=False)
+    adm = Admissions(Allocator(build_fleet(GEN2, 3)), reservation=True, power=book)
+    timed = [QueuedJob(JobKey("a"), PlacementRequest(chips=144), seq=0, expected_s=3600.0),
+             QueuedJob(JobKey("b"), PlacementRequest(chips=144), seq=1, expected_s=7200.0)]
+    assert cycle(adm, *timed)[0] == ["a", "b"]
+    big = QueuedJob(JobKey("big"), PlacementRequest(chips=144), seq=2, expected_s=3600.0)
+    short = QueuedJob(JobKey("short"), PlacementRequest(chips=8), seq=3, expected_s=600.0)
+    long = QueuedJob(JobKey("long"), PlacementRequest(chips=8), seq=4, expected_s=7200.0)
+    admitted, pending = cycle(adm, big, short, long, now=0.0)
+    # short ends (600 s) before a frees big's headroom (3,600 s); long would delay big
+    assert admitted == ["short"]
+    assert pending["big"][0] == NO_POWER and "reserved for it" in pending["big"][1]
+    assert "predicted in 60.0 min" in pending["big"][1]
+    assert pending["long"][0] == NO_POWER and "reserved for job big" in pending["long"][1]
+    # without the reservation, long would take the headroom big waits for
+    free = Admissions(Allocator(build_fleet(GEN2, 3)), reservation=False, power=PowerBook(
+        [BudgetSpec("fleet", 3 * IDLE_US + 2 * EXTRA + 12e3)], capping=False))
+    cycle(free, *timed)
+    assert cycle(free, big, short, long, now=0.0)[0] == ["short", "long"]
+    # a ends: big starts, and long takes the 12 kW left beside it
+    adm.finished(JobKey("short"), "Succeeded")
+    adm.finished(JobKey("a"), "Succeeded")
+    assert cycle(adm, now=3600.0)[0] == ["big", "long"]
+
+
+def test_a_job_over_its_budget_even_alone_reserves_nothing() -> None:
+    # gen2-0000 [ a 8 ]  gen2-0001 [ huge? 288 over both ]  budget below huge's draw alone
+    book = PowerBook([BudgetSpec("fleet", 2 * IDLE_US + 100e3)], capping=False)
+    adm = Admissions(Allocator(build_fleet(GEN2, 2)), reservation=True, power=book)
+    huge = QueuedJob(JobKey("huge"), PlacementRequest(chips=288), seq=0)
+    small = QueuedJob(JobKey("small"), PlacementRequest(chips=8), seq=1)
+    admitted, pending = cycle(adm, huge, small)
+    assert admitted == ["small"] and pending["huge"][0] == NO_POWER
+    assert "reserved" not in pending["huge"][1]
