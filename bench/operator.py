@@ -21,6 +21,10 @@ from the process start to its first admission cycle (list, rebuild, decide, writ
 Writes per admission come from the API server's own `apiserver_request_total` (every POST, PUT,
 PATCH and DELETE during phase 1, creates included, divided by the jobs admitted).
 
+`--queues 8`: the jobs of every phase name one of 8 TenantQueues of one cohort (round robin),
+each with an equal nominal share of phase 1's fleet, so every cycle also does the quota
+accounting, the fair-share order and the placement that keeps borrowers apart.
+
 `--fleet-chips 1000000`: the same measurements on a fleet of that many chips (6,945 Gen2
 UltraServers in EFA blocks of 32) with 20,000 jobs of up to 576 chips, about a fifth of them
 waiting; phases 2 and 3 are skipped.
@@ -58,6 +62,7 @@ SEED = 7
 VERBOSE = '--verbose' in sys.argv
 NO_EVENTS = '--no-events' in sys.argv
 CONCURRENCY = 0
+QUEUES: list[str] = []  # TenantQueue names the jobs use, round robin (--queues)
 SIZES = (1, 2, 4, 8, 16, 36, 72, 144)
 WEIGHTS = (0.30, 0.25, 0.20, 0.12, 0.08, 0.03, 0.015, 0.005)
 
@@ -185,14 +190,28 @@ def create_all(h: Harness, jobs: list[tuple[str, int, int]],
 
     def one(job: tuple[str, int, int]) -> None:
         name, size, prio = job
+        extra = ({"queueName": QUEUES[sum(map(ord, name)) % len(QUEUES)]} if QUEUES else {})
         created[name] = time.monotonic()
-        h.job(name, size, prio, **spec(size))
+        h.job(name, size, prio, **spec(size), **extra)
         if answered is not None:
             answered[name] = time.monotonic()
 
     with ThreadPoolExecutor(16) as pool:
         list(pool.map(one, jobs))
     return created
+
+
+def make_queues(env: KubeEnv, count: int, chips: int) -> None:
+    """`count` TenantQueues of one cohort sharing `chips` equally; the jobs name them."""
+    import yaml
+
+    for i in range(count):
+        name = f"bench-q{i}"
+        doc = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "TenantQueue",
+               "metadata": {"name": name},
+               "spec": {"nominal": {"trn3-gen2": chips // count}, "cohort": "bench"}}
+        env.kubectl("apply", "-f", "-", input=yaml.safe_dump(doc))
+        QUEUES.append(name)
 
 
 def rss_mb(pid: int) -> float:
@@ -466,6 +485,8 @@ def main() -> None:
     parser.add_argument("--fleet-chips", type=int, default=0,
                         help="fleet size in chips (Gen2 UltraServers of 144), e.g. 1000000 with "
                              "20,000 jobs; skips phases 2 and 3")
+    parser.add_argument("--queues", type=int, default=0,
+                        help="the jobs name this many TenantQueues of one cohort (0: none)")
     parser.add_argument("--no-gc-freeze", action="store_true",
                         help="leave the operator's collector on CPython's schedule (to see what "
                              "freezing the heap after each cycle saves; operator/gctuning.py)")
@@ -485,6 +506,8 @@ def main() -> None:
     env.start()
     try:
         env.apply_crds()
+        if args.queues > 0:
+            make_queues(env, args.queues, n_us * 144)
         if args.phase3_only:
             print(json.dumps(phase3(env, workdir, 500 if args.quick else 5000)))
             return

@@ -160,7 +160,7 @@ class QuotaBook:
     _defaults: dict[str, str] = field(init=False, default_factory=dict)  # namespace -> queue
     # UltraServer -> queue -> chips its jobs hold there (placement keeps borrowers apart)
     _on: dict[str, dict[str | None, int]] = field(init=False, default_factory=dict)
-    _tiers: tuple[int, tuple[str, ...], tuple[str, ...]] | None = field(init=False, default=None)
+    _over: tuple[int, frozenset[str]] | None = field(init=False, default=None)  # borrowing queues
 
     def __post_init__(self) -> None:
         self.replace(self.specs)
@@ -389,40 +389,34 @@ class QuotaBook:
         queue within its nominal quota, a job within its nominal quota only on UltraServers
         that hold no borrower's chips (best fit, idle ones last, none of `avoid`). So borrowed
         chips gather on few UltraServers, and a lender's reclaim finds a whole one to free
-        instead of borrowed chips scattered beside guaranteed jobs."""
+        instead of borrowed chips scattered beside guaranteed jobs.
+
+        Among UltraServers that suit it equally full, the first in fleet order: placements
+        pack from one end of the fleet, so free chips gather at the other."""
         if (job.request.chips > allocator.largest_ultraserver()
                 or self.queue_of(job) not in self.queues):
             return None
-        first = self._tier(not self.within_nominal(job))
-        if avoid:
-            skip = set(avoid)
-            first = tuple(us for us in first if us not in skip)
-        if not first:
-            return None
-        got = allocator.place_without(job.request, (), first)
+        borrows = not self.within_nominal(job)
+        skip = set(avoid)
+        first = [us for us in self._names if us not in skip and self._suits(us, borrows)]
+        got = allocator.place_without(job.request, (), first) if first else None
         if not isinstance(got, Placement):
             return None
         return allocator.assign(part, got.chip_ids, job.request)
 
-    def _tier(self, borrows: bool) -> tuple[str, ...]:
-        """The UltraServers a borrower (`borrows`) or a guaranteed job tries first."""
-        if self._tiers is None or self._tiers[0] != self._epoch:
-            over = {name for name in self.queues if self.borrowed(name)}
-            lent: list[str] = []  # no guaranteed chips: idle or borrowers only
-            kept: list[str] = []  # no borrowed chips
-            for us in self._names:
-                here = self._on.get(us)
-                if not here:
-                    lent.append(us)
-                    kept.append(us)
-                    continue
-                reclaimable = [q in over for q in here]
-                if all(reclaimable):
-                    lent.append(us)
-                elif not any(reclaimable):
-                    kept.append(us)
-            self._tiers = (self._epoch, tuple(lent), tuple(kept))
-        return self._tiers[1] if borrows else self._tiers[2]
+    def _suits(self, us: str, borrows: bool) -> bool:
+        """Whether a borrower (`borrows`) or a guaranteed job goes to UltraServer `us` first:
+        an idle one suits both; else a borrower only where every job borrows, and a
+        guaranteed job only where none does."""
+        here = self._on.get(us)
+        if not here:
+            return True
+        if self._over is None or self._over[0] != self._epoch:
+            self._over = (self._epoch, frozenset(q for q in self.queues if self.borrowed(q)))
+        over = self._over[1]
+        if borrows:
+            return all(q in over for q in here)
+        return not any(q in over for q in here)
 
     def victims(self, job: QueuedJob) -> list[QueuedJob]:
         """The running jobs `job` may preempt, best first: lowest priority, then the most
