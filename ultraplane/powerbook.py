@@ -20,6 +20,8 @@ The rules:
 - `caps()` then picks the caps: per budget over its limit, the lowest priority first, one cap
   level (a share of peak) for all jobs of a priority, as high as the budget allows. A higher
   priority is touched only once every lower one is at its floor.
+- A job that may preempt and is refused evicts lower-priority jobs drawing from its short
+  budgets, the caller's best victims first, when that makes it fit (`to_evict`).
 - Headroom reservation (EASY, as the scheduler's chip reservation): the first job of a cycle
   refused for headroom reserves it, so a stream of small jobs cannot starve a large one. Its
   start is predicted from running jobs' predicted ends (when enough of its budgets' draw
@@ -293,6 +295,29 @@ class PowerBook:
         self.reserved = _Reserved(key, frozenset(short),
                                   None if start in (math.inf, -math.inf) else start, priority)
         return self.reserved.start
+
+    def to_evict(self, key: JobKey, priority: int, placements: Sequence[Placement],
+                 pool: Sequence[JobKey]) -> list[JobKey] | None:
+        """The running jobs of `pool` (the caller's victims, best first) to evict so a job
+        `refuse` refused fits every budget it draws from: taken in order, skipping those
+        outside the short budgets; None when evicting all of them would not be enough.
+        Capping already counts them at their floor, so only eviction frees more."""
+        new = self._held(key, priority, placements)
+        over = {n: self._least(n, new) - self.specs[n].watts
+                for n in {b for us in new.per_us for b in self._of_us.get(us, ())}}
+        picked: list[JobKey] = []
+        for victim in pool:
+            short = [n for n, v in over.items() if v > 1e-6]
+            if not short:
+                break
+            held = self._jobs.get(victim)
+            if held is None or not any(us in self._members[n] for n in short
+                                       for us in held.per_us):
+                continue
+            picked.append(victim)
+            for n in over:
+                over[n] -= self._counted(n, held, new)
+        return picked if all(v <= 1e-6 for v in over.values()) else None
 
     def _counted(self, name: str, held: _Held, new: _Held) -> float:
         """What a running job adds to `_least(name, new)`."""

@@ -743,7 +743,7 @@ class Scheduler:
                 outcome = NoFit(outcome.kind, f"replica {index + 1} of {len(parts)}: "
                                 f"{outcome.message}", outcome.blocking)
             return outcome
-        refused = self._power_refuses(job, tuple(p for _, p in placed))
+        refused = self._power_refuses(job, tuple(p for _, p in placed), evicted)
         if refused is not None:
             for key, _ in placed:
                 self.allocator.release(key)
@@ -768,10 +768,14 @@ class Scheduler:
                 return got
         return self.allocator.allocate(part, job.request)
 
-    def _power_refuses(self, job: QueuedJob, placements: tuple[Placement, ...]) -> NoFit | None:
+    def _power_refuses(self, job: QueuedJob, placements: tuple[Placement, ...],
+                       evicted: list[tuple[QueuedJob, dict[JobKey, Placement]]] | None = None
+                       ) -> NoFit | None:
         """A `NoPower` NoFit when a budget covering `placements` cannot hold `job`, or its
         headroom is reserved for a job ahead (EASY: the first job refused for headroom
-        reserves it, with reservations on; `PowerBook.reserve`)."""
+        reserves it, with reservations on; `PowerBook.reserve`). With `evicted` (the
+        preemptions of this placement), a job that may preempt first evicts lower-priority
+        jobs from its budgets, lowest first, if that makes it fit (`PowerBook.to_evict`)."""
         book = self._budgets
         if book is None or not placements:
             return None
@@ -780,6 +784,19 @@ class Scheduler:
             slow = max(self._slowdown(p, job.request.chips) for p in placements)
             end = self._now + job.expected_s * slow
         refused = book.refuse(job.key, job.priority, placements, end)
+        if refused is not None and evicted is not None and self._may_preempt(job):
+            pool = (self._queues.victims(job) if self._queues is not None else sorted(
+                (j for j in self._running.values() if j.preemptible and j.priority < job.priority),
+                key=lambda j: (j.priority, -j.seq)))
+            victims = book.to_evict(job.key, job.priority, placements, [j.key for j in pool])
+            if victims:
+                held = self.allocator.allocations()
+                for key in victims:
+                    victim = self._running[key]
+                    evicted.append((victim, {p: held[p] for p in victim.parts() if p in held}))
+                    self.requeue(key)
+                self._failed.clear()
+                refused = book.refuse(job.key, job.priority, placements, end)
         if refused is None or not self.reservation or book.reserved is not None:
             return refused
         start = book.reserve(job.key, job.priority, placements, self._ends, self._now)

@@ -237,3 +237,19 @@ def test_a_job_over_its_budget_even_alone_reserves_nothing() -> None:
     admitted, pending = cycle(adm, huge, small)
     assert admitted == ["small"] and pending["huge"][0] == NO_POWER
     assert "reserved" not in pending["huge"][1]
+
+
+def test_a_higher_priority_job_evicts_a_lower_one_to_free_headroom() -> None:
+    # gen2-0000 [ low 144, priority 0 ]  gen2-0001 [ high? 144, priority 1 ]
+    # budget: idle + 80 kW: room for one 144-chip job (capped), not two even at the 43.2 kW floor
+    adm = fleet([BudgetSpec("fleet", 2 * IDLE_US + 80e3)])
+    assert cycle(adm, job("low", seq=0))[0] == ["low"]
+    adm.submit(job("high", priority=1, seq=1))
+    d = adm.cycle(0.0)
+    assert [a.key for a in d.admitted] == ["high"]
+    assert [(p.key, p.by) for p in d.preempted] == [("low", "high")]
+    # an equal priority never evicts: it waits for the headroom
+    adm2 = fleet([BudgetSpec("fleet", 2 * IDLE_US + 80e3)])
+    cycle(adm2, job("first", seq=0))
+    admitted, pending = cycle(adm2, job("second", seq=1))
+    assert admitted == [] and pending["second"][0] == NO_POWER
