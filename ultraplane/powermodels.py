@@ -72,8 +72,8 @@ class ChipPower:
     def break_even_s(self) -> float:
         """Idle seconds after which powering an UltraServer down saves energy: the wake's
         energy over the saving rate, `wake_s + wake_s x (P_wake - idle) / (idle - standby)`
-        (the break-even time of dynamic power management, Benini et al. 2000). Waking draws
-        the idle power (what the replay charges), so it is the wake latency. A timeout equal
+        (the break-even time of dynamic power management, Benini et al. 2000). Waking is taken
+        to draw the idle power (the replay charges at least that), so it is the wake latency. A timeout equal
         to it never spends more than twice the energy of an oracle that knew each idle
         period's length (Karlin et al.'s ski-rental bound), whatever the arrivals: a
         default that needs no knowledge of the workload."""
