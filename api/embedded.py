@@ -225,13 +225,12 @@ class EmbeddedBackend:
             self._holders_view = None
             if self.demo is not None:
                 self.demo.step(now)
-            # Only a job starting or stopping changes chips or per-chip power.
-            if self._fleet_stale or self.reserved != self.fleet.reserved():
+            # Only a job starting or stopping, or a power cap, changes chips or per-chip power.
+            capped = self.power.active and self.runner.power(now)
+            if capped or self._fleet_stale or self.reserved != self.fleet.reserved():
                 self._refresh_fleet()
             else:
                 self.fleet.energy_kwh = float(self.runtime.fleet().energy_kwh)
-            if self.power.active:
-                self.runner.power(now)
             self._ticks += 1
         self.persist()
 

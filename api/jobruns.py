@@ -93,11 +93,13 @@ class JobRunner:
         if not job.held:
             self.b.admissions.submit(job.queued)
 
-    def power(self, now: float) -> None:
+    def power(self, now: float) -> bool:
         """The fleet's simulated draw to the power book (the telemetry the Measured policy
-        reads), and each running job's cap: `powerCapWatts` and `cappedSince` in its status."""
+        reads), and each running job's cap: `powerCapWatts` and `cappedSince` in its status,
+        and on its simulated chips. True when a cap changed (the fleet's draw moved)."""
         book = self.b.power
         book.measure({v.name: v.power_watts for v in self.b.fleet.ultraservers})
+        changed = False
         for key, cap in book.caps(now).items():
             job = self._by_sched_key(key)
             if job is None:
@@ -106,9 +108,12 @@ class JobRunner:
             if job.status.get("powerCapWatts") == cap:
                 continue
             held = book.capped_for(key, now) if cap is not None else None
+            self.b.runtime.set_cap(job.key, cap)  # from now it draws less and runs slower
             self._set(job, powerCapWatts=cap,
                       cappedSince=None if cap is None else jobstatuses.stamp(
                           moment(now - (held or 0.0))))
+            changed = True
+        return changed
 
     def recover(self, now: float) -> None:
         """After a restart: re-adopt chips from the store, resume from checkpoints, requeue the rest."""

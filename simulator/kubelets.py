@@ -130,6 +130,7 @@ class VirtualKubelet:
                 tracked.body = body
             if tracked is not None and tracked.ident == ident:
                 tracked.final_sent = False  # the object still looks active: (re)send our status
+                self.runtime.set_cap(key, _cap(body))  # a PowerBudget's cap, if the operator set one
                 continue
             resume = int(_get(body, "status", "progress", "checkpointedSteps") or 0)
             if key in self.runtime:  # a new attempt or allocation: resume from checkpoint
@@ -144,6 +145,7 @@ class VirtualKubelet:
                     "phase": "Failed", "message": f"simulator cannot run it: {exc}",
                     "completionTime": _iso(self.clock())}}))
                 continue
+            self.runtime.set_cap(key, _cap(body))
             self.jobs[key] = Tracked(kind, meta["namespace"], meta["name"], ident, self.clock(),
                                      body=body)
         for gone in [k for k in self.jobs if k not in seen]:
@@ -213,3 +215,9 @@ class VirtualKubelet:
                 "chips": chips, "utilization": round(util, 4), "powerWatts": round(watts, 1),
                 "energyKWh": round(self.us_energy_j[name] / 3.6e6, 6), "heartbeatTime": _iso(now)}}))
         return out
+
+
+def _cap(body: Mapping[str, Any]) -> float | None:
+    """The per-chip power cap the operator wrote for a job (`status.powerCapWatts`)."""
+    cap = _get(body, "status", "powerCapWatts")
+    return float(cap) if isinstance(cap, int | float) and not isinstance(cap, bool) else None

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ultraplane.simulator.checkpoints import checkpointed_s, computed_s, wall_s
 from ultraplane.simulator.fleets import FleetShape, chips_per_ultraserver
@@ -24,6 +24,7 @@ from ultraplane.simulator.models import (
 from ultraplane.simulator.specs import JobShape
 
 from ultraplane.ids import parse_chip_id
+from ultraplane.powermodels import chip_power_of
 
 DEFAULT_INFERENCE_PARAMS_B = 8.0  # assumption: an inference spec without a model size
 
@@ -125,3 +126,28 @@ def plan_job(job: JobShape, chips: Sequence[str], shape: FleetShape, a: Assumpti
     return Plan(job.precision, job.failure_policy, total, step, interval, a.checkpoint_cost_s,
                 a.restart_cost_s, duration, util, busy, sum(extra.values()), extra, per_us,
                 tokens, latency, slo, tpmw)
+
+
+def under_cap(base: Plan, cap_w: float | None, shape: FleetShape) -> Plan:
+    """`base` (the uncapped plan of an attempt) with its chips capped at `cap_w` watts each:
+    each UltraServer's draw capped (`ultraplane.powermodels`, the curve the scheduler
+    predicts with), the steps slowed by the slowest chip's speed share, an inference job's
+    throughput too. No restart is charged: the job keeps running through a cap change."""
+    if cap_w is None:
+        return replace(base, restart_s=0.0)
+    speed = 1.0
+    extra: dict[str, float] = {}
+    for name, k in base.per_us.items():
+        hw = shape.hardware_of[name]
+        chip = chip_power_of(hw.name)
+        per_chip = hw.idle_watts + base.extra_watts_of[name] / k
+        speed = min(speed, chip.speed(per_chip, cap_w))
+        extra[name] = k * (chip.capped(per_chip, cap_w) - hw.idle_watts)
+    idle = sum(shape.hardware_of[n].idle_watts * k for n, k in base.per_us.items())
+    busy = idle + sum(extra.values())
+    tokens = None if base.tokens_per_s is None else base.tokens_per_s * speed
+    return replace(
+        base, restart_s=0.0, step_s=base.step_s / max(speed, 1e-6),
+        utilization=base.utilization * speed, busy_watts=busy, extra_watts=sum(extra.values()),
+        extra_watts_of=extra, tokens_per_s=tokens,
+        tokens_per_megawatt=None if tokens is None or not busy else tokens / (busy / 1e6))

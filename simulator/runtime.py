@@ -16,12 +16,12 @@ exact for jobs that ended between two advances.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from ultraplane.simulator.fleets import FleetShape
 from ultraplane.simulator.models import DEFAULT_ASSUMPTIONS, Assumptions
-from ultraplane.simulator.plans import Plan, plan_job
+from ultraplane.simulator.plans import Plan, plan_job, under_cap
 from ultraplane.simulator.specs import read_spec
 
 Phase = Literal["Running", "Succeeded"]  # a chip failure halts a job; the core decides Failed
@@ -64,8 +64,8 @@ class FleetStatus:
 
 
 class _Attempt:
-    __slots__ = ("chip_hours_before", "chips", "end", "energy_before_j", "halted", "key", "phase",
-                 "plan", "resume", "start", "status_msg")
+    __slots__ = ("base", "began", "cap", "chip_hours_before", "chips", "end", "energy_before_j",
+                 "halted", "key", "phase", "plan", "resume", "start", "status_msg")
 
     def __init__(self, key: str, plan: Plan, chips: tuple[str, ...], start: float, resume: int,
                  energy_before_j: float, chip_hours_before: float = 0.0) -> None:
@@ -76,6 +76,10 @@ class _Attempt:
         self.end: float | None = None  # when it stopped drawing busy power
         self.halted = False  # lost a chip; frozen at its checkpoint until stopped
         self.status_msg = ""
+        # A power cap re-bases the attempt (`start`, `resume`, `plan` from `base`, the uncapped
+        # plan); `began` keeps when it really started.
+        self.base, self.began = plan, start
+        self.cap: float | None = None
 
 
 class JobRuntime:
@@ -127,6 +131,25 @@ class JobRuntime:
                                    self._carry_ch.pop(key, 0.0))
         for c in chips:
             self._chip_job[c] = key
+
+    def set_cap(self, key: str, cap_w: float | None) -> None:
+        """Cap a running job's chips at `cap_w` watts each (None lifts the cap): from now it
+        draws less and runs slower (`plans.under_cap`). Its work so far is kept; checkpoints
+        are counted from the change on (an approximation: work since the last checkpoint
+        counts as saved)."""
+        self._catch_up()
+        job = self._jobs.get(key)
+        if job is None or job.end is not None or job.halted or job.cap == cap_w:
+            return
+        t = self._last
+        done, _ = self._progress(job, t)
+        busy_s = max(0.0, t - job.start)
+        job.energy_before_j += job.plan.busy_watts * busy_s
+        job.chip_hours_before += len(job.chips) * busy_s / 3600.0
+        plan = under_cap(job.base, cap_w, self.shape)
+        if job.plan.duration_s is not None:  # an inference run keeps its end of service
+            plan = replace(plan, duration_s=max(0.0, job.plan.duration_s - busy_s))
+        job.plan, job.start, job.resume, job.cap = plan, t, done, cap_w
 
     def stop(self, key: str) -> JobRuntimeStatus | None:
         """Stop a job (preempted or deleted); its status keeps the last checkpoint."""
@@ -228,7 +251,7 @@ class JobRuntime:
             phase=job.phase, progress_percent=round(pct, 3), completed_steps=completed,
             checkpointed_steps=ckpt, utilization=plan.utilization if running else 0.0,
             power_watts=plan.busy_watts if running else 0.0, energy_kwh=energy_j / 3.6e6,
-            tokens_per_second=plan.tokens_per_s, start_time_s=job.start,
+            tokens_per_second=plan.tokens_per_s, start_time_s=job.began,
             end_time_s=None if running or job.halted else job.end, total_steps=plan.total_steps,
             p50_latency_ms=plan.latency_ms, slo_met=plan.slo_met,
             tokens_per_megawatt=plan.tokens_per_megawatt, message=job.status_msg,
@@ -248,8 +271,12 @@ class JobRuntime:
         for c in self.shape.chip_ids_of(ultraserver):
             key = self._chip_job.get(c)
             job = self._jobs.get(key) if key else None
-            util = job.plan.utilization if job is not None and job.end is None else 0.0
-            watts = hw.chip_power(util, job.plan.precision, self.assumptions) if job else hw.idle_watts
+            running = job is not None and job.end is None
+            util = job.plan.utilization if job is not None and running else 0.0
+            watts = hw.idle_watts
+            if job is not None and running and job.plan.per_us.get(ultraserver):
+                # the plan's draw (under a cap, if any), as fleet() sums it
+                watts += job.plan.extra_watts_of[ultraserver] / job.plan.per_us[ultraserver]
             out.append((c, key, util, watts, c in self._failed))
         return out
 

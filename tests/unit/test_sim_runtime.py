@@ -137,3 +137,42 @@ def test_bad_input_is_a_clear_error() -> None:
         rt.start("x", {"chips": 4, "work": {}}, SERVER0)
     with pytest.raises(KeyError):
         rt.status("x")
+
+
+def test_a_power_cap_lowers_the_draw_slows_the_job_and_keeps_its_work() -> None:
+    from ultraplane.powermodels import chip_power_of
+    from ultraplane.simulator.runtime import JobRuntime
+    from ultraplane.topology import build_fleet
+
+    now = [0.0]
+    runtime = JobRuntime(build_fleet("trn3-gen2", 1), clock=lambda: now[0])
+    chips = [f"gen2-0000/s{s:02d}/c{c:02d}" for s in range(36) for c in range(4)]
+    spec = {"chips": 144, "work": {"durationSeconds": 10_000}, "checkpointIntervalSeconds": 600}
+    runtime.start("tj/a/free", spec, chips)
+    runtime.advance()
+    uncapped = runtime.status("tj/a/free")
+    now[0] = 1_000.0
+    runtime.advance()
+    before = runtime.status("tj/a/free")
+    runtime.set_cap("tj/a/free", 600.0)  # the profile's lowest cap
+    runtime.advance()
+    capped = runtime.status("tj/a/free")
+    assert capped.completed_steps == before.completed_steps  # no work lost
+    assert capped.power_watts == pytest.approx(144 * 600.0)
+    assert capped.power_watts < uncapped.power_watts
+    assert capped.start_time_s == 0.0  # it started when it started
+    chip = chip_power_of("trn3-gen2")
+    speed = chip.speed(uncapped.power_watts / 144, 600.0)
+    now[0] = 2_000.0
+    runtime.advance()
+    slower = runtime.status("tj/a/free")
+    done = slower.completed_steps - capped.completed_steps
+    # the same work rate as before (checkpoints included), times the cap's speed share
+    assert done == pytest.approx(speed * before.completed_steps, rel=0.05)
+    assert sum(w for *_, w, _ in runtime.chip_states("gen2-0000")) == pytest.approx(
+        capped.power_watts)
+    runtime.set_cap("tj/a/free", None)
+    now[0] = 3_000.0
+    runtime.advance()
+    assert runtime.status("tj/a/free").power_watts == pytest.approx(uncapped.power_watts)
+    assert slower.energy_kwh < before.energy_kwh + uncapped.power_watts * 1_000 / 3.6e6
