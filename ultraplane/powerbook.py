@@ -26,7 +26,9 @@ The rules:
   refused for headroom reserves it, so a stream of small jobs cannot starve a large one. Its
   start is predicted from running jobs' predicted ends (when enough of its budgets' draw
   ends). For the rest of the cycle a job of its priority or lower that draws from those
-  budgets is admitted only if it is predicted to end before that start. A job that would not
+  budgets is admitted only if it is predicted to end before that start, or takes only what
+  will be spare then (what the jobs ending by then give back beyond its shortfall, as EASY's
+  backfill onto nodes the reserved job will not need). A job that would not
   fit its budgets even alone reserves nothing (it would hold them forever).
 - Power-down (`ultraplane.powerstates`): an UltraServer powered down draws standby; a job
   placed there wakes it (its idle draw counts from then on) and starts after the wake latency.
@@ -36,7 +38,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final
 
 from ultraplane.allocator import Allocator, NoFit, Placement
@@ -76,15 +78,17 @@ class BudgetStatus:
     powered_down: int
 
 
-@dataclass(frozen=True)
+@dataclass
 class _Reserved:
     """This cycle's headroom reservation: the job, the budgets it waits for, its predicted
-    start (None: not predicted) and priority."""
+    start (None: not predicted), and per budget the spare watts at that start (what the jobs
+    predicted to end by then give back beyond its shortfall), which later jobs may take."""
 
-    key: JobKey
+    job: _Held
     budgets: frozenset[str]
     start: float | None
-    priority: int
+    spare: dict[str, float]
+    taking: dict[JobKey, dict[str, float]] = field(default_factory=dict)  # allowed, not held
 
 
 @dataclass
@@ -251,13 +255,17 @@ class PowerBook:
         take: it draws from a reserved budget, ranks no higher, and is not predicted to end
         before the reserved job starts."""
         r = self.reserved
-        if r is None or r.key == held.key or held.priority > r.priority:
+        if r is None or r.job.key == held.key or held.priority > r.job.priority:
             return None
         hit = sorted(r.budgets & {b for us in held.per_us for b in self._of_us.get(us, ())})
         if not hit or (r.start is not None and end is not None and end <= r.start):
             return None
+        take = {n: self._counted(n, held, r.job) for n in hit}
+        if all(w <= r.spare[n] + 1e-6 for n, w in take.items()):
+            r.taking[held.key] = take  # spent when it is held
+            return None
         return NoFit(NO_POWER, f"waiting for headroom in budget {hit[0]}: it is reserved for "
-                     f"job {r.key}, which waits for it, and this job is "
+                     f"job {r.job.key}, which waits for it, and this job is "
                      + ("not predicted to end before that job starts" if r.start is not None
                         else "not predicted to end before headroom frees"))
 
@@ -272,29 +280,34 @@ class PowerBook:
         predicted start (from running jobs' predicted `ends`; None when not predicted); no
         reservation when it would not fit its budgets even alone."""
         new = self._held(key, priority, placements)
-        short: set[str] = set()
+        over: dict[str, float] = {}
         start = -math.inf if now is None else now
         for name in {b for us in new.per_us for b in self._of_us.get(us, ())}:
             watts = self.specs[name].watts
-            over = self._least(name, new) - watts
-            if over <= 1e-6:
+            over[name] = self._least(name, new) - watts
+            if over[name] <= 1e-6:
+                del over[name]
                 continue
             if self._least(name, new, alone=True) > watts + 1e-6:
                 return None  # never fits while the budget stays: holding it would starve all
-            short.add(name)
             # ending jobs give back what they count in `_least`, soonest end first
             freed, when = 0.0, math.inf
             for held in sorted(self._inside(name), key=lambda h: ends.get(h.key, math.inf)):
                 freed += self._counted(name, held, new)
-                if freed >= over - 1e-6:
+                if freed >= over[name] - 1e-6:
                     when = ends.get(held.key, math.inf)
                     break
             start = max(start, when)
-        if not short:
+        if not over:
             return None
-        self.reserved = _Reserved(key, frozenset(short),
-                                  None if start in (math.inf, -math.inf) else start, priority)
-        return self.reserved.start
+        at = None if start in (math.inf, -math.inf) else start
+        spare = dict.fromkeys(over, 0.0)
+        if at is not None:
+            for name in over:
+                spare[name] = sum(self._counted(name, h, new) for h in self._inside(name)
+                                  if ends.get(h.key, math.inf) <= at) - over[name]
+        self.reserved = _Reserved(new, frozenset(over), at, spare)
+        return at
 
     def to_evict(self, key: JobKey, priority: int, placements: Sequence[Placement],
                  pool: Sequence[JobKey]) -> list[JobKey] | None:
@@ -358,6 +371,10 @@ class PowerBook:
         old = self._jobs.get(key)
         if old is not None:
             held.cap = old.cap
+        reserved = self.reserved
+        if reserved is not None:  # admitted onto headroom spare at the reservation's start
+            for name, watts in reserved.taking.pop(key, {}).items():
+                reserved.spare[name] -= watts
         self._jobs[key] = held
         self.changes += 1
         for us in held.per_us:

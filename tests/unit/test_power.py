@@ -201,31 +201,50 @@ def test_the_power_down_break_even_is_the_wake_time_when_waking_draws_idle() -> 
 
 
 def test_the_first_job_waiting_for_headroom_reserves_it_and_only_shorter_jobs_backfill() -> None:
-    # gen2-0000 [ a 144, ends 1 h ]  gen2-0001 [ b 144, ends 2 h ]  gen2-0002 [ big? 144 ]
-    # budget: idle + two 144-chip jobs + 12 kW; an 8-chip job needs 5.0 kW, big 90.5 kW
-    book = PowerBook([BudgetSpec("fleet", 3 * IDLE_US + 2 * EXTRA + 12e3)], capping=False)
+    # gen2-0000 [ a 72, ends 1 h ]  gen2-0001 [ b 144, ends 2 h ]  gen2-0002 [ big? 144 ]
+    # budget: idle + a (45.2 kW) + b (90.5 kW) + 50 kW; big needs 90.5 kW: 40.5 kW short,
+    # a's end frees 45.2 kW, so 4.7 kW are spare then; an 8-chip job needs 5.0 kW
+    watts = 3 * IDLE_US + EXTRA / 2 + EXTRA + 50e3
+    book = PowerBook([BudgetSpec("fleet", watts)], capping=False)
     adm = Admissions(Allocator(build_fleet(GEN2, 3)), reservation=True, power=book)
-    timed = [QueuedJob(JobKey("a"), PlacementRequest(chips=144), seq=0, expected_s=3600.0),
+    timed = [QueuedJob(JobKey("a"), PlacementRequest(chips=72), seq=0, expected_s=3600.0),
              QueuedJob(JobKey("b"), PlacementRequest(chips=144), seq=1, expected_s=7200.0)]
     assert cycle(adm, *timed)[0] == ["a", "b"]
     big = QueuedJob(JobKey("big"), PlacementRequest(chips=144), seq=2, expected_s=3600.0)
     short = QueuedJob(JobKey("short"), PlacementRequest(chips=8), seq=3, expected_s=600.0)
     long = QueuedJob(JobKey("long"), PlacementRequest(chips=8), seq=4, expected_s=7200.0)
     admitted, pending = cycle(adm, big, short, long, now=0.0)
-    # short ends (600 s) before a frees big's headroom (3,600 s); long would delay big
+    # short ends (600 s) before a frees big's headroom (3,600 s); long would still hold
+    # 5.0 kW then, more than the 4.7 kW spare, and delay big
     assert admitted == ["short"]
     assert pending["big"][0] == NO_POWER and "reserved for it" in pending["big"][1]
     assert "predicted in 60.0 min" in pending["big"][1]
     assert pending["long"][0] == NO_POWER and "reserved for job big" in pending["long"][1]
     # without the reservation, long would take the headroom big waits for
-    free = Admissions(Allocator(build_fleet(GEN2, 3)), reservation=False, power=PowerBook(
-        [BudgetSpec("fleet", 3 * IDLE_US + 2 * EXTRA + 12e3)], capping=False))
+    free = Admissions(Allocator(build_fleet(GEN2, 3)), reservation=False,
+                      power=PowerBook([BudgetSpec("fleet", watts)], capping=False))
     cycle(free, *timed)
     assert cycle(free, big, short, long, now=0.0)[0] == ["short", "long"]
-    # a ends: big starts, and long takes the 12 kW left beside it
+    # a ends: big starts; the 4.7 kW left beside it do not hold long
     adm.finished(JobKey("short"), "Succeeded")
     adm.finished(JobKey("a"), "Succeeded")
-    assert cycle(adm, now=3600.0)[0] == ["big", "long"]
+    admitted, pending = cycle(adm, now=3600.0)
+    assert admitted == ["big"] and pending["long"][1].startswith("waiting for 0.3 kW")
+
+
+def test_a_job_may_take_the_headroom_spare_when_the_reserved_job_starts() -> None:
+    # as above with 60 kW over a and b: a's end leaves 14.7 kW spare beside big, so a long
+    # 8-chip job (5.0 kW) may run now, and a second one too, but not a third
+    watts = 3 * IDLE_US + EXTRA / 2 + EXTRA + 60e3
+    adm = Admissions(Allocator(build_fleet(GEN2, 3)), reservation=True,
+                     power=PowerBook([BudgetSpec("fleet", watts)], capping=False))
+    cycle(adm, QueuedJob(JobKey("a"), PlacementRequest(chips=72), seq=0, expected_s=3600.0),
+          QueuedJob(JobKey("b"), PlacementRequest(chips=144), seq=1, expected_s=7200.0))
+    longs = [QueuedJob(JobKey(f"long{i}"), PlacementRequest(chips=8), seq=3 + i,
+                       expected_s=7200.0) for i in range(3)]
+    big = QueuedJob(JobKey("big"), PlacementRequest(chips=144), seq=2, expected_s=3600.0)
+    admitted, pending = cycle(adm, big, *longs, now=0.0)
+    assert admitted == ["long0", "long1"] and pending["long2"][0] == NO_POWER
 
 
 def test_a_job_over_its_budget_even_alone_reserves_nothing() -> None:
