@@ -204,6 +204,8 @@ def test_equal_shares_add_up_to_the_fleet() -> None:
 
 
 # -- properties ------------------------------------------------------------------------------
+from dataclasses import replace as dc_replace  # noqa: E402
+
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
@@ -248,7 +250,9 @@ def test_quota_properties(raw: list[tuple[int, int | None, int | None, float, st
             if arg not in book.queues:
                 continue
             keys.append(JobKey(f"j{i}"))
-            adm.submit(job(f"j{i}", str(arg), chips, prio))
+            # a predicted run time for two in three: guaranteed gangs may then reserve
+            adm.submit(dc_replace(job(f"j{i}", str(arg), chips, prio),
+                                  expected_s=(None, 100.0, 5000.0)[i % 3]))
         elif keys:
             adm.withdraw(keys[int(arg) % len(keys)])
         settled = _settle(adm)
