@@ -7,10 +7,11 @@ tests can run several apps side by side without touching the environment.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 if TYPE_CHECKING:
@@ -78,47 +79,26 @@ class Settings(BaseSettings):
         default=None, description="Embedded fleet: a YAML list of power budgets (each a name "
         "and the fields of a PowerBudget spec).")
 
-    @field_validator("power_budgets")
+    @field_validator("queues", "power_budgets")
     @classmethod
-    def _budgets_file(cls, value: str | None) -> str | None:
+    def _policy_file(cls, value: str | None, info: ValidationInfo) -> str | None:
         if value is not None:
-            cls.read_budgets(value)
+            (cls.read_queues if info.field_name == "queues" else cls.read_budgets)(value)
         return value
 
     @staticmethod
     def read_budgets(path: str) -> list[Any]:
         """The budgets of a `--power-budgets` file, or ValueError with one sentence."""
-        from ultraplane.budgetspecs import InvalidBudgetError, budget_specs
+        from ultraplane.budgetspecs import budget_specs
 
-        try:
-            return budget_specs(_yaml_of(path))
-        except InvalidBudgetError as exc:
-            raise ValueError(f"{path}: {exc}") from None
-
-    @field_validator("queues")
-    @classmethod
-    def _queues_file(cls, value: str | None) -> str | None:
-        if value is not None:
-            cls.read_queues(value)
-        return value
+        return _read_list(path, budget_specs)
 
     @staticmethod
     def read_queues(path: str) -> list[Any]:
         """The queues of a `--queues` file, or ValueError with one sentence."""
-        import yaml
+        from ultraplane.queuespecs import queue_specs
 
-        from ultraplane.queuespecs import InvalidQueueError, queue_specs
-
-        try:
-            data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-        except OSError as exc:
-            raise ValueError(f"cannot read {path}: {exc.strerror or exc}") from None
-        except (yaml.YAMLError, UnicodeDecodeError) as exc:
-            raise ValueError(f"{path} is not valid YAML: {str(exc).splitlines()[0]}") from None
-        try:
-            return queue_specs(data)
-        except InvalidQueueError as exc:
-            raise ValueError(f"{path}: {exc}") from None
+        return _read_list(path, queue_specs)
 
     @field_validator("fleet")
     @classmethod
@@ -158,13 +138,18 @@ class Settings(BaseSettings):
         return profile, int(count or 1)
 
 
-def _yaml_of(path: str) -> Any:
-    """The YAML document of a file a flag names, or ValueError with one sentence."""
+def _read_list(path: str, parse: Callable[[Any], list[Any]]) -> list[Any]:
+    """What `parse` (a core reader raising ValueError) makes of a YAML file a flag names, or
+    ValueError with one sentence naming the file."""
     import yaml
 
     try:
-        return yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
     except OSError as exc:
         raise ValueError(f"cannot read {path}: {exc.strerror or exc}") from None
     except (yaml.YAMLError, UnicodeDecodeError) as exc:
         raise ValueError(f"{path} is not valid YAML: {str(exc).splitlines()[0]}") from None
+    try:
+        return parse(data)
+    except ValueError as exc:
+        raise ValueError(f"{path}: {exc}") from None

@@ -16,6 +16,7 @@ from ultraplane.powerbook import DEFAULT_ACTIVITY, BudgetStatus, JobPower, Power
 from ultraplane.powerbudgets import BudgetSpec, PowerPolicy, validate_budgets
 from ultraplane.powermodels import chip_power_of
 from ultraplane.resources.budgets import PowerBudgetSpec
+from ultraplane.resources.commons import problem_of
 
 __all__ = ["InvalidBudgetError", "budget_spec", "budget_specs", "budget_status",
            "budget_statuses", "budget_wire", "job_power"]
@@ -30,9 +31,7 @@ def budget_spec(name: str, spec: Mapping[str, Any] | PowerBudgetSpec) -> BudgetS
     try:
         model = spec if isinstance(spec, PowerBudgetSpec) else PowerBudgetSpec.model_validate(spec)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "spec"
-        raise InvalidBudgetError(f"power budget {name}: {where}: {first['msg']}") from None
+        raise InvalidBudgetError(f"power budget {name}: {problem_of(exc)}") from None
     chosen = model.ultra_servers
     try:
         return BudgetSpec(

@@ -14,6 +14,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from ultraplane.quotas import QueueSpec, QuotaBook
+from ultraplane.resources.commons import problem_of
 from ultraplane.resources.tenantqueues import TenantQueueSpec
 from ultraplane.scheduling import QueuedJob
 
@@ -30,9 +31,7 @@ def queue_spec(name: str, spec: Mapping[str, Any] | TenantQueueSpec) -> QueueSpe
     try:
         model = spec if isinstance(spec, TenantQueueSpec) else TenantQueueSpec.model_validate(spec)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "spec"
-        raise InvalidQueueError(f"queue {name}: {where}: {first['msg']}") from None
+        raise InvalidQueueError(f"queue {name}: {problem_of(exc)}") from None
     try:
         return QueueSpec(
             name, dict(model.nominal), cohort=model.cohort,

@@ -12,7 +12,15 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 from pydantic.alias_generators import to_camel
 
 from ultraplane.profiles import (
@@ -68,6 +76,13 @@ class StatusModel(BaseModel):
     """Base of status models: tolerant readers, since several components write status."""
 
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
+
+
+def problem_of(exc: ValidationError) -> str:
+    """The first problem of a validation error as `field.path: what is wrong`."""
+    first = exc.errors()[0]
+    where = ".".join(str(p) for p in first["loc"]) or "spec"
+    return f"{where}: {first['msg']}"
 
 
 def to_wire(model: BaseModel) -> dict[str, Any]:
