@@ -21,11 +21,12 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from ultraplane.operator.jobviews import FLEET_LABEL, PLURALS
+from ultraplane.operator.jobviews import PLURALS
+from ultraplane.operator.policyobjects import PolicyObjects
 from ultraplane.operator.writers import ApiCalls
 
 from ultraplane.admissions import Admissions
-from ultraplane.budgetspecs import InvalidBudgetError, budget_spec, budget_statuses, job_power
+from ultraplane.budgetspecs import budget_spec, budget_statuses, job_power
 from ultraplane.ids import JobKey, job_key
 from ultraplane.powerbook import PowerBook
 from ultraplane.powerbudgets import BudgetSpec, validate_budgets
@@ -41,20 +42,22 @@ class BudgetViews:
     def __init__(self, api: ApiCalls, *, fleet: str | None, clock: Callable[[], datetime],
                  wake: asyncio.Event, leader: Callable[[], bool] = lambda: True,
                  seconds: float = 5.0) -> None:
+        self.objects: PolicyObjects[BudgetSpec] = PolicyObjects(
+            "PowerBudget", budget_spec, api=api, patch=api.kube.patch_powerbudget_status,
+            fleet=fleet, clock=clock, ok="jobs are admitted within this budget")
         self.api = api
-        self.fleet = fleet
         self.clock = clock
         self.wake = wake
         self.leader = leader
         self.seconds = seconds
-        self.specs: dict[str, BudgetSpec] = {}
-        self.invalid: dict[str, str] = {}  # budget -> why it is not used
-        self.generations: dict[str, int | None] = {}
         self.labels: dict[str, dict[str, str]] = {}  # UltraServer -> its labels
         self.watts: dict[str, float] = {}  # UltraServer -> measured draw
-        self.written: dict[str, dict[str, Any]] = {}
         self.caps_written: dict[JobKey, float | None] = {}
         self.admissions: Admissions | None = None
+
+    @property
+    def specs(self) -> dict[str, BudgetSpec]:
+        return self.objects.specs
 
     def book(self) -> PowerBook:
         """A fresh book of the budgets known now (for a new leader's `Admissions`)."""
@@ -67,31 +70,11 @@ class BudgetViews:
     def _book(self) -> PowerBook | None:
         return self.admissions.power if self.admissions is not None else None
 
-    def mine(self, body: Mapping[str, Any]) -> bool:
-        labels = (body.get("metadata") or {}).get("labels") or {}
-        return self.fleet is None or labels.get(FLEET_LABEL) == self.fleet
-
     # -- what the watches saw --------------------------------------------------------------
     def observe(self, body: Mapping[str, Any], *, deleted: bool = False) -> None:
         """A PowerBudget was created, edited or deleted: the core's book follows at once."""
-        if not self.mine(body):
-            return
-        meta = body.get("metadata") or {}
-        name = str(meta.get("name") or "")
-        if not name:
-            return
-        self.specs.pop(name, None)
-        self.invalid.pop(name, None)
-        if deleted:
-            self.generations.pop(name, None)
-            self.written.pop(name, None)
-        else:
-            self.generations[name] = meta.get("generation")
-            try:
-                self.specs[name] = budget_spec(name, body.get("spec") or {})
-            except InvalidBudgetError as exc:
-                self.invalid[name] = str(exc)
-        self._replace()
+        if self.objects.seen(body, deleted=deleted):
+            self._replace()
 
     def load(self, bodies: list[dict[str, Any]]) -> None:
         for body in bodies:
@@ -133,20 +116,16 @@ class BudgetViews:
         book = self._book()
         if book is None:
             return
-        specs = dict(self.specs)
-        while True:
+        while True:  # budgets that do not nest on this fleet are left out, with the reason
             try:
-                validate_budgets(list(specs.values()), self.admissions.allocator.topology
+                validate_budgets(list(self.specs.values()), self.admissions.allocator.topology
                                  if self.admissions is not None else None, self.labels)
                 break
-            except ValueError as exc:  # leave out the budget the sentence names, say why
-                culprit = next((n for n in specs if f"power budget {n} " in f"{exc} "
-                                or f"power budget {n}:" in str(exc)), None)
-                if culprit is None:
-                    culprit = sorted(specs)[-1]
-                self.invalid[culprit] = str(exc)
-                specs.pop(culprit)
-        book.replace(list(specs.values()), self.labels)
+            except ValueError as exc:
+                named = [n for n in self.specs if f"power budget {n} " in f"{exc} "
+                         or f"power budget {n}:" in str(exc)]
+                self.objects.refuse((named or sorted(self.specs))[-1], str(exc))
+        book.replace(list(self.specs.values()), self.labels)
         self.wake.set()
 
     # -- statuses ------------------------------------------------------------------------
@@ -154,46 +133,22 @@ class BudgetViews:
         book = self._book()
         if book is None:
             return {}
-        out = budget_statuses(book, self.generations)
-        for name in list(out) + sorted(self.invalid):
-            why = self.invalid.get(name)
-            status = out.setdefault(name, {"observedGeneration": self.generations.get(name)})
-            status["conditions"] = [{
-                "type": "Active", "status": "False" if why else "True",
-                "reason": "InvalidSpec" if why else "Ready",
-                "message": why or "jobs are admitted within this budget"}]
-        return out
+        return self.objects.conditioned(budget_statuses(book, self.objects.generations))
 
     async def run(self) -> None:
         """Measure, cap and write, every `seconds` (a cancelled task stops it)."""
-        while True:
-            await asyncio.sleep(self.seconds)
-            try:
-                await self.flush()
-            except Exception as exc:  # the next round tries again
-                log.debug("PowerBudget round failed: %s", exc)
+        await self.objects.rounds(self.flush, self.seconds)
 
     async def flush(self) -> None:
         book = self._book()
-        if not self.leader() or book is None or not (book.active or self.invalid):
+        if not self.leader() or book is None or not (book.active or self.objects.invalid):
             return
         now = self.clock()
         if self.watts:
             book.measure(self.watts)
         caps = book.caps(now.timestamp()) if book.active else {}
         await self._write_caps(book, caps, now)
-        stamp = now.astimezone(UTC).isoformat().replace("+00:00", "Z")
-        for name, status in self.statuses().items():
-            if self.written.get(name) == status:
-                continue
-            stamped = {**status, "conditions": [
-                {**c, "lastTransitionTime": stamp} for c in status["conditions"]]}
-            try:
-                await self.api.call(self.api.kube.patch_powerbudget_status, name, stamped)
-            except Exception as exc:
-                log.debug("PowerBudget %s status write failed: %s", name, exc)
-                continue
-            self.written[name] = status
+        await self.objects.write(self.statuses())
 
     async def _write_caps(self, book: PowerBook, caps: Mapping[JobKey, float | None],
                           now: datetime) -> None:

@@ -89,3 +89,24 @@ spec:
     bad_watts = manifest.replace("watts: 100000", "watts: -5")
     result = op.env.kubectl("apply", "-f", "-", input=bad_watts, check=False)
     assert result.returncode != 0 and "spec.watts" in result.stderr
+
+
+def test_a_budget_that_does_not_nest_is_left_out_and_says_why(budgets: Harness) -> None:
+    op = budgets
+    a, b = f"{op.ns}-a", f"{op.ns}-b"
+    op.ultraserver(b)  # the fleet is b alone; the row covers only a (not built yet)
+    budget(op, f"{op.ns}-row", IDLE, ultraServers={"names": [a]})
+    budget(op, f"{op.ns}-us", 1.0, ultraServers={"names": [b]}, parent=f"{op.ns}-row")
+    op.start()
+
+    def active(name: str) -> dict[str, str] | None:
+        conditions = budget_status(op, name).get("conditions") or []
+        return conditions[0] if conditions else None
+
+    child = op.wait("the child's condition", lambda: active(f"{op.ns}-us"))
+    assert (child["status"], child["reason"]) == ("False", "InvalidSpec")
+    assert f"covers {b}, which its parent {op.ns}-row does not" in child["message"]
+    assert op.wait("the parent's condition", lambda: active(f"{op.ns}-row"))["status"] == "True"
+    # the child's 1 W limit is not applied: a job runs on b
+    op.job("small", 4, topology={"requiredLevel": "server"})
+    assert op.phase("small", "Admitted")["status"]["allocation"]["ultraServers"] == [b]
