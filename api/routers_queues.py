@@ -27,10 +27,7 @@ def list_queues(backend: BackendDep) -> dict[str, list[TenantQueue]]:
 @router.get("/tenantqueues/{name}", responses=ERRORS, response_model_exclude_none=True)
 def get_queue(backend: BackendDep, name: NamePath) -> TenantQueue:
     """One tenant queue with its usage."""
-    for q in backend.tenant_queues():
-        if q["metadata"]["name"] == name:
-            return TenantQueue.model_validate(q)
-    raise ApiError(404, "NotFound", "name", f"TenantQueue {name} does not exist")
+    return TenantQueue.model_validate(_named(backend.tenant_queues(), "TenantQueue", name))
 
 
 @router.get("/powerbudgets", responses=ERRORS, response_model_exclude_none=True)
@@ -43,7 +40,12 @@ def list_budgets(backend: BackendDep) -> dict[str, list[PowerBudget]]:
 @router.get("/powerbudgets/{name}", responses=ERRORS, response_model_exclude_none=True)
 def get_budget(backend: BackendDep, name: NamePath) -> PowerBudget:
     """One power budget with its draw and headroom."""
-    for b in backend.power_budgets():
-        if b["metadata"]["name"] == name:
-            return PowerBudget.model_validate(b)
-    raise ApiError(404, "NotFound", "name", f"PowerBudget {name} does not exist")
+    return PowerBudget.model_validate(_named(backend.power_budgets(), "PowerBudget", name))
+
+
+def _named(objects: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
+    """The object called `name`, or a 404 naming it."""
+    for obj in objects:
+        if obj["metadata"]["name"] == name:
+            return obj
+    raise ApiError(404, "NotFound", "name", f"{kind} {name} does not exist")
