@@ -140,8 +140,9 @@ def test_bad_input_is_a_clear_error() -> None:
 
 
 def test_a_power_cap_lowers_the_draw_slows_the_job_and_keeps_its_work() -> None:
-    from ultraplane.powermodels import chip_power_of
     from ultraplane.simulator.runtime import JobRuntime
+
+    from ultraplane.powermodels import chip_power_of
     from ultraplane.topology import build_fleet
 
     now = [0.0]
