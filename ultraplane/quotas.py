@@ -21,7 +21,8 @@ The model is Kueue's ClusterQueue with cohorts (docs/queues.md maps it field by 
   counts chips, but a gang needs them in one domain: borrowers scattered beside guaranteed
   jobs would leave no UltraServer that reclaim can free. For the same reason a job within
   nominal that fits nowhere, even by reclaim, may reserve an UltraServer to drain (the
-  Scheduler's EASY reservation, which otherwise only gangs of whole UltraServers get).
+  Scheduler's EASY reservation, which otherwise only gangs of whole UltraServers get; one
+  per queue below its nominal quota, not one per cycle).
 - Reclaim: a job whose queue stays within nominal once it is admitted may preempt the jobs of
   queues in its cohort that are borrowing (policy `Any`, or only lower-priority ones with
   `LowerPriority`). The victims are planned by `ultraplane.preemption` inside one domain the

@@ -20,7 +20,9 @@ level allows, with the most free chips between them (`Allocator.reservation`; a 
 gets such a set per replica). For the rest of the cycle, jobs behind it are placed (and
 preempt) only elsewhere. Running jobs there keep their chips; as they end, the UltraServers
 drain and the gang starts. One reservation per cycle (Slurm's backfill reservation for the top
-job); the cost is the reserved UltraServers' free chips while they drain.
+job); the cost is the reserved UltraServers' free chips while they drain. With tenant queues,
+each queue also reserves for its first job that fits its unused nominal quota and finds no
+place, so one queue's reservation never leaves another's guarantee to be nibbled away.
 
 Replicated jobs (an InferenceJob's replicas) are one queue entry with one gang per replica, each
 held in the allocator under `key#i`. They are admitted whole or not at all: if a later replica
@@ -185,6 +187,10 @@ class Scheduler:
         self._budget: int | None = None  # pods this cycle may still launch (None: no limit)
         self._fenced: list[str] = []  # UltraServers held back by this cycle's reservation
         self._shadow: float | None = None  # predicted start of this cycle's reservation
+        # Fenced UltraServer -> predicted start of the reservation holding it (None: unknown);
+        # with tenant queues a cycle may hold several (one per queue with guaranteed demand).
+        self._shadows: dict[str, float | None] = {}
+        self._reserving: set[str | None] = set()  # tenant queues that reserved this cycle
         self._standing: _Standing | None = None  # what the last cycle left waiting, if valid
         self._arrivals: dict[JobKey, QueuedJob] = {}  # queued since the last cycle
         self._reserved_at: tuple[int, NoFit] | None = None  # (pending index, NoFit before it)
@@ -385,12 +391,13 @@ class Scheduler:
         result = CycleResult()
         carried = False
         if self._standing is not None:
-            self._fenced, self._shadow = [], None
+            self._fenced, self._shadow, self._shadows = [], None, {}
             with ExitStack() as fences:
                 carried = self._append(result, fences)
         if not carried:
             result = CycleResult()
             self._fenced, self._shadow, self._reserved_at = [], None, None
+            self._shadows, self._reserving = {}, set()
             with ExitStack() as fences:
                 self._cycle(result, fences)
         self._fenced = []
@@ -445,12 +452,11 @@ class Scheduler:
                 if isinstance(outcome, NoFit) and self._fenced:
                     outcome = self._backfill(job, outcome, result)
             if isinstance(outcome, NoFit):
-                if (self.reservation and result.reserved is None
-                        and outcome.kind == "NoCapacity"):
-                    base = outcome
+                if outcome.kind == "NoCapacity" and self._may_reserve(job, result):
+                    base, first = outcome, result.reserved is None
                     outcome = self._reserve(job, outcome, result,
                                             fences if index + 1 < len(queue) else None)
-                    if result.reserved is not None:
+                    if first and result.reserved is not None:
                         self._reserved_at = (len(result.pending), base)
                 position += 1
                 result.pending.append((job.key, outcome, position))
@@ -471,8 +477,25 @@ class Scheduler:
         return (job.replicas is None and job.request.mode != "SplitWhenItPays"
                 and not self._may_preempt(job)
                 and not (self._fenced and job.expected_s is not None)
-                and (not self.reservation or result.reserved is not None
-                     or known.kind != "NoCapacity" or job.request in self._unreservable))
+                and (known.kind != "NoCapacity" or not self._may_reserve(job, result)))
+
+    def _guaranteed(self, job: QueuedJob) -> bool:
+        """Whether `job` fits its tenant queue's unused nominal quota (one gang, queues on)."""
+        return (self._queues is not None and job.replicas is None
+                and self._queues.within_nominal(job))
+
+    def _may_reserve(self, job: QueuedJob, result: CycleResult) -> bool:
+        """Whether `job`, which does not fit, may try to reserve: the cycle's first
+        reservation (for a gang of whole UltraServers, or a guaranteed job), and with tenant
+        queues one more for the first guaranteed job of each queue that has none yet, so
+        every queue below its nominal quota drains a place for its guarantee, not only the
+        one whose job comes first."""
+        if not self.reservation:
+            return False
+        if result.reserved is None:
+            return job.request not in self._unreservable or self._guaranteed(job)
+        return (self._queues is not None and self._queues.queue_of(job) not in self._reserving
+                and self._guaranteed(job))
 
     def _stand(self, result: CycleResult) -> _Standing:
         """What a cycle that tries only later arrivals may carry over from `result`."""
@@ -532,8 +555,7 @@ class Scheduler:
         """Hold back, for the rest of this cycle, where `job` would start soonest: one domain
         per gang (each replica of a replicated job gets its own), or nothing unless every gang
         gets one. `fences` None: nothing is queued behind it, so nothing is held back."""
-        guaranteed = (self._queues is not None and job.replicas is None
-                      and self._queues.within_nominal(job))
+        guaranteed = self._guaranteed(job)
         if job.request in self._unreservable and not guaranteed:
             return nofit
         if not self.allocator.reservation_domains(job.request) and not guaranteed:
@@ -541,6 +563,7 @@ class Scheduler:
             return nofit
         picked: list[tuple[str, tuple[str, ...]]] = []
         starts: list[float] = []
+        fenced_all: list[str] = []
         hold = ExitStack()
         with hold:
             for _ in range(job.replicas or 1):
@@ -553,14 +576,22 @@ class Scheduler:
                 if soonest is not None:
                     starts.append(soonest[0])
                 fenced = hold.enter_context(self.allocator.held_back(found[1]))
+                fenced_all.extend(fenced)
                 if fences is not None:
                     self._fenced.extend(fenced)
             if fences is not None:
                 fences.enter_context(hold.pop_all())
         names = tuple(n for _, members in picked for n in members)
-        result.reserved = (job.key, ", ".join(d for d, _ in picked), names)
-        if starts and len(starts) == len(picked) and max(starts) < math.inf:
-            self._shadow = result.reservation_start = max(starts)
+        start = (max(starts) if starts and len(starts) == len(picked) and max(starts) < math.inf
+                 else None)
+        if fences is not None:
+            self._shadows.update(dict.fromkeys(fenced_all, start))
+        if guaranteed and self._queues is not None:
+            self._reserving.add(self._queues.queue_of(job))
+        if result.reserved is None:  # the cycle's first: the one it reports
+            result.reserved = (job.key, ", ".join(d for d, _ in picked), names)
+            if start is not None:
+                self._shadow = result.reservation_start = start
         if len(names) == 1:
             what = f"UltraServer {names[0]}"
         elif len(picked) == 1:
@@ -569,8 +600,8 @@ class Scheduler:
             shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
             what = f"UltraServers {shown}"
         when = ""
-        if self._shadow is not None and self._now is not None:
-            when = f" (predicted to start in {_span(self._shadow - self._now)})"
+        if start is not None and self._now is not None:
+            when = f" (predicted to start in {_span(start - self._now)})"
         return NoFit(nofit.kind, f"{nofit.message}; {what} reserved for it{when}: jobs queued "
                      "behind it are placed elsewhere until it starts, or there only if they are "
                      "predicted to end before it starts", nofit.blocking)
@@ -691,22 +722,27 @@ class Scheduler:
     def _backfill(self, job: QueuedJob, nofit: NoFit, result: CycleResult
                   ) -> tuple[Placement, ...] | NoFit:
         """EASY's backfill rule: a job that fits only on the reserved UltraServers may go
-        there if it is predicted to end before the reservation starts."""
-        if self._shadow is None or self._now is None or job.expected_s is None:
+        there if it is predicted to end before the reservation starts (with several
+        reservations, only on those it ends before)."""
+        known = {us: s for us in self._fenced if (s := self._shadows.get(us)) is not None}
+        if not known or self._now is None or job.expected_s is None:
             return nofit
-        if self._now + job.expected_s > self._shadow:
-            # ends after the reservation starts even unslowed: no placement to look for
+        unslowed = self._now + job.expected_s
+        opened = [us for us, s in known.items() if unslowed <= s]
+        if not opened:
+            # ends after every reservation starts even unslowed: no placement to look for
             return NoFit(nofit.kind, f"{nofit.message}; it is predicted to end "
-                         f"{_span(self._now + job.expected_s - self._shadow)} after the "
+                         f"{_span(unslowed - max(known.values()))} after the "
                          "reservation starts", nofit.blocking)
-        with self.allocator.lifted(self._fenced):
+        with self.allocator.lifted(opened):
             got = self.allocator.place(job.request)
             if isinstance(got, NoFit):
                 return nofit
             end = self._now + job.expected_s * self._slowdown(got, job.request.chips)
-            if end > self._shadow:
+            shadow = min((known[us] for us in got.ultraservers if us in known), default=math.inf)
+            if end > shadow:
                 return NoFit(nofit.kind, f"{nofit.message}; it would fit on the reserved "
-                             f"UltraServers but is predicted to end {_span(end - self._shadow)} "
+                             f"UltraServers but is predicted to end {_span(end - shadow)} "
                              "after the reservation starts", nofit.blocking)
             placed = self.allocator.allocate(job.key, job.request)
         if isinstance(placed, NoFit):
@@ -716,7 +752,7 @@ class Scheduler:
             self.allocator.release(job.key)
             return refused
         result.notes[job.key] = (f"backfilled onto UltraServers reserved for a waiting job: "
-                                 f"predicted to end {_span(self._shadow - end)} before it starts")
+                                 f"predicted to end {_span(shadow - end)} before it starts")
         return (placed,)
 
     def _place(self, job: QueuedJob, result: CycleResult) -> tuple[Placement, ...] | NoFit:

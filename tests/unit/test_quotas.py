@@ -184,6 +184,36 @@ def test_a_guaranteed_gang_smaller_than_an_ultraserver_reserves_one_to_drain() -
     assert adm.placements(JobKey("a1"))[0].ultraservers == ("gen2-0000",)
 
 
+def test_each_queue_below_nominal_reserves_an_ultraserver_for_its_guarantee() -> None:
+    # gen2-0000 [ b1 96 (ends at 1000) | 48 free ]  gen2-0001 [ b2 96 (ends at 2000) | 48 free ]
+    # gen2-0002 [ b3 96 (ends at 5000) | 48 free ]
+    # B runs at its nominal quota; A's and C's (72 each) are unused, but only as 48 free chips
+    # per UltraServer, and no borrower runs to reclaim. a1 reserves gen2-0000 (it drains
+    # first), c1 gen2-0001 (the next): one reservation per queue, not one per cycle. b4,
+    # queued behind them (it borrows), goes to gen2-0002, not into c1's UltraServer.
+    from dataclasses import replace
+
+    adm = Admissions(Allocator(build_fleet(GEN2, 3)),
+                     quotas=QuotaBook([q("A", 72), q("B", 288), q("C", 72)]))
+    for key, ends in (("b1", 1000.0), ("b2", 2000.0), ("b3", 5000.0)):
+        adm.submit(replace(job(key, "B", 96), expected_s=ends))
+        adm.cycle(0.0)
+    adm.submit(job("a1", "A", 72))
+    adm.submit(job("c1", "C", 72))
+    adm.submit(replace(job("b4", "B", 36), expected_s=10_000.0))
+    d = adm.cycle(0.0)
+    assert d.reservation is not None and d.reservation.key == "a1"
+    assert d.reservation.ultraservers == ("gen2-0000",)
+    said = {p.key: p.message for p in d.pending}
+    assert "UltraServer gen2-0001 reserved for it" in said["c1"]
+    assert [a.key for a in d.admitted] == ["b4"]
+    assert adm.placements(JobKey("b4"))[0].ultraservers == ("gen2-0002",)
+    adm.withdraw(JobKey("b1"))
+    adm.withdraw(JobKey("b2"))
+    d = adm.cycle(2000.0)
+    assert sorted(a.key for a in d.admitted) == ["a1", "c1"]
+
+
 def test_guaranteed_jobs_of_the_queue_furthest_below_nominal_go_first() -> None:
     # A (nominal 72) already uses 36, B (nominal 72) nothing; both queue a 36-chip job within
     # nominal, A's first: B's is tried first (B would use half its quota, A all of its own).
