@@ -250,6 +250,17 @@ class PowerBook:
                      f"({_kw(self.specs[worst[1]].watts)}, predicted {_kw(self.predicted(worst[1]))}"
                      f" drawn)")
 
+    def short(self, key: JobKey, priority: int, placements: Sequence[Placement]) -> frozenset[str]:
+        """The UltraServers of every budget covering `placements` that cannot hold the job
+        there (or whose headroom is reserved for another): where not to place it instead."""
+        held = self._held(key, priority, placements)
+        names = {b for us in held.per_us for b in self._of_us.get(us, ())}
+        short = {n for n in names if self._least(n, held) - self.specs[n].watts > 1e-6}
+        r = self.reserved
+        if r is not None and r.job.key != key:
+            short |= r.budgets & names
+        return frozenset(us for n in short for us in self._members.get(n, ()))
+
     def _reserved_for(self, held: _Held, end: float | None) -> NoFit | None:
         """A `NoPower` NoFit when this cycle's reservation holds the headroom `held` would
         take: it draws from a reserved budget, ranks no higher, and is not predicted to end

@@ -50,7 +50,7 @@ from functools import cached_property
 
 from ultraplane.allocator import AllocationConflict, Allocator, NoFit, Placement, PlacementRequest
 from ultraplane.ids import ChipId, JobKey
-from ultraplane.powerbook import PowerBook
+from ultraplane.powerbook import NO_POWER, PowerBook
 from ultraplane.predictions import drain_time, earliest_start, split_slowdown
 from ultraplane.preemption import plan_preemption
 from ultraplane.quotas import QuotaBook
@@ -780,6 +780,9 @@ class Scheduler:
                                 f"{outcome.message}", outcome.blocking)
             return outcome
         refused = self._power_refuses(job, tuple(p for _, p in placed), evicted)
+        if refused is not None and not evicted:
+            placed = self._place_beside(job, placed, refused)
+            refused = None if placed else refused
         if refused is not None:
             for key, _ in placed:
                 self.allocator.release(key)
@@ -788,6 +791,36 @@ class Scheduler:
             return refused
         result.preempted.extend((victim.key, job.key) for victim, _ in evicted)
         return tuple(p for _, p in placed)
+
+    def _place_beside(self, job: QueuedJob, placed: list[tuple[JobKey, Placement]],
+                      refused: NoFit) -> list[tuple[JobKey, Placement]]:
+        """A job its first placement's budgets cannot hold, placed once more away from the
+        UltraServers of those budgets (a budget over part of the fleet leaves the rest
+        free to use): every part placed there and held within its budgets, or nothing held
+        (an empty list)."""
+        book = self._budgets
+        if book is None or refused.kind != NO_POWER:
+            return []
+        short = book.short(job.key, job.priority, tuple(p for _, p in placed))
+        for key, _ in placed:
+            self.allocator.release(key)
+        if not short or len(short) >= len(self.allocator.topology.ultraservers):
+            return []  # (a fleet-wide budget: there is nowhere beside it)
+        again: list[tuple[JobKey, Placement]] = []
+        with self.allocator.held_back(short):
+            for part in job.parts():
+                got = self.allocator.allocate(part, job.request)
+                if not isinstance(got, Placement):
+                    break
+                again.append((part, got))
+        if len(again) == len(job.parts()) and self._power_refuses(
+                job, tuple(p for _, p in again)) is None:
+            if book.reserved is not None and book.reserved.job.key == job.key:
+                book.reserved = None  # it reserved headroom where it no longer goes
+            return again
+        for key, _ in again:
+            self.allocator.release(key)
+        return []
 
     def _allocate(self, part: JobKey, job: QueuedJob) -> Placement | NoFit:
         """Place a part on powered UltraServers if it fits there, else anywhere (waking a

@@ -110,9 +110,13 @@ def test_nested_budgets_each_bound_their_own_ultraservers() -> None:
             BudgetSpec("row-a", IDLE_US + 72 * 628.425 + 1, ultraservers=("gen2-0000",),
                        parent="facility")]
     adm = fleet(rows, capping=False)
-    admitted, pending = cycle(adm, job("a", 72, seq=0), job("b", 72, seq=1), job("c", 144, seq=2))
-    assert admitted == ["a", "c"]  # c on gen2-0001, outside row-a
-    assert "row-a" in pending["b"][1]
+    for j in (job("a", 72, seq=0), job("b", 72, seq=1), job("c", 144, seq=2)):
+        adm.submit(j)
+    decided = adm.cycle(0.0)
+    on = {d.key: {us for p in d.placements for us in p.ultraservers} for d in decided.admitted}
+    # b does not fit row-a beside a: it goes outside row-a, to gen2-0001; c then finds no room
+    assert on == {"a": {"gen2-0000"}, "b": {"gen2-0001"}}
+    assert [(p.key, p.reason) for p in decided.pending] == [("c", "NoCapacity")]
 
 
 def test_an_inference_floor_is_kept() -> None:

@@ -51,3 +51,20 @@ def test_a_budget_created_later_counts_the_running_job_and_holds_the_next() -> N
     assert [x.key for x in adm.cycle(2.0).admitted] == ["b"]
     book.replace([])  # removed: the cycle is today's again
     assert not book.active and book.status() == []
+
+
+def test_a_job_a_budget_cannot_hold_is_placed_beside_it() -> None:
+    # gen2-0000 [ a 144 ] [ b: row-0 has no headroom left ]   gen2-0001 [ b lands here ]
+    # row-0 covers gen2-0000 alone: idle + 70 kW (a: 62.8 kW over idle, b: 25.1 kW more);
+    # the rest of the fleet has no budget.
+    book = PowerBook([BudgetSpec("row-0", IDLE_US + 70e3, ultraservers=("gen2-0000",))],
+                     capping=False)
+    adm = Admissions(Allocator(build_fleet(GEN2, 2)), reservation=False, power=book)
+    adm.submit(QueuedJob(JobKey("a"), PlacementRequest(chips=100), 0, 0))
+    [a] = adm.cycle(0.0).admitted
+    assert {us for p in a.placements for us in p.ultraservers} == {"gen2-0000"}
+    adm.submit(QueuedJob(JobKey("b"), PlacementRequest(chips=40), 0, 1))
+    decided = adm.cycle(1.0)
+    [b] = decided.admitted  # best fit would pick gen2-0000's 44 free chips: over row-0
+    assert {us for p in b.placements for us in p.ultraservers} == {"gen2-0001"}
+    assert not decided.pending
