@@ -18,8 +18,17 @@ from collections.abc import Callable
 from typing import NoReturn
 
 import pytest
+from hypothesis import settings
 
 TRUTHY = {"1", "true", "yes", "on"}
+
+# Property tests draw the same examples on every run (a run that finds a counterexample is a
+# bug to fix, never a flaky CI): `ULTRAPLANE_HYPOTHESIS=explore` draws new ones, to look for
+# counterexamples on purpose.
+settings.register_profile("deterministic", derandomize=True, database=None)
+settings.register_profile("explore")
+settings.load_profile(
+    "explore" if os.environ.get("ULTRAPLANE_HYPOTHESIS") == "explore" else "deterministic")
 
 
 def required(env_var: str) -> bool:
