@@ -104,14 +104,12 @@ class JobRunner:
             job = self._by_sched_key(key)
             if job is None:
                 continue
-            cap = None if cap is None else round(cap, 1)
-            if job.status.get("powerCapWatts") == cap:
+            status = jobstatuses.power_cap(cap, book.capped_for(key, now), moment(now))
+            if job.status.get("powerCapWatts") == status["powerCapWatts"]:
                 continue
-            held = book.capped_for(key, now) if cap is not None else None
-            self.b.runtime.set_cap(job.key, cap)  # from now it draws less and runs slower
-            self._set(job, powerCapWatts=cap,
-                      cappedSince=None if cap is None else jobstatuses.stamp(
-                          moment(now - (held or 0.0))))
+            # from now it draws less and runs slower
+            self.b.runtime.set_cap(job.key, status["powerCapWatts"])
+            self._set(job, **status)
             changed = True
         return changed
 

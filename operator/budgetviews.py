@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Mapping
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from ultraplane.operator.jobviews import PLURALS
@@ -27,7 +27,8 @@ from ultraplane.operator.writers import ApiCalls
 
 from ultraplane.admissions import Admissions
 from ultraplane.budgetspecs import budget_spec, budget_statuses, job_power
-from ultraplane.ids import JobKey, job_key
+from ultraplane.ids import JobKey, job_key, parse_job_key
+from ultraplane.jobstatuses import power_cap
 from ultraplane.powerbook import PowerBook
 from ultraplane.powerbudgets import BudgetSpec, validate_budgets
 
@@ -152,33 +153,19 @@ class BudgetViews:
 
     async def _write_caps(self, book: PowerBook, caps: Mapping[JobKey, float | None],
                           now: datetime) -> None:
-        """Each running job's cap, when it changed: `powerCapWatts` and `cappedSince` (both
-        removed when the cap is lifted)."""
+        """Each running job's cap, when it changed (`jobstatuses.power_cap`: removed when the
+        cap is lifted)."""
         for key, cap in caps.items():
-            cap = None if cap is None else round(cap, 1)
-            if self.caps_written.get(key) == cap:  # (None: never capped, or lifted already)
+            status = power_cap(cap, book.capped_for(key, now.timestamp()), now)
+            if self.caps_written.get(key) == status["powerCapWatts"]:  # (None: never capped)
                 continue
-            kind, namespace, name = _parts(key)
-            since = None
-            if cap is not None:
-                held = book.capped_for(key, now.timestamp())
-                began = now.timestamp() - (held or 0.0)
-                since = datetime.fromtimestamp(began, UTC).isoformat().replace("+00:00", "Z")
-            status = {"powerCapWatts": cap, "cappedSince": since}
+            kind, namespace, name = parse_job_key(key)
             try:
                 await self.api.call(self.api.kube.patch_job_status, PLURALS[kind], namespace,
                                     name, status, "")
             except Exception as exc:
                 log.debug("cap of %s not written: %s", key, exc)
                 continue
-            if cap is None:
-                self.caps_written.pop(key, None)
-            else:
-                self.caps_written[key] = cap
-        for gone in set(self.caps_written) - set(caps):
+            self.caps_written[key] = status["powerCapWatts"]
+        for gone in [k for k, cap in self.caps_written.items() if k not in caps or cap is None]:
             del self.caps_written[gone]
-
-
-def _parts(key: JobKey) -> tuple[str, str, str]:
-    prefix, namespace, name = key.split("#", 1)[0].split("/", 2)
-    return ("InferenceJob" if prefix == "ij" else "TrainingJob"), namespace, name

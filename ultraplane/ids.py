@@ -25,6 +25,7 @@ __all__ = [
     "namespace_of_job_key",
     "parse_chip_id",
     "parse_chip_ranges",
+    "parse_job_key",
     "parse_local_ref",
     "server_id",
 ]
@@ -87,6 +88,13 @@ def job_key(kind: str, namespace: str, name: str) -> JobKey:
 def kind_of_job_key(key: str) -> str:
     """The kind a job key (or replica key) belongs to."""
     return "InferenceJob" if key.startswith(f"{JOB_KEY_PREFIXES['InferenceJob']}/") else "TrainingJob"
+
+
+def parse_job_key(key: str) -> tuple[str, str, str]:
+    """(kind, namespace, name) of a job key or of one of its replica keys
+    (`ij/serving/chat#1` -> `("InferenceJob", "serving", "chat")`)."""
+    _, namespace, name = key.split("#", 1)[0].split("/", 2)
+    return kind_of_job_key(key), namespace, name
 
 
 def namespace_of_job_key(key: str) -> str:

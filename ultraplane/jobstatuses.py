@@ -18,7 +18,7 @@ applies it too (`apply`).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from ultraplane.allocator import Placement
@@ -50,6 +50,7 @@ __all__ = [
     "moved",
     "pending",
     "pending_changed",
+    "power_cap",
     "preempted",
     "preempted_message",
     "ran",
@@ -69,6 +70,15 @@ StatusDecision = Admitted | Replaced | Pending | Preempted | Restarted | Failed 
 
 def stamp(now: datetime) -> str:
     return now.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def power_cap(cap_w: float | None, capped_for_s: float | None, now: datetime) -> Status:
+    """A running job's power cap (`PowerBook.caps`, `capped_for`) as its status fields: the
+    per-chip watts and since when; both removed (None) when it is not capped."""
+    if cap_w is None:
+        return {"powerCapWatts": None, "cappedSince": None}
+    return {"powerCapWatts": round(cap_w, 1),
+            "cappedSince": stamp(now - timedelta(seconds=capped_for_s or 0.0))}
 
 
 def condition(
