@@ -9,7 +9,7 @@ Routers never know which one they have.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from sqlalchemy import Engine
@@ -34,6 +34,8 @@ from ultraplane.capacities import DomainCapacity
 from ultraplane.conversions import InvalidJobError
 from ultraplane.jobreads import read_job
 from ultraplane.placements import request_from_topology
+from ultraplane.queuespecs import refusal
+from ultraplane.quotas import QueueSpec
 from ultraplane.resources import InferenceJobSpec, TrainingJobSpec
 
 JobSpec = TrainingJobSpec | InferenceJobSpec
@@ -150,6 +152,20 @@ def spec_preemptible(spec: JobSpec) -> bool:
 
 def total_chips(spec: JobSpec) -> int:
     return sum(r.chips for r in requests_of(spec))
+
+
+def refuse_queue(queues: Mapping[str, QueueSpec], namespace: str, queue: str | None,
+                 priority: int) -> None:
+    """A job its queue would never admit is refused at create, with the core's reason
+    (`queuespecs.refusal`): 403 for a namespace without the right to the queue, 422 for an
+    unknown queue or a priority above the queue's maximum."""
+    why = refusal(queues, namespace, queue, priority)
+    if why is None:
+        return
+    if why.rule == "NamespaceNotAllowed":
+        raise ApiError(403, "Forbidden", "spec.queueName", why.message)
+    field = "spec.priority" if why.rule == "PriorityAboveMaximum" else "spec.queueName"
+    raise ApiError(422, "Invalid", field, why.message)
 
 
 def not_found(kind: JobKind, namespace: str, name: str) -> ApiError:

@@ -16,7 +16,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 from sqlalchemy import Engine
@@ -24,7 +24,7 @@ from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlmodel import Session
 from ultraplane.api import dryruns, pages, store
 from ultraplane.api.accounting import day_of
-from ultraplane.api.backends import JobSpec, not_found
+from ultraplane.api.backends import JobSpec, not_found, refuse_queue
 from ultraplane.api.errors import ApiError
 from ultraplane.api.fleets import FleetView, build_topology
 from ultraplane.api.jobruns import JobRunner
@@ -48,8 +48,8 @@ from ultraplane.allocator import Allocator
 from ultraplane.budgetspecs import budget_statuses, budget_wire
 from ultraplane.ids import JobKey, local_ref, parse_chip_id
 from ultraplane.powerbook import PowerBook
-from ultraplane.queuespecs import queue_statuses, queue_wire, refusal
-from ultraplane.quotas import QueueSpec, QuotaBook
+from ultraplane.queuespecs import queue_statuses, queue_wire
+from ultraplane.quotas import QuotaBook
 
 log = logging.getLogger("ultraplane.api.embedded")
 
@@ -75,13 +75,11 @@ class EmbeddedBackend:
         self.topology, preset = build_topology(settings)
         self.allocator = Allocator(self.topology)
         # Tenant queues (--queues FILE): the core's book decides quotas, borrowing and reclaim
-        self.queues = {q.name: q for q in (
-            Settings.read_queues(settings.queues) if settings.queues else [])}
+        self.quotas = QuotaBook(Settings.read_queues(settings.queues) if settings.queues else [])
         # Power budgets (--power-budgets FILE): the core's book admits within headroom, caps
         self.power = PowerBook(Settings.read_budgets(settings.power_budgets)
                                if settings.power_budgets else [])
-        self.admissions = Admissions(self.allocator, quotas=QuotaBook(list(self.queues.values())),
-                                     power=self.power)
+        self.admissions = Admissions(self.allocator, quotas=self.quotas, power=self.power)
         self.scheduler = self.admissions.scheduler
         self.reserved: dict[str, JobKey] = {}  # UltraServer -> job held back for (last cycle)
         self.reservation: tuple[tuple[str, ...], int] | None = None  # (UltraServers, priority)
@@ -369,15 +367,12 @@ class EmbeddedBackend:
 
     def tenant_queues(self) -> list[dict[str, Any]]:
         """Every queue of `--queues`, its spec and what the core counts against it now."""
-        book = self.admissions.quotas
-        if book is None or not self.queues:
-            return []
         with self.lock:
-            statuses = queue_statuses(book, self.scheduler.queued(),
+            statuses = queue_statuses(self.quotas, self.scheduler.queued(),
                                       self.scheduler.running().values())
         return [{"apiVersion": "ultraplane.dev/v1alpha1", "kind": "TenantQueue",
                  "metadata": {"name": name}, "spec": queue_wire(spec), "status": statuses[name]}
-                for name, spec in sorted(self.queues.items())]
+                for name, spec in sorted(self.quotas.queues.items())]
 
     def _find(self, kind: JobKind, namespace: str, name: str) -> JobState:
         job = self.jobs.get(self._names.get((kind, namespace, name), ""))
@@ -428,7 +423,7 @@ class EmbeddedBackend:
             # Everything derived from the spec is built before anything is written or
             # registered, so a spec that cannot be read fails here and leaves no trace.
             _ = job.queued, job.requests, job.priority, job.preemptible
-            refuse_queue(self.queues, namespace, spec.queue_name, job.priority)
+            refuse_queue(self.quotas.queues, namespace, spec.queue_name, job.priority)
             row, resource = job.to_values(), job.resource()
             try:
                 with self.engine.begin() as conn:
@@ -574,20 +569,6 @@ class EmbeddedBackend:
 
     def day(self, t_s: float) -> str:
         return day_of(t_s)
-
-
-def refuse_queue(queues: Mapping[str, QueueSpec], namespace: str, queue: str | None,
-                 priority: int) -> None:
-    """A job its queue would never admit is refused at create, with the core's reason: 403 for
-    a namespace without the right to the queue, 422 for an unknown queue or a priority above
-    the queue's maximum."""
-    why = refusal(queues, namespace, queue, priority)
-    if why is None:
-        return
-    if why.startswith("namespace "):
-        raise ApiError(403, "Forbidden", "spec.queueName", why)
-    field = "spec.priority" if why.startswith("priority ") else "spec.queueName"
-    raise ApiError(422, "Invalid", field, why)
 
 
 def already_exists(kind: str, namespace: str, name: str) -> ApiError:

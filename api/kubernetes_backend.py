@@ -22,7 +22,7 @@ from typing import Any
 from sqlalchemy import Engine
 from ultraplane.api import store
 from ultraplane.api.accounting import usage_of
-from ultraplane.api.backends import JobSpec, capacity_json, not_found, total_chips
+from ultraplane.api.backends import JobSpec, capacity_json, not_found, refuse_queue, total_chips
 from ultraplane.api.dryruns import dry_run
 from ultraplane.api.errors import ApiError
 from ultraplane.api.schemas import (
@@ -334,8 +334,6 @@ class KubernetesBackend:
     def create_job(
         self, kind: JobKind, namespace: str, name: str, spec: JobSpec, labels: dict[str, str]
     ) -> JobResource:
-        from ultraplane.api.embedded import refuse_queue
-
         # the queues as of the last poll: the operator, which sees every change, decides in
         # the end; this refuses at once what it would never admit (a queue not seen yet may
         # have just been created: the job waits for it, as it would if applied with kubectl)

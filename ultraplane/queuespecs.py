@@ -13,7 +13,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ultraplane.quotas import QueueSpec, QuotaBook
+from ultraplane.quotas import QueueRefusal, QueueSpec, QuotaBook, default_queues
+from ultraplane.quotas import refusal as quota_refusal
 from ultraplane.resources.commons import problem_of
 from ultraplane.resources.tenantqueues import TenantQueueSpec
 from ultraplane.scheduling import QueuedJob
@@ -101,25 +102,17 @@ def queue_specs(data: Any) -> list[QueueSpec]:
 def resolve_queue(queues: Mapping[str, QueueSpec], namespace: str,
                   queue: str | None) -> str | None:
     """The queue a job of `namespace` uses: the one it names, else its namespace's default
-    (the first by name, as `QuotaBook` picks it), else none."""
-    if queue is not None:
-        return queue
-    defaults = sorted(q.name for q in queues.values() if namespace in q.default_for)
-    return defaults[0] if defaults else None
+    (`quotas.default_queues`, as `QuotaBook` picks it), else none."""
+    return queue if queue is not None else default_queues(queues.values()).get(namespace)
 
 
 def refusal(queues: Mapping[str, QueueSpec], namespace: str, queue: str | None,
-            priority: int) -> str | None:
+            priority: int) -> QueueRefusal | None:
     """Why a job of `namespace` naming `queue` (None: its namespace's default) at `priority`
-    may not be created, or None: the check an API runs before it accepts a job, with the same
-    rules the core's cycle applies (`QueueSpec.admits`)."""
+    may not be created, or None: the check an API runs before it accepts a job, with the
+    rules the core's cycle applies (`quotas.refusal`)."""
     queue = resolve_queue(queues, namespace, queue)
-    if queue is None:
-        return None
-    spec = queues.get(queue)
-    if spec is None:
-        return f"queue {queue} does not exist"
-    return spec.admits(namespace, priority)
+    return None if queue is None else quota_refusal(queues, queue, namespace, priority)
 
 
 def queue_wire(spec: QueueSpec) -> dict[str, Any]:

@@ -54,13 +54,42 @@ from ultraplane.ids import JobKey, namespace_of_job_key
 if TYPE_CHECKING:
     from ultraplane.scheduling import QueuedJob
 
-__all__ = ["INADMISSIBLE", "NO_QUOTA", "QueueSpec", "QuotaBook", "equal_shares"]
+__all__ = ["INADMISSIBLE", "NO_QUOTA", "QueueRefusal", "QueueSpec", "QuotaBook", "default_queues",
+           "equal_shares", "refusal"]
 
 NO_QUOTA: Final = "NoQuota"  # the NoFit kind of a job its queue's quota does not admit now
 INADMISSIBLE: Final = "Inadmissible"  # its queue refuses it (namespace, priority, no queue)
 
 Reclaim = Literal["Never", "LowerPriority", "Any"]
 WithinQueue = Literal["Never", "LowerPriority"]
+
+
+@dataclass(frozen=True)
+class QueueRefusal:
+    """Why a job may not use a queue, whatever its usage: `rule` names which (an adapter maps
+    it, e.g. to an HTTP status), `message` says it to the user."""
+
+    rule: Literal["NoSuchQueue", "NamespaceNotAllowed", "PriorityAboveMaximum"]
+    message: str
+
+
+def refusal(queues: Mapping[str, QueueSpec], queue: str, namespace: str,
+            priority: int) -> QueueRefusal | None:
+    """Why a job of `namespace` at `priority` may not use `queue`, or None."""
+    spec = queues.get(queue)
+    if spec is None:
+        return QueueRefusal("NoSuchQueue", f"queue {queue} does not exist")
+    return spec.admits(namespace, priority)
+
+
+def default_queues(specs: Iterable[QueueSpec]) -> dict[str, str]:
+    """Namespace -> the queue its jobs naming none use: the first by name of those whose
+    `default_for` lists it."""
+    defaults: dict[str, str] = {}
+    for spec in sorted(specs, key=lambda q: q.name):
+        for namespace in spec.default_for:
+            defaults.setdefault(namespace, spec.name)
+    return defaults
 
 
 @dataclass(frozen=True)
@@ -93,14 +122,18 @@ class QueueSpec:
         if not (self.weight > 0 and math.isfinite(self.weight)):
             raise ValueError(f"queue {self.name}: the fair-share weight must be > 0")
 
-    def admits(self, namespace: str, priority: int) -> str | None:
+    def admits(self, namespace: str, priority: int) -> QueueRefusal | None:
         """Why a job of `namespace` at `priority` may not use this queue, or None."""
         if self.namespaces is not None and namespace not in self.namespaces:
-            return (f"namespace {namespace} may not use queue {self.name} (it admits jobs "
-                    f"from {', '.join(sorted(self.namespaces)) or 'no namespace'})")
+            return QueueRefusal(
+                "NamespaceNotAllowed",
+                f"namespace {namespace} may not use queue {self.name} (it admits jobs from "
+                f"{', '.join(sorted(self.namespaces)) or 'no namespace'})")
         if self.max_priority is not None and priority > self.max_priority:
-            return (f"priority {priority} is above queue {self.name}'s maximum of "
-                    f"{self.max_priority}")
+            return QueueRefusal(
+                "PriorityAboveMaximum",
+                f"priority {priority} is above queue {self.name}'s maximum of "
+                f"{self.max_priority}")
         return None
 
     def lends(self, profile: str) -> int:
@@ -171,16 +204,13 @@ class QuotaBook:
         hold stays counted against the queue they were admitted to."""
         queues: dict[str, QueueSpec] = {}
         members: dict[str, list[QueueSpec]] = {}
-        defaults: dict[str, str] = {}
         for spec in sorted(specs, key=lambda q: q.name):
             if spec.name in queues:
                 raise ValueError(f"queue {spec.name!r} is listed twice")
             queues[spec.name] = spec
             members.setdefault(spec.cohort or f"/{spec.name}", []).append(spec)
-            for namespace in spec.default_for:
-                defaults.setdefault(namespace, spec.name)  # the first by name, if two claim it
         self.specs, self.queues, self._members, self._defaults = (
-            tuple(specs), queues, members, defaults)
+            tuple(specs), queues, members, default_queues(queues.values()))
         # what running jobs hold counts against the queue they use now (a new default queue
         # takes its namespace's running jobs)
         self.usage.clear()
@@ -314,12 +344,10 @@ class QuotaBook:
         queue = self.queue_of(job)
         if queue is None:
             return None
-        spec = self.queues.get(queue)
-        if spec is None:
-            return NoFit(INADMISSIBLE, f"queue {queue!r} does not exist")
-        refused = spec.admits(namespace_of_job_key(job.key), job.priority)
+        refused = refusal(self.queues, queue, namespace_of_job_key(job.key), job.priority)
         if refused is not None:
-            return NoFit(INADMISSIBLE, refused)
+            return NoFit(INADMISSIBLE, refused.message)
+        spec = self.queues[queue]
         memo = (queue, _chips(job))
         if memo in self._refusals:  # usage has not moved since: the same answer
             return self._refusals[memo]
