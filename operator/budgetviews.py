@@ -30,7 +30,7 @@ from ultraplane.budgetspecs import budget_spec, budget_statuses, job_power
 from ultraplane.ids import JobKey, job_key, parse_job_key
 from ultraplane.jobstatuses import power_cap
 from ultraplane.powerbook import PowerBook
-from ultraplane.powerbudgets import BudgetSpec, validate_budgets
+from ultraplane.powerbudgets import BudgetConflict, BudgetSpec, validate_budgets
 
 __all__ = ["BudgetViews"]
 
@@ -122,10 +122,8 @@ class BudgetViews:
                 validate_budgets(list(self.specs.values()), self.admissions.allocator.topology
                                  if self.admissions is not None else None, self.labels)
                 break
-            except ValueError as exc:
-                named = [n for n in self.specs if f"power budget {n} " in f"{exc} "
-                         or f"power budget {n}:" in str(exc)]
-                self.objects.refuse((named or sorted(self.specs))[-1], str(exc))
+            except BudgetConflict as exc:
+                self.objects.refuse(exc.budget, str(exc))
         book.replace(list(self.specs.values()), self.labels)
         self.wake.set()
 

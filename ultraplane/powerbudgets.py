@@ -24,7 +24,8 @@ import yaml
 
 from ultraplane.topology import Topology
 
-__all__ = ["BudgetSpec", "PowerPolicy", "budgets_from_yaml", "members_of", "validate_budgets"]
+__all__ = ["BudgetConflict", "BudgetSpec", "PowerPolicy", "budgets_from_yaml", "members_of",
+           "validate_budgets"]
 
 
 class PowerPolicy(StrEnum):
@@ -70,6 +71,15 @@ class BudgetSpec:
         return self.ultraservers is None and self.blocks is None and not self.labels
 
 
+class BudgetConflict(ValueError):
+    """A budget that cannot be used with the others (named twice, an unknown parent, a
+    cycle, a child covering an UltraServer its parent does not); `budget` names it."""
+
+    def __init__(self, budget: str, message: str) -> None:
+        super().__init__(message)
+        self.budget = budget
+
+
 def members_of(spec: BudgetSpec, topology: Topology,
                labels_of: Mapping[str, Mapping[str, str]] | None = None) -> frozenset[str]:
     """The UltraServers `spec` covers in `topology` (every selector given must match)."""
@@ -89,22 +99,24 @@ def members_of(spec: BudgetSpec, topology: Topology,
 
 def validate_budgets(specs: Sequence[BudgetSpec], topology: Topology | None = None,
                      labels_of: Mapping[str, Mapping[str, str]] | None = None) -> None:
-    """Raise ValueError (one sentence) for duplicate names, an unknown parent, a parent cycle,
-    or (with a topology) a child covering an UltraServer its parent does not."""
+    """Raise BudgetConflict (one sentence, naming the budget) for duplicate names, an unknown
+    parent, a parent cycle, or (with a topology) a child covering an UltraServer its parent
+    does not."""
     names = [s.name for s in specs]
     seen: set[str] = set()
     for n in names:
         if n in seen:
-            raise ValueError(f"power budget {n} is defined twice")
+            raise BudgetConflict(n, f"power budget {n} is defined twice")
         seen.add(n)
     by_name = {s.name: s for s in specs}
     for s in specs:
         chain, at = [s.name], s.parent
         while at is not None:
             if at not in by_name:
-                raise ValueError(f"power budget {s.name}: parent {at} is not a budget")
+                raise BudgetConflict(s.name, f"power budget {s.name}: parent {at} is not a budget")
             if at in chain:
-                raise ValueError(f"power budgets {' -> '.join([*chain, at])} form a cycle")
+                raise BudgetConflict(s.name, f"power budgets {' -> '.join([*chain, at])} form a "
+                                               "cycle")
             chain.append(at)
             at = by_name[at].parent
     if topology is None:
@@ -115,8 +127,8 @@ def validate_budgets(specs: Sequence[BudgetSpec], topology: Topology | None = No
         outside = members_of(s, topology, labels_of) - members_of(by_name[s.parent], topology,
                                                                   labels_of)
         if outside:
-            raise ValueError(f"power budget {s.name} covers {sorted(outside)[0]}, which its "
-                             f"parent {s.parent} does not")
+            raise BudgetConflict(s.name, f"power budget {s.name} covers {sorted(outside)[0]}, "
+                                         f"which its parent {s.parent} does not")
 
 
 def _names(value: Any, where: str) -> tuple[str, ...] | None:
