@@ -367,6 +367,8 @@ class EmbeddedBackend:
 
     def tenant_queues(self) -> list[dict[str, Any]]:
         """Every queue of `--queues`, its spec and what the core counts against it now."""
+        if not self.quotas.active:  # (every /metrics scrape asks)
+            return []
         with self.lock:
             statuses = queue_statuses(self.quotas, self.scheduler.queued(),
                                       self.scheduler.running().values())

@@ -137,9 +137,11 @@ class JobRuntime:
         draws less and runs slower (`plans.under_cap`). Its work so far is kept; checkpoints
         are counted from the change on (an approximation: work since the last checkpoint
         counts as saved)."""
-        self._catch_up()
         job = self._jobs.get(key)
-        if job is None or job.end is not None or job.halted or job.cap == cap_w:
+        if job is None or job.cap == cap_w:  # (the cluster simulator asks on every event)
+            return
+        self._catch_up()
+        if job.end is not None or job.halted:
             return
         t = self._last
         done, _ = self._progress(job, t)
