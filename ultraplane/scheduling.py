@@ -808,8 +808,8 @@ class Scheduler:
             return []  # (a fleet-wide budget: there is nowhere beside it)
         again: list[tuple[JobKey, Placement]] = []
         with self.allocator.held_back(short):
-            for part in job.parts():
-                got = self.allocator.allocate(part, job.request)
+            for part in job.parts():  # (powered UltraServers and queues' rules first, as ever)
+                got = self._allocate(part, job)
                 if not isinstance(got, Placement):
                     break
                 again.append((part, got))
