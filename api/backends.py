@@ -29,13 +29,13 @@ from ultraplane.api.schemas import (
 from ultraplane.api.settings import Settings
 from ultraplane.api.ultraserverpatches import UltraServerPatch
 
-from ultraplane.allocator import CapacityReport, NoFit, Placement, PlacementRequest
-from ultraplane.capacities import DomainCapacity
-from ultraplane.conversions import InvalidJobError
-from ultraplane.jobreads import read_job
-from ultraplane.placements import request_from_topology
-from ultraplane.queuespecs import refusal
-from ultraplane.quotas import QueueSpec
+from ultraplane.documents.conversions import InvalidJobError
+from ultraplane.documents.jobspecs import read_job
+from ultraplane.placement.allocator import CapacityReport, NoFit, Placement, PlacementRequest
+from ultraplane.placement.capacities import DomainCapacity
+from ultraplane.placement.placements import request_from_topology
+from ultraplane.policies.queuespecs import refusal
+from ultraplane.policies.quotas import QueueSpec
 from ultraplane.resources import InferenceJobSpec, TrainingJobSpec
 
 JobSpec = TrainingJobSpec | InferenceJobSpec

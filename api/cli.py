@@ -12,9 +12,9 @@ from typing import Any
 
 import click
 
-from ultraplane.clitypes import FINITE_FLOAT
+from ultraplane.commands.logs import level_name, log_level_option
+from ultraplane.commands.paramtypes import FINITE_FLOAT
 from ultraplane.kubeclients import cluster_options
-from ultraplane.logs import level_name, log_level_option
 
 FLAG_OF_FIELD = {
     "backend": "--backend", "db": "--db", "fleet": "--fleet", "cluster": "--cluster",
@@ -127,7 +127,7 @@ def _build(settings: Any) -> Any:
     except SQLAlchemyError as exc:
         _fail(f"--db: cannot open the store at {masked(settings.db)}: {reason(exc)}.")
     except (ValueError, OSError) as exc:
-        from ultraplane.profiles import UnknownProfileError
+        from ultraplane.hardware.profiles import UnknownProfileError
 
         if isinstance(exc, UnknownProfileError):
             flag = "--fleet"

@@ -26,10 +26,10 @@ from ultraplane.api.errors import ApiError
 from ultraplane.api.preemptionplans import Planners, PlanTooLong, snapshot
 from ultraplane.api.schemas import DryRunRequest, DryRunResult, PreemptionView
 
-from ultraplane.allocator import Allocator, NoFit, Placement, PlacementRequest
+from ultraplane.hardware.topology import level_problem, parse_level
 from ultraplane.ids import JobKey
-from ultraplane.preemption import PreemptionPlan, plan_preemption
-from ultraplane.topology import level_problem, parse_level
+from ultraplane.placement.allocator import Allocator, NoFit, Placement, PlacementRequest
+from ultraplane.placement.preemption import PreemptionPlan, plan_preemption
 
 PROBE = "__dry-run-probe-{}__"
 RETRY_AFTER_S = 5

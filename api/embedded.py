@@ -1,7 +1,7 @@
 """The embedded backend: the core Scheduler and the simulator's JobRuntime in-process.
 
 This is what `ultraplane serve` runs for a newcomer: no cluster, a fleet of
-virtual UltraServers, jobs admitted by the same `ultraplane.scheduling` cycle
+virtual UltraServers, jobs admitted by the same `ultraplane.scheduling.scheduler` cycle
 the operator uses and executed by the same runtime the simulator uses. A
 background thread ticks (advance the runtime, run a cycle, sample progress,
 persist). Jobs, their chips and the simulated clock are saved in the store, so
@@ -43,13 +43,13 @@ from ultraplane.api.storeclaims import Claim, check, describe, reason, unavailab
 from ultraplane.api.ultraserverpatches import UltraServerPatch, patched
 from ultraplane.simulator.runtime import JobRuntime
 
-from ultraplane.admissions import Admissions
-from ultraplane.allocator import Allocator
-from ultraplane.budgetspecs import budget_statuses, budget_wire
 from ultraplane.ids import JobKey, local_ref, parse_chip_id
-from ultraplane.powerbook import PowerBook
-from ultraplane.queuespecs import queue_statuses, queue_wire
-from ultraplane.quotas import QuotaBook
+from ultraplane.placement.allocator import Allocator
+from ultraplane.policies.budgetspecs import budget_statuses, budget_wire
+from ultraplane.policies.powerbook import PowerBook
+from ultraplane.policies.queuespecs import queue_statuses, queue_wire
+from ultraplane.policies.quotas import QuotaBook
+from ultraplane.scheduling.admissions import Admissions
 
 log = logging.getLogger("ultraplane.api.embedded")
 
@@ -558,9 +558,9 @@ class EmbeddedBackend:
 
     def explain_job(self, kind: JobKind, namespace: str, name: str,
                     visible: Callable[[str], bool]) -> dict[str, Any]:
-        """`why`: the core's explanation (ultraplane.explanations) over this fleet's scheduler
+        """`why`: the core's explanation (ultraplane.documents.explanations) over this fleet's scheduler
         state: the job's queue entry, the UltraServer views and the running jobs, at sim time."""
-        from ultraplane.explanation_inputs import explain_documents
+        from ultraplane.documents.explanation_inputs import explain_documents
 
         with self.lock:
             job = self._find(kind, namespace, name).resource().model_dump(by_alias=True)

@@ -18,15 +18,15 @@ from ultraplane.api.backends import capacity_json
 from ultraplane.api.schemas import UltraServerView
 from ultraplane.api.settings import Settings
 
-from ultraplane.allocator import Allocator
+from ultraplane.hardware.topology import Topology, build_fleet
 from ultraplane.ids import JobKey
-from ultraplane.topology import Topology, build_fleet
+from ultraplane.placement.allocator import Allocator
 
 
 def build_topology(settings: Settings) -> tuple[Topology, dict[JobKey, list[str]]]:
     """The fleet from `--cluster FILE` (with its preset allocations) or `--fleet PROFILE:N`."""
     if settings.cluster:
-        from ultraplane.clusterfiles import load_cluster_file
+        from ultraplane.hardware.clusterfiles import load_cluster_file
 
         cluster = load_cluster_file(settings.cluster)
         return cluster.topology, {JobKey(k): list(v) for k, v in cluster.allocations.items()}

@@ -1,10 +1,10 @@
 """Glue between the core's decisions and the JobRuntime, for the embedded backend.
 
-The core (`ultraplane.admissions`) decides every consequence of every trigger: a cycle (with
+The core (`ultraplane.scheduling.admissions`) decides every consequence of every trigger: a cycle (with
 the simulated clock, so EASY backfill by predicted ends and SplitWhenItPays pricing run here
 as in the operator), a chip failed (the failure policy), a job finished or deleted. This
 module only persists what it decided: the status document comes from the core's one builder
-(`ultraplane.jobstatuses`, the same phases, reasons and conditions the operator writes), the
+(`ultraplane.documents.jobstatuses`, the same phases, reasons and conditions the operator writes), the
 runtime executes on the chips, and the usage accounting integrates is sampled here
 (chip-hours per simulated day and energy deltas).
 """
@@ -20,11 +20,15 @@ from ultraplane.api.accounting import day_of, split_by_day
 from ultraplane.api.jobstates import JobState
 from ultraplane.api.models import AccountingCreate
 
-from ultraplane import jobstatuses
-from ultraplane.admissions import Requeued
-from ultraplane.budgetspecs import job_power
-from ultraplane.conversions import TERMINAL_PHASES, InvalidJobError
-from ultraplane.decisions import (
+from ultraplane.documents import jobstatuses
+from ultraplane.documents.conversions import TERMINAL_PHASES, InvalidJobError
+from ultraplane.documents.jobspecs import expected_end
+from ultraplane.documents.jobstatuses import StatusDecision
+from ultraplane.hardware.topology import UltraServer
+from ultraplane.ids import ChipId, JobKey
+from ultraplane.policies.budgetspecs import job_power
+from ultraplane.scheduling.admissions import Requeued
+from ultraplane.scheduling.decisions import (
     Admitted,
     Failed,
     Pending,
@@ -32,10 +36,6 @@ from ultraplane.decisions import (
     Replaced,
     Restarted,
 )
-from ultraplane.ids import ChipId, JobKey
-from ultraplane.jobreads import expected_end
-from ultraplane.jobstatuses import StatusDecision
-from ultraplane.topology import UltraServer
 
 if TYPE_CHECKING:
     from ultraplane.api.embedded import EmbeddedBackend

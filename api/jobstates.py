@@ -15,12 +15,12 @@ from ultraplane.api.backends import JobSpec, requests_of, spec_preemptible, spec
 from ultraplane.api.models import Job
 from ultraplane.api.schemas import JobKind, JobResource, ObjectMeta
 
-from ultraplane.allocator import PlacementRequest
-from ultraplane.conversions import TERMINAL_PHASES, InvalidJobError
+from ultraplane.documents.conversions import TERMINAL_PHASES, InvalidJobError
+from ultraplane.documents.jobspecs import JobRead, read_job
 from ultraplane.ids import JobKey, job_key
-from ultraplane.jobreads import JobRead, read_job
+from ultraplane.placement.allocator import PlacementRequest
 from ultraplane.resources import InferenceJobSpec, TrainingJobSpec
-from ultraplane.scheduling import QueuedJob
+from ultraplane.workloads import QueuedJob
 
 
 def rfc3339(t_s: float | None) -> str | None:

@@ -38,8 +38,7 @@ from ultraplane.api.settings import Settings
 from ultraplane.api.ultraserverpatches import UltraServerPatch, patched
 
 from ultraplane import kubeclients
-from ultraplane.allocator import AllocationConflict, Allocator
-from ultraplane.conversions import (
+from ultraplane.documents.conversions import (
     GROUP,
     HOLDING_PHASES,
     PLURALS,
@@ -49,13 +48,14 @@ from ultraplane.conversions import (
     held_parts,
     ultraserver_from_spec,
 )
+from ultraplane.documents.jobspecs import read_body
+from ultraplane.hardware.topology import Topology
+from ultraplane.hardware.topology import UltraServer as CoreUltraServer
 from ultraplane.ids import JobKey, UltraServerName
-from ultraplane.jobreads import read_body
-from ultraplane.queuespecs import InvalidQueueError, queue_spec, resolve_queue
-from ultraplane.quotas import QueueSpec
+from ultraplane.placement.allocator import AllocationConflict, Allocator
+from ultraplane.policies.queuespecs import InvalidQueueError, queue_spec, resolve_queue
+from ultraplane.policies.quotas import QueueSpec
 from ultraplane.resources import InferenceJobSpec, TrainingJobSpec, UltraServer
-from ultraplane.topology import Topology
-from ultraplane.topology import UltraServer as CoreUltraServer
 
 log = logging.getLogger("ultraplane.api.kubernetes")
 

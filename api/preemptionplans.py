@@ -21,13 +21,13 @@ from collections.abc import Mapping, Sequence
 from multiprocessing.connection import Connection
 from typing import Any
 
-from ultraplane.allocator import Allocator, NoFit, PlacementRequest
 from ultraplane.ids import JobKey
-from ultraplane.preemption import PreemptionPlan, plan_preemption
+from ultraplane.placement.allocator import Allocator, NoFit, PlacementRequest
+from ultraplane.placement.preemption import PreemptionPlan, plan_preemption
 
 PLAN_BUDGET_S = 2.0  # wall seconds one preemption plan may take, its process start included
 MAX_PLANNERS = 1  # plans computed at once: each takes a core
-_CORE = ["ultraplane.allocator", "ultraplane.preemption", "ultraplane.topology"]
+_CORE = ["ultraplane.placement.allocator", "ultraplane.placement.preemption", "ultraplane.hardware.topology"]
 
 
 class PlanTooLong(Exception):

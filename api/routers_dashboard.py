@@ -21,7 +21,7 @@ from fastapi.staticfiles import StaticFiles
 from starlette.concurrency import run_in_threadpool
 from ultraplane.api.auth import Credentials, Guard
 
-from ultraplane.profiles import load_profile, profile_names
+from ultraplane.hardware.profiles import load_profile, profile_names
 
 ASSETS = Path(__file__).resolve().parent / "dashboard"
 # The page loads only its own files and talks only to this server; no inline script.

@@ -1,6 +1,6 @@
 """`GET .../{plural}/{name}/explanation`: why a job is pending and when it should start.
 
-The answer is the core's (`ultraplane.explanations`). The embedded backend builds it from its
+The answer is the core's (`ultraplane.documents.explanations`). The embedded backend builds it from its
 own scheduler state; any other backend from documents (the job, the UltraServer views and the
 jobs holding chips there). Holders and reservations are named `namespace/name` only in
 namespaces the caller may read; the others are "a job in another namespace".
@@ -21,8 +21,8 @@ from ultraplane.api.deps import BackendDep, NamePath, NamespacePath
 from ultraplane.api.errors import ApiError, ErrorBody
 from ultraplane.api.schemas import JobKind
 
-from ultraplane.conversions import PLURALS
-from ultraplane.explanation_inputs import explain_documents, job_name_of_key
+from ultraplane.documents.conversions import PLURALS
+from ultraplane.documents.explanation_inputs import explain_documents, job_name_of_key
 from ultraplane.ids import kind_of_job_key
 
 router = APIRouter(prefix="/v1", tags=["explanations"],

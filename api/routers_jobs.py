@@ -25,7 +25,7 @@ from ultraplane.api.schemas import (
     TrainingJobCreate,
 )
 
-from ultraplane.conversions import PLURALS
+from ultraplane.documents.conversions import PLURALS
 
 LimitQuery = Annotated[int, Query(ge=1, le=LIST_LIMIT_MAX, description="Items per page.")]
 ContinueQuery = Annotated[str | None, Query(

@@ -22,9 +22,9 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
+from ultraplane.hardware.topology import canonical_level
 from ultraplane.resources import InferenceJobSpec, Level, ProfileName, TopologyMode, TrainingJobSpec
 from ultraplane.resources.labels import check_labels, labels_json_schema
-from ultraplane.topology import canonical_level
 
 JobKind = Literal["TrainingJob", "InferenceJob"]
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"

@@ -89,21 +89,21 @@ class Settings(BaseSettings):
     @staticmethod
     def read_budgets(path: str) -> list[Any]:
         """The budgets of a `--power-budgets` file, or ValueError with one sentence."""
-        from ultraplane.budgetspecs import budget_specs
+        from ultraplane.policies.budgetspecs import budget_specs
 
         return _read_list(path, budget_specs)
 
     @staticmethod
     def read_queues(path: str) -> list[Any]:
         """The queues of a `--queues` file, or ValueError with one sentence."""
-        from ultraplane.queuespecs import queue_specs
+        from ultraplane.policies.queuespecs import queue_specs
 
         return _read_list(path, queue_specs)
 
     @field_validator("fleet")
     @classmethod
     def _fleet_shape(cls, value: str) -> str:
-        from ultraplane.topology import MAX_ULTRASERVERS
+        from ultraplane.hardware.topology import MAX_ULTRASERVERS
 
         profile, sep, count = value.partition(":")
         if not profile or (sep and not (count.isascii() and count.isdigit())) or (

@@ -19,9 +19,9 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from ultraplane.api.errors import ApiError
 
-from ultraplane.conversions import ultraserver_from_spec
+from ultraplane.documents.conversions import ultraserver_from_spec
+from ultraplane.hardware.topology import UltraServer
 from ultraplane.resources.ultraservers import UltraServerSpec
-from ultraplane.topology import UltraServer
 
 __all__ = ["UltraServerPatch", "UltraServerSpecPatch", "patched"]
 

@@ -37,9 +37,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from best_fit import BestFit
 from first_fit import FirstFit
 
-from ultraplane.allocator import Allocator, Placement, PlacementRequest
+from ultraplane.hardware.topology import build_fleet
 from ultraplane.ids import JobKey
-from ultraplane.topology import build_fleet
+from ultraplane.placement.allocator import Allocator, Placement, PlacementRequest
 
 SIZES = (1, 4, 16, 36, 72, 144, 288, 576, 1152)
 WEIGHTS = (0.30, 0.25, 0.15, 0.10, 0.08, 0.06, 0.03, 0.02, 0.01)

@@ -53,10 +53,11 @@ sys.path.insert(0, str(REPO))
 
 from tests.integration.kube_tier import KubeEnv, find_binaries  # noqa: E402
 from tests.integration.operator_harness import GROUP, VERSION, Harness  # noqa: E402
-from ultraplane.allocator import Allocator, PlacementRequest  # noqa: E402
+from ultraplane.hardware.topology import build_fleet  # noqa: E402
 from ultraplane.ids import JobKey  # noqa: E402
-from ultraplane.scheduling import QueuedJob, Scheduler  # noqa: E402
-from ultraplane.topology import build_fleet  # noqa: E402
+from ultraplane.placement.allocator import Allocator, PlacementRequest  # noqa: E402
+from ultraplane.scheduling.scheduler import Scheduler  # noqa: E402
+from ultraplane.workloads import QueuedJob  # noqa: E402
 
 SEED = 7
 VERBOSE = '--verbose' in sys.argv

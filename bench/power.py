@@ -47,9 +47,9 @@ from ultraplane.simulator.replay import Replay, ReplayConfig
 from ultraplane.simulator.reports import summarize
 from ultraplane.simulator.traces import TraceJob, load_trace
 
-from ultraplane.powerbudgets import BudgetSpec
-from ultraplane.powermodels import chip_power_of
-from ultraplane.topology import build_fleet
+from ultraplane.hardware.powermodels import chip_power_of
+from ultraplane.hardware.topology import build_fleet
+from ultraplane.policies.powerbudgets import BudgetSpec
 
 DEFAULT_TRACES = Path(__file__).resolve().parents[1].parent / "shared/reference/traces/ms-itp-2021"
 CHIPS_PER_GPU = 4

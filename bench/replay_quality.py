@@ -42,8 +42,8 @@ from ultraplane.simulator.replay import Replay, ReplayConfig
 from ultraplane.simulator.reports import summarize
 from ultraplane.simulator.traces import TraceJob, load_trace
 
-from ultraplane.queueorder import DEFAULT_STRETCH
-from ultraplane.topology import build_fleet
+from ultraplane.hardware.topology import build_fleet
+from ultraplane.scheduling.queueorder import DEFAULT_STRETCH
 
 DEFAULT_TRACES = Path(__file__).resolve().parents[1].parent / "shared/reference/traces/ms-itp-2021"
 CHIPS_PER_GPU = 4

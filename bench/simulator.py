@@ -26,7 +26,7 @@ from ultraplane.simulator.events import END, SUBMIT, Engine, Event
 from ultraplane.simulator.replay import Replay, ReplayConfig
 from ultraplane.simulator.traces import TraceJob, load_trace
 
-from ultraplane.topology import build_fleet
+from ultraplane.hardware.topology import build_fleet
 
 DEFAULT_TRACES = Path(__file__).resolve().parents[1].parent / "shared/reference/traces"
 

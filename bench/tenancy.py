@@ -9,7 +9,7 @@ Three policies:
 
 - `shared`: one queue, no quotas (how the fleet behaves without tenant queues);
 - `partitioned`: each team only its nominal chips, no borrowing (separate clusters);
-- `ultraplane`: cohort borrowing, weighted fair share and reclaim (`ultraplane.quotas`).
+- `ultraplane`: cohort borrowing, weighted fair share and reclaim (`ultraplane.policies.quotas`).
 
 The `ultraplane` figures (simulator/tenants.py defines them) and its ratios to the other two:
 targets (issue 30) useful_util_vs_shared >= 0.97, jct_mean_vs_partitioned <= 0.6,
@@ -34,8 +34,8 @@ from ultraplane.simulator.replay import Replay, ReplayConfig
 from ultraplane.simulator.reports import summarize
 from ultraplane.simulator.traces import TraceJob, load_trace
 
-from ultraplane.quotas import QueueSpec
-from ultraplane.topology import build_fleet
+from ultraplane.hardware.topology import build_fleet
+from ultraplane.policies.quotas import QueueSpec
 
 DEFAULT_TRACE = (Path(__file__).resolve().parents[1].parent
                  / "shared/reference/traces/tenants/itp-7-orgs-d30-d44.csv")

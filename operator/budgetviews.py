@@ -25,12 +25,12 @@ from ultraplane.operator.jobviews import PLURALS
 from ultraplane.operator.policyobjects import PolicyObjects
 from ultraplane.operator.writers import ApiCalls
 
-from ultraplane.admissions import Admissions
-from ultraplane.budgetspecs import budget_spec, budget_statuses, job_power
+from ultraplane.documents.jobstatuses import power_cap
 from ultraplane.ids import JobKey, job_key, parse_job_key
-from ultraplane.jobstatuses import power_cap
-from ultraplane.powerbook import PowerBook
-from ultraplane.powerbudgets import BudgetConflict, BudgetSpec, validate_budgets
+from ultraplane.policies.budgetspecs import budget_spec, budget_statuses, job_power
+from ultraplane.policies.powerbook import PowerBook
+from ultraplane.policies.powerbudgets import BudgetConflict, BudgetSpec, validate_budgets
+from ultraplane.scheduling.admissions import Admissions
 
 __all__ = ["BudgetViews"]
 

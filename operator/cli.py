@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import click
 
-from ultraplane.clitypes import FiniteFloat
+from ultraplane.commands.logs import log_level_option
+from ultraplane.commands.paramtypes import FiniteFloat
 from ultraplane.kubeclients import (
     ClusterAccess,
     ClusterUnavailable,
@@ -12,7 +13,6 @@ from ultraplane.kubeclients import (
     connect,
     exit_unavailable,
 )
-from ultraplane.logs import log_level_option
 
 
 @click.command("operator")
@@ -119,7 +119,7 @@ def operator(namespaces: tuple[str, ...], all_namespaces: bool, lease: str | Non
         handlers.watch_pods()
     handlers.CONFIG.ultraserver_label = ultraserver_label or handlers.CONFIG.ultraserver_label
     handlers.CONFIG.server_index_label = server_index_label or handlers.CONFIG.server_index_label
-    # Logging is set by --log-level (ultraplane.logs), kopf's and asyncio's kept at warning
+    # Logging is set by --log-level (ultraplane.commands.logs), kopf's and asyncio's kept at warning
     # unless debug. Not `kopf.configure`: it adds a second root handler (every line twice).
     kopf.run(standalone=True, clusterwide=not namespaces, namespaces=list(namespaces),
              liveness_endpoint=liveness)

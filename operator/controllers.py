@@ -28,12 +28,12 @@ from ultraplane.operator.transitions import Transition
 from ultraplane.operator.ultraserverviews import UltraServerViews
 from ultraplane.operator.writers import ApiCalls, Emit, Kube, StatusWriters
 
-from ultraplane.admissions import Admissions
-from ultraplane.allocator import Allocator
+from ultraplane.hardware.topology import Topology
 from ultraplane.ids import JobKey
-from ultraplane.queueorder import DEFAULT_STRETCH, QueueOrder
-from ultraplane.scheduling import Scheduler
-from ultraplane.topology import Topology
+from ultraplane.placement.allocator import Allocator
+from ultraplane.scheduling.admissions import Admissions
+from ultraplane.scheduling.queueorder import DEFAULT_STRETCH, QueueOrder
+from ultraplane.scheduling.scheduler import Scheduler
 
 __all__ = ["Controller", "Kube", "Parts"]
 

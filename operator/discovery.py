@@ -1,7 +1,7 @@
 """The Node discovery loop: keeps the UltraServers it owns equal to what the Nodes say.
 
 The Nodes are those with Ultraplane's UltraServer label or the Neuron device plugin's
-UltraServer ids (on EKS, with no label added by hand: `ultraplane/nodelabels.py` holds the
+UltraServer ids (on EKS, with no label added by hand: `ultraplane/pods/nodelabels.py` holds the
 table and its sources, `nodes.build` the mapping).
 
 Why a loop of its own (off by default, `ultraplane operator --ultraservers-from-nodes`): Node

@@ -42,7 +42,7 @@ from ultraplane.operator.nodes import NodeLabels
 from ultraplane.operator.pods import PodPlane
 
 from ultraplane.kubeclients import ClusterAccess
-from ultraplane.queueorder import DEFAULT_STRETCH
+from ultraplane.scheduling.queueorder import DEFAULT_STRETCH
 
 log = logging.getLogger("ultraplane.operator")
 

@@ -13,9 +13,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ultraplane import conversions
+from ultraplane.documents import conversions
+from ultraplane.hardware.topology import UltraServer
 from ultraplane.ids import ChipId
-from ultraplane.topology import UltraServer
 
 DRAIN_POLICIES = ("Wait", "Requeue")
 
@@ -40,7 +40,7 @@ class InventoryChange:
 
 
 def ultraserver_from_body(body: Mapping[str, Any]) -> ServerEntry:
-    """The core's frozen `UltraServer` of an object body (`ultraplane.conversions`), plus the
+    """The core's frozen `UltraServer` of an object body (`ultraplane.documents.conversions`), plus the
     operator's fields; raises ValueError naming the field of a bad spec."""
     us, spec = conversions.ultraserver_from_body(body)
     return ServerEntry(

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ultraplane.conversions import (
+from ultraplane.documents.conversions import (
     GROUP,
     HOLDING_PHASES,
     INFERENCE,
@@ -31,10 +31,10 @@ from ultraplane.conversions import (
     placement_request,
     replica_chips,
 )
+from ultraplane.documents.jobspecs import expected_end, read_body
 from ultraplane.ids import ChipId, JobKey, kind_of_job_key
-from ultraplane.jobreads import expected_end, read_body
 from ultraplane.resources.trainingjobs import FailurePolicy
-from ultraplane.scheduling import QueuedJob
+from ultraplane.workloads import QueuedJob
 
 __all__ = [
     "FINALIZER",
@@ -102,7 +102,7 @@ def kind_of(body: Body, default: str = "TrainingJob") -> str:
 
 def view_job(body: Body, kind: str | None = None) -> JobView:
     """Read a TrainingJob or InferenceJob body through the core's one reader
-    (`ultraplane.jobreads`); never raises (a bad spec is in `error`)."""
+    (`ultraplane.documents.jobspecs`); never raises (a bad spec is in `error`)."""
     kind = kind or kind_of(body)
     meta = body.get("metadata") or {}
     status = body.get("status") or {}

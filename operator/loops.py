@@ -35,8 +35,8 @@ from ultraplane.operator.transitions import Transition, moved, reservation_said
 from ultraplane.operator.ultraserverviews import UltraServerViews
 from ultraplane.operator.writers import StatusWriters
 
-from ultraplane.admissions import Pending
 from ultraplane.ids import JobKey
+from ultraplane.scheduling.admissions import Pending
 
 __all__ = ["AdmissionLoop", "CycleStats", "LaunchGate"]
 

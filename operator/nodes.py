@@ -7,7 +7,7 @@ label wins, what a cordoned or NotReady node means, what happens to a missing se
 part worth testing with tables, so they live here with no API client; `discovery.py` feeds this
 module from the Node watch and writes what it returns.
 
-The label table and its sources are the core's (`ultraplane/nodelabels.py`), shared with
+The label table and its sources are the core's (`ultraplane/pods/nodelabels.py`), shared with
 the pod plane and the simulator's fake device plugin. The mapping, per UltraServer id (the
 `NodeLabels.ultraserver` label, else the Neuron device plugin's
 `neuron.amazonaws.com/ultraserver-server-id-4` or `-2`, see `nodelabels.membership`):
@@ -33,14 +33,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ultraplane.nodelabels import DEFAULT_LABELS as DEFAULT_LABELS
-from ultraplane.nodelabels import INSTANCE_PROFILES as INSTANCE_PROFILES
-from ultraplane.nodelabels import INSTANCE_TYPE_LABEL as INSTANCE_TYPE_LABEL
-from ultraplane.nodelabels import NETWORK_LAYER_LABEL as NETWORK_LAYER_LABEL
-from ultraplane.nodelabels import NETWORK_LAYERS as NETWORK_LAYERS
-from ultraplane.nodelabels import NodeLabels as NodeLabels
-from ultraplane.nodelabels import labelled_profile, membership, network
-from ultraplane.profiles import UnknownProfileError, load_profile
+from ultraplane.hardware.profiles import UnknownProfileError, load_profile
+from ultraplane.pods.nodelabels import DEFAULT_LABELS as DEFAULT_LABELS
+from ultraplane.pods.nodelabels import INSTANCE_PROFILES as INSTANCE_PROFILES
+from ultraplane.pods.nodelabels import INSTANCE_TYPE_LABEL as INSTANCE_TYPE_LABEL
+from ultraplane.pods.nodelabels import NETWORK_LAYER_LABEL as NETWORK_LAYER_LABEL
+from ultraplane.pods.nodelabels import NETWORK_LAYERS as NETWORK_LAYERS
+from ultraplane.pods.nodelabels import NodeLabels as NodeLabels
+from ultraplane.pods.nodelabels import labelled_profile, membership, network
 
 MANAGED_BY_LABEL = "ultraplane.dev/managed-by"
 MANAGED_BY = "nodes"

@@ -29,10 +29,11 @@ from ultraplane.operator.jobviews import (
 from ultraplane.operator.outboxes import Outbox
 from ultraplane.operator.transitions import Transition
 
-from ultraplane.admissions import Admissions, Failed, Replaced, Requeued
-from ultraplane.allocator import AllocationConflict, Allocator
 from ultraplane.ids import ChipId, JobKey, kind_of_job_key
-from ultraplane.scheduling import QueuedJob, Scheduler
+from ultraplane.placement.allocator import AllocationConflict, Allocator
+from ultraplane.scheduling.admissions import Admissions, Failed, Replaced, Requeued
+from ultraplane.scheduling.scheduler import Scheduler
+from ultraplane.workloads import QueuedJob
 
 log = logging.getLogger("ultraplane.operator")
 

@@ -39,8 +39,7 @@ from ultraplane.operator.nodes import (
 from ultraplane.operator.podwatch import PodWatch
 from ultraplane.operator.transitions import Transition
 
-from ultraplane import launches
-from ultraplane.admissions import Admitted
+from ultraplane.hardware.profiles import UnknownProfileError, load_profile
 from ultraplane.ids import (
     ChipId,
     JobKey,
@@ -50,8 +49,9 @@ from ultraplane.ids import (
     parse_chip_ranges,
     server_id,
 )
-from ultraplane.outcomes import PodState, outcome
-from ultraplane.profiles import UnknownProfileError, load_profile
+from ultraplane.pods import launches
+from ultraplane.pods.outcomes import PodState, outcome
+from ultraplane.scheduling.admissions import Admitted
 
 if TYPE_CHECKING:
     from ultraplane.operator.controllers import Controller

@@ -19,9 +19,9 @@ from typing import Any
 from ultraplane.operator.policyobjects import PolicyObjects
 from ultraplane.operator.writers import ApiCalls
 
-from ultraplane.admissions import Admissions
-from ultraplane.queuespecs import queue_spec, queue_statuses
-from ultraplane.quotas import QueueSpec, QuotaBook
+from ultraplane.policies.queuespecs import queue_spec, queue_statuses
+from ultraplane.policies.quotas import QueueSpec, QuotaBook
+from ultraplane.scheduling.admissions import Admissions
 
 __all__ = ["QueueViews"]
 

@@ -1,5 +1,5 @@
 """Status documents the operator writes: a job's come from the core's one builder
-(`ultraplane.jobstatuses`, re-exported here for the operator's modules); an UltraServer's
+(`ultraplane.documents.jobstatuses`, re-exported here for the operator's modules); an UltraServer's
 capacity view is the operator's own.
 """
 
@@ -7,8 +7,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from ultraplane.capacities import DomainCapacity
-from ultraplane.jobstatuses import (
+from ultraplane.documents.jobstatuses import (
     Status,
     admitted,
     admitted_replicas,
@@ -26,6 +25,7 @@ from ultraplane.jobstatuses import (
     status_of,
     succeeded,
 )
+from ultraplane.placement.capacities import DomainCapacity
 
 __all__ = [
     "Status",

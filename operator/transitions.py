@@ -12,11 +12,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from ultraplane import jobstatuses
-from ultraplane.allocator import Placement
-from ultraplane.decisions import Admitted, Failed, Pending, Replaced, Restarted
+from ultraplane.documents import jobstatuses
+from ultraplane.documents.jobstatuses import RESERVED_MARK, moved, reservation_said
 from ultraplane.ids import JobKey
-from ultraplane.jobstatuses import RESERVED_MARK, moved, reservation_said
+from ultraplane.placement.allocator import Placement
+from ultraplane.scheduling.decisions import Admitted, Failed, Pending, Replaced, Restarted
 
 __all__ = ["RESERVED_MARK", "Transition", "decision_of", "event_type", "moved", "reservation_said",
            "status_of", "total_chips"]
@@ -65,7 +65,7 @@ def decision_of(key: JobKey, change: Transition,
 def status_of(current: Mapping[str, Any], change: Transition, now: datetime, *,
               replicated: bool = False) -> dict[str, Any]:
     """The status merge patch of `change` on a job whose status is `current`, from the core's
-    one status builder (`ultraplane.jobstatuses`)."""
+    one status builder (`ultraplane.documents.jobstatuses`)."""
     decision = decision_of(JobKey(""), change, replicated)
     if decision is not None:
         status = jobstatuses.status_of(current, decision, now, replicated=replicated)

@@ -4,7 +4,7 @@ Why: `Scheduler.cycle()` tries every queued job against the allocator, which is
 right for the operator (tens of waiting jobs) but quadratic for a replay of a
 saturated fleet with thousands waiting (each release would retry them all). The
 replay therefore hands the Scheduler only the jobs whose size fits in the chips
-free right now, in queue order (priority, then rank: `ultraplane.queueorder`), the way Slurm's backfill bounds
+free right now, in queue order (priority, then rank: `ultraplane.scheduling.queueorder`), the way Slurm's backfill bounds
 the jobs it tests. A job fed but not placed (fragmentation, a required level)
 stays in the Scheduler's queue and is retried there; admission decisions stay the
 Scheduler's and the allocator's.
@@ -15,7 +15,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Iterator
 
-from ultraplane.scheduling import QueuedJob
+from ultraplane.workloads import QueuedJob
 
 
 class Backlog:

@@ -21,20 +21,20 @@ from ultraplane.simulator.traces import (
     load_trace,
 )
 
-from ultraplane.clitypes import FiniteFloat
+from ultraplane.commands.logs import log_level_option
+from ultraplane.commands.paramtypes import FiniteFloat
 from ultraplane.kubeclients import (
     ClusterAccess,
     ClusterUnavailable,
     cluster_options,
     exit_unavailable,
 )
-from ultraplane.logs import log_level_option
-from ultraplane.neurondevices import MAX_CHIPS, PLUGIN_DIR, PLUGIN_SOCKET
+from ultraplane.pods.neurondevices import MAX_CHIPS, PLUGIN_DIR, PLUGIN_SOCKET
 
 
 def parse_fleet(value: str) -> Any:
     """`trn3-gen2:64` -> a Topology of 64 Gen2 UltraServers."""
-    from ultraplane.topology import build_fleet
+    from ultraplane.hardware.topology import build_fleet
 
     profile, sep, count = value.partition(":")
     if not sep or not count.isascii() or not count.isdigit() or len(count) > 9 or int(count) < 1:
@@ -137,8 +137,8 @@ def _check_out(out_dir: Path) -> None:
 
 def _power_budgets(value: str | None, policy: str, topology: Any) -> tuple[Any, ...]:
     """`--power-budget`: watts, N% of the fleet's peak, or a budgets YAML file."""
-    from ultraplane.powerbudgets import BudgetSpec, budgets_from_yaml, validate_budgets
-    from ultraplane.powermodels import chip_power_of
+    from ultraplane.hardware.powermodels import chip_power_of
+    from ultraplane.policies.powerbudgets import BudgetSpec, budgets_from_yaml, validate_budgets
 
     if value is None:
         return ()
@@ -232,7 +232,7 @@ def simulate(fleet: str | None, cluster_file: Path | None, traces: tuple[Path, .
     from ultraplane.simulator.replay import ReplayConfig
     from ultraplane.simulator.runs import run_policies
 
-    from ultraplane.queueorder import DEFAULT_STRETCH
+    from ultraplane.scheduling.queueorder import DEFAULT_STRETCH
 
     if (fleet is None) == (cluster_file is None):
         raise click.UsageError("give exactly one of --fleet or --cluster")
@@ -241,7 +241,7 @@ def simulate(fleet: str | None, cluster_file: Path | None, traces: tuple[Path, .
         fleet_name = fleet
         held: dict[str, list[str]] = {}
     else:
-        from ultraplane.clusterfiles import load_cluster_file
+        from ultraplane.hardware.clusterfiles import load_cluster_file
 
         assert cluster_file is not None
         try:
@@ -256,7 +256,7 @@ def simulate(fleet: str | None, cluster_file: Path | None, traces: tuple[Path, .
                          tuple(parse_fault(s) for s in scripted))
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="'--fail'") from None
-    from ultraplane.profiles import load_profile
+    from ultraplane.hardware.profiles import load_profile
 
     precisions = {name: frozenset(str(p) for p in load_profile(name).chip.tflops)
                   for name in topology.profiles}
@@ -375,8 +375,8 @@ def device_plugin(node_name: str | None, chips: int | None, ultraserver_label: s
         run_plugin,
     )
 
-    from ultraplane.neurondevices import devices_for_node
-    from ultraplane.nodelabels import DEFAULT_LABELS, NodeLabels
+    from ultraplane.pods.neurondevices import devices_for_node
+    from ultraplane.pods.nodelabels import DEFAULT_LABELS, NodeLabels
 
     if chips is None and not node_name:
         raise click.UsageError("give --node-name (or set NODE_NAME from the downward API) to "

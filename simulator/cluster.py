@@ -20,7 +20,7 @@ from ultraplane.simulator.kubelets import Patch, VirtualKubelet
 from ultraplane.simulator.metrics import SimulatorMetrics
 
 from ultraplane import kubeclients
-from ultraplane.conversions import GROUP, PLURALS, VERSION
+from ultraplane.documents.conversions import GROUP, PLURALS, VERSION
 from ultraplane.kubeclients import ClusterAccess
 
 log = logging.getLogger("ultraplane.simulator")

@@ -6,7 +6,7 @@ pods to it, pick device ids for each container and ask the plugin for the contai
 environment, exactly as on EKS with AWS's Neuron device plugin. So this speaks the kubelet's
 device plugin API v1beta1 over gRPC on a unix socket in the kubelet's device-plugins
 directory, and registers with the kubelet's `kubelet.sock` there. What it advertises and the
-environment it returns are decided by the pure `ultraplane.neurondevices`; this module is the
+environment it returns are decided by the pure `ultraplane.pods.neurondevices`; this module is the
 socket and the lifecycle:
 
   serve our socket -> Register with the kubelet -> watch both sockets, every `poll_s`:
@@ -39,7 +39,7 @@ from ultraplane.simulator.deviceplugin import v1beta1_pb2 as pb
 
 from ultraplane import kubeclients
 from ultraplane.kubeclients import ClusterAccess
-from ultraplane.neurondevices import (
+from ultraplane.pods.neurondevices import (
     ENV_DEVICE_IDS,
     HEALTHY,
     PLUGIN_DIR,
@@ -51,7 +51,7 @@ from ultraplane.neurondevices import (
     devices_for_node,
     preferred_ids,
 )
-from ultraplane.nodelabels import DEFAULT_LABELS, NodeLabels
+from ultraplane.pods.nodelabels import DEFAULT_LABELS, NodeLabels
 
 log = logging.getLogger("ultraplane.simulator.deviceplugin")
 

@@ -18,8 +18,8 @@ from typing import Any
 
 from ultraplane.simulator.models import Hardware, hardware_from_profile
 
+from ultraplane.hardware.profiles import load_profile
 from ultraplane.ids import chip_id
-from ultraplane.profiles import load_profile
 
 
 @cache

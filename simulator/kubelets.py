@@ -23,10 +23,10 @@ from typing import Any
 
 from ultraplane.simulator.runtime import JobRuntime, JobRuntimeStatus
 
-from ultraplane import conversions
+from ultraplane.documents import conversions
+from ultraplane.documents.jobstatuses import runtime_conditions
+from ultraplane.hardware.topology import Topology, UltraServer
 from ultraplane.ids import job_key, local_ref, parse_chip_id
-from ultraplane.jobstatuses import runtime_conditions
-from ultraplane.topology import Topology, UltraServer
 
 ACTIVE = conversions.HOLDING_PHASES
 

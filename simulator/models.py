@@ -18,8 +18,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from ultraplane.powermodels import DEFAULT_POWER_FACTOR, chip_watts
-from ultraplane.predictions import stretch
+from ultraplane.hardware.powermodels import DEFAULT_POWER_FACTOR, chip_watts
+from ultraplane.scheduling.predictions import stretch
 
 #: Levels in the order a job's spread gets worse (nearest first).
 INTRA_LEVELS = ("server", "rack", "ultraserver")
@@ -27,7 +27,7 @@ INTRA_LEVELS = ("server", "rack", "ultraserver")
 _DEFAULT_BYTES_PER_PARAM = {
     "MXFP4": 0.5, "MXFP8": 1.0, "FP8": 1.0, "BF16": 2.0, "FP16": 2.0, "TF32": 4.0, "FP32": 4.0,
 }
-# (the chip power model and its precision factors live in the core, `ultraplane.powermodels`,
+# (the chip power model and its precision factors live in the core, `ultraplane.hardware.powermodels`,
 # so the scheduler predicts draw with the formula the simulator charges)
 _DEFAULT_POWER_FACTOR = DEFAULT_POWER_FACTOR
 
@@ -108,7 +108,7 @@ class Hardware:
 
     def chip_power(self, utilization: float, precision: str, a: Assumptions) -> float:
         """Watts: idle + (peak - idle) x utilisation x precision factor (the core's
-        `ultraplane.powermodels.chip_watts`, which the scheduler's budgets predict with)."""
+        `ultraplane.hardware.powermodels.chip_watts`, which the scheduler's budgets predict with)."""
         return chip_watts(self.idle_watts, self.peak_watts, utilization,
                           a.power_factor.get(str(precision), 1.0))
 

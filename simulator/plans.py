@@ -23,8 +23,8 @@ from ultraplane.simulator.models import (
 )
 from ultraplane.simulator.specs import JobShape
 
+from ultraplane.hardware.powermodels import chip_power_of
 from ultraplane.ids import parse_chip_id
-from ultraplane.powermodels import chip_power_of
 
 DEFAULT_INFERENCE_PARAMS_B = 8.0  # assumption: an inference spec without a model size
 
@@ -130,7 +130,7 @@ def plan_job(job: JobShape, chips: Sequence[str], shape: FleetShape, a: Assumpti
 
 def under_cap(base: Plan, cap_w: float | None, shape: FleetShape) -> Plan:
     """`base` (the uncapped plan of an attempt) with its chips capped at `cap_w` watts each:
-    each UltraServer's draw capped (`ultraplane.powermodels`, the curve the scheduler
+    each UltraServer's draw capped (`ultraplane.hardware.powermodels`, the curve the scheduler
     predicts with), the steps slowed by the slowest chip's speed share, an inference job's
     throughput too. No restart is charged: the job keeps running through a cap change."""
     if cap_w is None:

@@ -1,7 +1,7 @@
 """The replay's power side: budgets, caps and power-down executed in simulated time.
 
 Why apart from the replay loop: the core decides (admission within headroom, which job is
-capped to what, which UltraServer powers down: `ultraplane.powerbook`); this module only
+capped to what, which UltraServer powers down: `ultraplane.policies.powerbook`); this module only
 executes those decisions on the simulated fleet and measures what they cost, so the loop
 stays about jobs. It keeps the fleet's idle floor (idle chips on powered UltraServers,
 standby on powered-down ones), applies caps to running jobs (their draw, and their speed
@@ -17,10 +17,10 @@ from typing import Any
 
 from ultraplane.simulator.fleets import FleetShape, Ledger
 
+from ultraplane.hardware.powermodels import ChipPower, chip_power_of
 from ultraplane.ids import JobKey
-from ultraplane.powerbook import JobPower, PowerBook
-from ultraplane.powerbudgets import BudgetSpec, PowerPolicy
-from ultraplane.powermodels import ChipPower, chip_power_of
+from ultraplane.policies.powerbook import JobPower, PowerBook
+from ultraplane.policies.powerbudgets import BudgetSpec, PowerPolicy
 
 
 @dataclass
@@ -159,7 +159,7 @@ def peak_provisioned(topology: Any, budgets: Sequence[BudgetSpec]) -> Any | None
     """The provision-for-peak baseline of one fleet-wide budget: the fleet's first UltraServers,
     as many as the budget holds with every chip at peak (the rest are off), or None when the
     budgets are not one fleet-wide budget or not even one UltraServer fits."""
-    from ultraplane.topology import Topology
+    from ultraplane.hardware.topology import Topology
 
     if len(budgets) != 1 or not budgets[0].whole_fleet:
         return None

@@ -1,6 +1,6 @@
 """Offline trace replay: jobs arrive, queue, run on virtual chips and finish, as fast as possible.
 
-Why it goes through `ultraplane.scheduling.Scheduler` and the core `Allocator`:
+Why it goes through `ultraplane.scheduling.scheduler.Scheduler` and the core `Allocator`:
 the replay is a "what if" study of the real placement policy, so it must admit
 jobs in the operator's order with the operator's allocator, only in simulated
 time. The loop pops one instant at a time from the event heap, applies ends,
@@ -35,15 +35,15 @@ from ultraplane.simulator.records import JobRecord, ReplayResult, Series
 from ultraplane.simulator.tenants import TenantLedger
 from ultraplane.simulator.traces import TraceJob
 
-from ultraplane.admissions import Admissions, Failed, Replaced
-from ultraplane.allocator import Allocator, NoFit, Placement, PlacementRequest
 from ultraplane.ids import ChipId, JobKey
-from ultraplane.placements import request_from_topology
-from ultraplane.powerbudgets import BudgetSpec
-from ultraplane.queueorder import DEFAULT_STRETCH, QueueOrder
-from ultraplane.quotas import QueueSpec, QuotaBook
+from ultraplane.placement.allocator import Allocator, NoFit, Placement, PlacementRequest
+from ultraplane.placement.placements import request_from_topology
+from ultraplane.policies.powerbudgets import BudgetSpec
+from ultraplane.policies.quotas import QueueSpec, QuotaBook
 from ultraplane.resources.trainingjobs import FailurePolicy
-from ultraplane.scheduling import QueuedJob
+from ultraplane.scheduling.admissions import Admissions, Failed, Replaced
+from ultraplane.scheduling.queueorder import DEFAULT_STRETCH, QueueOrder
+from ultraplane.workloads import QueuedJob
 
 POLICIES = ("ultraplane", "first-fit")
 FAILURE_POLICIES = tuple(p.value for p in FailurePolicy)
@@ -70,7 +70,7 @@ class ReplayConfig:
     # is off (one shared queue, as without tenants).
     queues: tuple[QueueSpec, ...] | None = None
     enforce_quotas: bool = True
-    # Power (ultraplane.powerbook): budgets enforced at admission, capping instead of refusing,
+    # Power (ultraplane.policies.powerbook): budgets enforced at admission, capping instead of refusing,
     # and UltraServers idle this long powered down (0: never). No budget and 0: today's replay.
     power_budgets: tuple[BudgetSpec, ...] = ()
     power_capping: bool = True

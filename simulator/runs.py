@@ -20,7 +20,7 @@ from ultraplane.simulator.replay import Replay, ReplayConfig
 from ultraplane.simulator.reports import write_report
 from ultraplane.simulator.traces import TraceJob
 
-from ultraplane.queueorder import QueueOrder
+from ultraplane.scheduling.queueorder import QueueOrder
 
 
 def replay_all(topology: Any, jobs: Sequence[TraceJob], configs: Sequence[ReplayConfig],

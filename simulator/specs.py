@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from ultraplane.jobreads import failure_policy_of
+from ultraplane.documents.jobspecs import failure_policy_of
 
 OUTPUT_TOKENS_PER_REQUEST = 256  # assumption: turns a requests/s load into tokens/s
 
@@ -85,7 +85,7 @@ def read_spec(spec: Any) -> JobShape:
 
 
 def _policy(kind: str, spec: Any) -> str:
-    """The failure policy as the core reads it (`ultraplane.jobreads`: an InferenceJob's is
+    """The failure policy as the core reads it (`ultraplane.documents.jobspecs`: an InferenceJob's is
     ReplaceAffected, per replica), so the runtime never reads it another way."""
     return str(failure_policy_of(kind, {"failurePolicy": field(spec, "failurePolicy")}).value)
 

@@ -29,7 +29,7 @@ from typing import Any
 
 import yaml
 
-from ultraplane.quotas import QueueSpec, equal_shares
+from ultraplane.policies.quotas import QueueSpec, equal_shares
 
 __all__ = ["TenantFigures", "TenantLedger", "default_queues", "load_queues", "parse_queues"]
 

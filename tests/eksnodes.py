@@ -2,7 +2,7 @@
 
 Shared by the unit, API server and kind tiers, so all three check discovery against one
 picture of a real node group. The keys and the shape of the values follow AWS's own pages
-(cited in `ultraplane/nodelabels.py`): a 16-character lowercase `server-id-4` shared by the
+(cited in `ultraplane/pods/nodelabels.py`): a 16-character lowercase `server-id-4` shared by the
 four nodes of one UltraServer, two `server-id-2` values (one per pair), `node-id-4` 0..3,
 `node-id-2` 0..1 within each pair, mode `1_2_4`, instance type `trn2u.48xlarge`, and EKS's
 `network-node-layer-1..3` (`nn-` ids, layer 1 the broadest).

@@ -14,8 +14,8 @@ import click
 
 # name -> ("module:attribute" of a click.Command, one-line help shown by --help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
-    "place": ("ultraplane.placing_cli:place", "Place one gang request on a fleet (dry run)."),
-    "profiles": ("ultraplane.placing_cli:profiles", "List the hardware profiles and their figures."),
+    "place": ("ultraplane.commands.placing:place", "Place one gang request on a fleet (dry run)."),
+    "profiles": ("ultraplane.commands.placing:profiles", "List the hardware profiles and their figures."),
     "operator": ("ultraplane.operator.cli:operator", "Run the Kubernetes operator (kopf)."),
     "simulator": ("ultraplane.simulator.cli:simulator", "Run virtual chips for admitted jobs in a cluster."),
     "simulate": ("ultraplane.simulator.cli:simulate", "Replay a job trace offline and write a report."),

@@ -5,7 +5,7 @@ client, and its set-up (`api_client`) is one function, to be switched to the pro
 Kubernetes client module once there is one. Documents are turned into the REST API's shapes
 (resource-shaped jobs, camelCase UltraServer views, accounting rows), so every command reads
 one vocabulary whichever transport it has. `why` is the core's explanation over the job's and
-the UltraServers' statuses (`ultraplane.explanation_inputs`).
+the UltraServers' statuses (`ultraplane.documents.explanation_inputs`).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any, cast
 
 from ultraplane.api.client.transports import ClientError, not_found
 
-from ultraplane.conversions import (
+from ultraplane.documents.conversions import (
     GROUP,
     PLURALS,
     POWERBUDGETS,
@@ -26,8 +26,8 @@ from ultraplane.conversions import (
     VERSION,
     allocated_chips,
 )
-from ultraplane.explanation_inputs import explain_documents, seconds
-from ultraplane.profiles import load_profile
+from ultraplane.documents.explanation_inputs import explain_documents, seconds
+from ultraplane.hardware.profiles import load_profile
 
 TIMEOUT_S = 15
 

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 import click
 from ultraplane.api.client.transports import ClientError, RestTransport, Transport
 
-from ultraplane.logs import log_level_option
+from ultraplane.commands.logs import log_level_option
 
 F = TypeVar("F", bound=Callable[..., Any])
 DEFAULT_SERVER = "http://127.0.0.1:8080"
@@ -54,7 +54,7 @@ def connection_options(func: F) -> F:
                        else str(exc), err=True)
             raise SystemExit(exc.code) from None
 
-    # the logging flag every ultraplane command takes (ultraplane/logs.py)
+    # the logging flag every ultraplane command takes (ultraplane/commands/logs.py)
     return log_level_option(default="warning")(wrapper)  # type: ignore[return-value]
 
 

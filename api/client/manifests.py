@@ -15,7 +15,7 @@ from typing import Any
 import yaml
 from ultraplane.api.client.transports import ClientError
 
-from ultraplane.conversions import GROUP, PLURALS
+from ultraplane.documents.conversions import GROUP, PLURALS
 
 KINDS = tuple(PLURALS)
 

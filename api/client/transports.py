@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 import httpx
 
-from ultraplane.conversions import PLURALS
+from ultraplane.documents.conversions import PLURALS
 
 __all__ = ["ClientError", "RestTransport", "Transport", "not_found"]
 

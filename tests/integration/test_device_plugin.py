@@ -28,7 +28,7 @@ from ultraplane.simulator.deviceplugin import services
 from ultraplane.simulator.deviceplugin import v1beta1_pb2 as pb
 from ultraplane.simulator.deviceplugins import PluginConfig, RegistrationRefused, run_plugin
 
-from ultraplane.neurondevices import NodeDevices, devices_for_node
+from ultraplane.pods.neurondevices import NodeDevices, devices_for_node
 
 DEADLINE_S = 20.0
 SOCKET = "ultraplane-neuron.sock"

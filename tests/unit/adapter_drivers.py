@@ -36,8 +36,8 @@ from ultraplane.simulator.replay import Replay, ReplayConfig
 from ultraplane.simulator.traces import TraceJob
 
 from tests.unit.operator_fakes import FakeKube
+from ultraplane.hardware.topology import build_fleet
 from ultraplane.resources import InferenceJobSpec, TrainingJobSpec
-from ultraplane.topology import build_fleet
 
 T0 = 1_767_225_600.0  # 2026-01-01T00:00:00Z
 SERVERS = 2  # Trn3 Gen2 UltraServers gen2-0000 and gen2-0001, both in block-000

@@ -1,5 +1,5 @@
 """One scenario, three adapters: the operator, the embedded REST backend and the trace replay
-must make the same decisions, because all three only execute what `ultraplane.admissions`
+must make the same decisions, because all three only execute what `ultraplane.scheduling.admissions`
 decides.
 
 Fleet (both scenarios), two Trn3 Gen2 UltraServers of 144 chips in one network block:
@@ -44,8 +44,8 @@ from tests.unit.adapter_drivers import (
 )
 from tests.unit.adapter_drivers import Job as DJob
 from tests.unit.operator_fakes import FakeKube, controller, settle
+from ultraplane.hardware.topology import build_fleet
 from ultraplane.resources import InferenceJobSpec, TrainingJobSpec
-from ultraplane.topology import build_fleet
 
 # A decision as an adapter shows it: ("running", chips) | ("waiting", ()) | ("failed", ()).
 Outcome = tuple[str, tuple[str, ...]]

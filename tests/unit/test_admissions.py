@@ -4,11 +4,11 @@ Fleets are Trn3 Gen2 UltraServers (36 servers x 4 chips = 144 chips each)."""
 
 from __future__ import annotations
 
-from ultraplane.admissions import Admissions, Admitted, Failed, Readopted, Requeued
-from ultraplane.allocator import Allocator, PlacementRequest
+from ultraplane.hardware.topology import build_fleet
 from ultraplane.ids import ChipId, JobKey
-from ultraplane.scheduling import QueuedJob
-from ultraplane.topology import build_fleet
+from ultraplane.placement.allocator import Allocator, PlacementRequest
+from ultraplane.scheduling.admissions import Admissions, Admitted, Failed, Readopted, Requeued
+from ultraplane.workloads import QueuedJob
 
 
 def driver(count: int = 1) -> Admissions:
@@ -132,8 +132,8 @@ def test_reservation_skips_an_ultraserver_that_can_never_host_the_gang() -> None
 
 def test_a_pending_message_offers_no_release_where_no_job_runs() -> None:
     # gen2-0000 [no job; servers 0-8 cordoned: 108 usable]; a 120-chip job cannot fit.
+    from ultraplane.hardware.topology import Topology, UltraServer
     from ultraplane.ids import UltraServerName
-    from ultraplane.topology import Topology, UltraServer
 
     us = UltraServer(UltraServerName("gen2-0000"), "trn3-gen2", ("block-000",),
                      cordoned_servers=frozenset(range(9)))

@@ -12,9 +12,15 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from ultraplane.allocator import AllocationConflict, Allocator, NoFit, Placement, PlacementRequest
+from ultraplane.hardware.topology import build_fleet
 from ultraplane.ids import JobKey, chip_id
-from ultraplane.topology import build_fleet
+from ultraplane.placement.allocator import (
+    AllocationConflict,
+    Allocator,
+    NoFit,
+    Placement,
+    PlacementRequest,
+)
 
 
 class Cluster:

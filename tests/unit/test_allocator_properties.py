@@ -11,9 +11,9 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ultraplane.allocator import Allocator, NoFit, Placement, PlacementRequest
+from ultraplane.hardware.topology import Level, Topology, build_fleet, parse_level
 from ultraplane.ids import JobKey, chip_id, parse_chip_id
-from ultraplane.topology import Level, Topology, build_fleet, parse_level
+from ultraplane.placement.allocator import Allocator, NoFit, Placement, PlacementRequest
 
 SIZES = [1, 2, 3, 4, 5, 8, 16, 36, 64, 72, 100, 144, 200, 288, 432]
 LEVELS = [None, "server", "rack", "ultraserver", "block", "cluster"]
@@ -141,7 +141,7 @@ def test_required_level_never_crossed(sizes: list[int], level: str) -> None:
 
 def _indexes_match_a_rebuild(alloc: Allocator) -> None:
     """The incremental counters and best-fit buckets equal what a rebuild would compute."""
-    from ultraplane.slots import IDLE_CAP
+    from ultraplane.placement.slots import IDLE_CAP
 
     for pool in alloc._pools.values():
         filed = {slot: rank for rank, bucket in pool.us_buckets.items() for slot in bucket}

@@ -4,17 +4,17 @@ from __future__ import annotations
 
 import pytest
 
-from ultraplane.allocator import Allocator
-from ultraplane.budgetspecs import (
+from ultraplane.hardware.topology import build_fleet
+from ultraplane.placement.allocator import Allocator
+from ultraplane.policies.budgetspecs import (
     InvalidBudgetError,
     budget_spec,
     budget_specs,
     budget_statuses,
     budget_wire,
 )
-from ultraplane.powerbook import PowerBook
-from ultraplane.powerbudgets import PowerPolicy
-from ultraplane.topology import build_fleet
+from ultraplane.policies.powerbook import PowerBook
+from ultraplane.policies.powerbudgets import PowerPolicy
 
 
 def test_the_resource_fields_become_the_core_spec_and_back() -> None:

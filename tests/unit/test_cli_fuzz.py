@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from ultraplane.simulator.cli import simulate
 from ultraplane.simulator.traces import parse_rows
 
-from ultraplane.placing_cli import place
+from ultraplane.commands.placing import place
 
 BOUND_S = 20.0
 FUZZ = settings(max_examples=100, deadline=None, derandomize=True, database=None,

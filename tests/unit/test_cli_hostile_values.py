@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from ultraplane.simulator import traces
 
 from ultraplane.cli import SUBCOMMANDS, LazyGroup, main
-from ultraplane.clitypes import FiniteFloat
+from ultraplane.commands.paramtypes import FiniteFloat
 
 
 def every_command() -> list[tuple[str, click.Command]]:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from ultraplane.placing_cli import place, profiles
+from ultraplane.commands.placing import place, profiles
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "clusters" / "cluster.yaml"
 

@@ -10,7 +10,7 @@ from ultraplane.api.client.tables import age, span, table
 from ultraplane.api.client.transports import ClientError
 from ultraplane.api.schemas import DryRunRequest
 
-from ultraplane.topology import canonical_level, parse_level
+from ultraplane.hardware.topology import canonical_level, parse_level
 
 
 @pytest.mark.parametrize(("seconds", "shown"), [

@@ -1,4 +1,4 @@
-"""The same resource bodies, read by every adapter through `ultraplane.conversions`.
+"""The same resource bodies, read by every adapter through `ultraplane.documents.conversions`.
 
     UltraServer us-a (trn3-gen2 with spec.servers: 18 -> 18 servers x 4 chips = 72 chips)
       s00: c00 c01 c02 c03   <- TrainingJob ns/same (Running, 4 chips)
@@ -25,7 +25,7 @@ from ultraplane.api.store import make_engine, migrate
 from ultraplane.simulator.kubelets import VirtualKubelet
 
 from tests.unit.operator_fakes import FakeKube, controller
-from ultraplane import conversions
+from ultraplane.documents import conversions
 
 
 def chips(server: int) -> list[str]:

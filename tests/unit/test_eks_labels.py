@@ -1,4 +1,4 @@
-"""EKS's own Node labels -> UltraServers, with no label added by hand (`ultraplane/nodelabels.py`).
+"""EKS's own Node labels -> UltraServers, with no label added by hand (`ultraplane/pods/nodelabels.py`).
 
 Every Node here carries exactly what a Trn2 UltraServer node group on EKS carries
 (`tests/eksnodes.py`); Ultraplane's `ultraplane.dev/*` labels appear only where a case says
@@ -16,9 +16,9 @@ from ultraplane.operator.nodes import build, ultraserver_name
 
 from tests.eksnodes import MODE, NODE_ID, SERVER_ID, US_A, US_B, EksUltraServer
 from tests.unit.test_operator_discovery import FakeNodeKube
-from ultraplane import nodelabels
-from ultraplane.neurondevices import devices_for_node
-from ultraplane.nodelabels import NodeLabels, membership
+from ultraplane.pods import nodelabels
+from ultraplane.pods.neurondevices import devices_for_node
+from ultraplane.pods.nodelabels import NodeLabels, membership
 
 
 def eks_node(name: str, labels: dict[str, str], *, ready: bool = True) -> dict[str, Any]:

@@ -1,11 +1,11 @@
-"""`ultraplane.explanations`: what keeps a job waiting, the nearest UltraServers, its start."""
+"""`ultraplane.documents.explanations`: what keeps a job waiting, the nearest UltraServers, its start."""
 
 from __future__ import annotations
 
 import pytest
 
-from ultraplane.explanation_inputs import explain_documents, job_name_of_key, waiting_job
-from ultraplane.explanations import (
+from ultraplane.documents.explanation_inputs import explain_documents, job_name_of_key, waiting_job
+from ultraplane.documents.explanations import (
     HIDDEN,
     Holder,
     ServerState,

@@ -9,11 +9,12 @@ import asyncio
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ultraplane.admissions import Admissions
-from ultraplane.allocator import Allocator, PlacementRequest
+from ultraplane.hardware.topology import build_fleet
 from ultraplane.ids import JobKey
-from ultraplane.scheduling import QueuedJob, Scheduler
-from ultraplane.topology import build_fleet
+from ultraplane.placement.allocator import Allocator, PlacementRequest
+from ultraplane.scheduling.admissions import Admissions
+from ultraplane.scheduling.scheduler import Scheduler
+from ultraplane.workloads import QueuedJob
 
 
 def job(name: str, chips: int, seq: int, *, launches: bool = True) -> QueuedJob:

@@ -1,4 +1,4 @@
-"""From allocation to pods (ultraplane.launches) and from pods to the job (ultraplane.outcomes).
+"""From allocation to pods (ultraplane.pods.launches) and from pods to the job (ultraplane.pods.outcomes).
 
 Each case draws the allocation: one row per UltraServer, one cell per server, the digit the
 chips the job holds on that server (`.` none). Nodes are named `node-<us>-<index>`.
@@ -21,7 +21,7 @@ from ultraplane.ids import (
     parse_chip_ranges,
     server_id,
 )
-from ultraplane.launches import (
+from ultraplane.pods.launches import (
     NEURON_RESOURCE,
     JobRef,
     NoNodeError,
@@ -29,7 +29,7 @@ from ultraplane.launches import (
     dns_label,
     plan,
 )
-from ultraplane.outcomes import PodState, outcome
+from ultraplane.pods.outcomes import PodState, outcome
 from ultraplane.resources.podtemplates import check_template
 
 TEMPLATE: dict[str, Any] = {

@@ -13,11 +13,12 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ultraplane.allocator import Allocator, PlacementRequest
+from ultraplane.hardware.topology import Topology, build_fleet
 from ultraplane.ids import JobKey
-from ultraplane.placements import request_from_topology
-from ultraplane.scheduling import QueuedJob, Scheduler
-from ultraplane.topology import Topology, build_fleet
+from ultraplane.placement.allocator import Allocator, PlacementRequest
+from ultraplane.placement.placements import request_from_topology
+from ultraplane.scheduling.scheduler import Scheduler
+from ultraplane.workloads import QueuedJob
 
 SIZES = [1, 4, 16, 36, 64, 72, 100, 128, 144, 200, 288, 72, 100]
 LEVELS = [None, "server", "rack", "ultraserver", "block", "cluster"]

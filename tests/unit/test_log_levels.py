@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from ultraplane.cli import main
-from ultraplane.logs import CHATTY, LEVELS, configure, log_level_option
+from ultraplane.commands.logs import CHATTY, LEVELS, configure, log_level_option
 
 COMMANDS = (["serve"], ["operator"], ["simulator"], ["simulator", "device-plugin"],
             ["simulate"], ["place"], ["profiles"], ["get"], ["why"], ["accounting"])

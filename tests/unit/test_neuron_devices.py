@@ -1,4 +1,4 @@
-"""What the fake Neuron device plugin advertises and returns (`ultraplane/neurondevices.py`),
+"""What the fake Neuron device plugin advertises and returns (`ultraplane/pods/neurondevices.py`),
 as tables; and the `ultraplane simulator device-plugin` command's bad input (exit 2)."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import pytest
 from click.testing import CliRunner
 from ultraplane.operator import nodes
 
-from ultraplane import nodelabels
 from ultraplane.cli import main
-from ultraplane.neurondevices import (
+from ultraplane.pods import nodelabels
+from ultraplane.pods.neurondevices import (
     DeviceRequestError,
     NodeDevices,
     allocate_env,

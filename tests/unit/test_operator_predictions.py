@@ -7,8 +7,8 @@ from datetime import UTC, datetime
 from ultraplane.operator.jobviews import expected_end
 from ultraplane.operator.statuses import admitted
 
-from ultraplane.allocator import Allocator, PlacementRequest
-from ultraplane.topology import build_fleet
+from ultraplane.hardware.topology import build_fleet
+from ultraplane.placement.allocator import Allocator, PlacementRequest
 
 NOW = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
 

@@ -10,9 +10,9 @@ from ultraplane.operator.inventory import Inventory, ultraserver_from_body
 from ultraplane.operator.jobviews import view_job
 from ultraplane.operator.transitions import moved
 
-from ultraplane.allocator import Allocator, Placement, PlacementRequest
+from ultraplane.hardware.topology import build_fleet
 from ultraplane.ids import JobKey
-from ultraplane.topology import build_fleet
+from ultraplane.placement.allocator import Allocator, Placement, PlacementRequest
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import pytest
 
-from ultraplane.admissions import Admissions
-from ultraplane.allocator import Allocator, PlacementRequest
+from ultraplane.hardware.powermodels import chip_power_of
+from ultraplane.hardware.topology import build_fleet
 from ultraplane.ids import JobKey
-from ultraplane.powerbook import NO_POWER, JobPower, PowerBook
-from ultraplane.powerbudgets import BudgetSpec, PowerPolicy, budgets_from_yaml
-from ultraplane.powermodels import chip_power_of
-from ultraplane.scheduling import QueuedJob
-from ultraplane.topology import build_fleet
+from ultraplane.placement.allocator import Allocator, PlacementRequest
+from ultraplane.policies.powerbook import NO_POWER, JobPower, PowerBook
+from ultraplane.policies.powerbudgets import BudgetSpec, PowerPolicy, budgets_from_yaml
+from ultraplane.scheduling.admissions import Admissions
+from ultraplane.workloads import QueuedJob
 
 GEN2 = "trn3-gen2"
 IDLE_US = 144 * 300.0  # one idle Gen2 UltraServer

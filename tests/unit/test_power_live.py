@@ -9,13 +9,13 @@ job 90.5 kW over idle under the Predicted policy):
 
 from __future__ import annotations
 
-from ultraplane.admissions import Admissions
-from ultraplane.allocator import Allocator, PlacementRequest
+from ultraplane.hardware.topology import build_fleet
 from ultraplane.ids import JobKey
-from ultraplane.powerbook import NO_POWER, PowerBook
-from ultraplane.powerbudgets import BudgetSpec
-from ultraplane.scheduling import QueuedJob
-from ultraplane.topology import build_fleet
+from ultraplane.placement.allocator import Allocator, PlacementRequest
+from ultraplane.policies.powerbook import NO_POWER, PowerBook
+from ultraplane.policies.powerbudgets import BudgetSpec
+from ultraplane.scheduling.admissions import Admissions
+from ultraplane.workloads import QueuedJob
 
 GEN2 = "trn3-gen2"
 IDLE_US = 144 * 300.0

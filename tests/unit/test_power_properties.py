@@ -13,14 +13,14 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ultraplane.admissions import Admissions
-from ultraplane.allocator import Allocator, PlacementRequest
+from ultraplane.hardware.powermodels import chip_power_of
+from ultraplane.hardware.topology import build_fleet
 from ultraplane.ids import JobKey
-from ultraplane.powerbook import PowerBook
-from ultraplane.powerbudgets import BudgetSpec
-from ultraplane.powermodels import chip_power_of
-from ultraplane.scheduling import QueuedJob
-from ultraplane.topology import build_fleet
+from ultraplane.placement.allocator import Allocator, PlacementRequest
+from ultraplane.policies.powerbook import PowerBook
+from ultraplane.policies.powerbudgets import BudgetSpec
+from ultraplane.scheduling.admissions import Admissions
+from ultraplane.workloads import QueuedJob
 
 GEN2 = "trn3-gen2"
 CHIP = chip_power_of(GEN2)

@@ -19,8 +19,8 @@ from ultraplane.simulator.replay import Replay, ReplayConfig
 from ultraplane.simulator.traces import TraceJob, parse_rows
 
 from ultraplane.cli import main
-from ultraplane.powerbudgets import BudgetSpec
-from ultraplane.topology import build_fleet
+from ultraplane.hardware.topology import build_fleet
+from ultraplane.policies.powerbudgets import BudgetSpec
 
 IDLE_US = 144 * 300.0
 

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import pytest
 
-from ultraplane.allocator import Allocator, Placement, PlacementRequest
+from ultraplane.hardware.topology import build_fleet
 from ultraplane.ids import JobKey, chip_id
-from ultraplane.predictions import earliest_start, split_slowdown
-from ultraplane.scheduling import QueuedJob, Scheduler
-from ultraplane.topology import build_fleet
+from ultraplane.placement.allocator import Allocator, Placement, PlacementRequest
+from ultraplane.scheduling.predictions import earliest_start, split_slowdown
+from ultraplane.scheduling.scheduler import Scheduler
+from ultraplane.workloads import QueuedJob
 
 
 def fleet(count: int, *, per_block: int = 16) -> Scheduler:

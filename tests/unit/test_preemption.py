@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from ultraplane.allocator import Allocator, NoFit, Placement, PlacementRequest
+from ultraplane.hardware.topology import build_fleet
 from ultraplane.ids import JobKey, chip_id
-from ultraplane.preemption import PreemptionPlan, plan_preemption
-from ultraplane.topology import build_fleet
+from ultraplane.placement.allocator import Allocator, NoFit, Placement, PlacementRequest
+from ultraplane.placement.preemption import PreemptionPlan, plan_preemption
 
 
 def cluster(count: int, jobs: dict[str, list[tuple[int, range]]],

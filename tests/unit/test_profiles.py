@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ultraplane.profiles import Precision, UnknownProfileError, load_profile, profile_names
+from ultraplane.hardware.profiles import Precision, UnknownProfileError, load_profile, profile_names
 
 
 def test_the_four_profiles_ship() -> None:

@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import pytest
 
-from ultraplane.admissions import Admissions
-from ultraplane.allocator import Allocator, PlacementRequest
-from ultraplane.conversions import queued_job
+from ultraplane.documents.conversions import queued_job
+from ultraplane.hardware.topology import build_fleet
 from ultraplane.ids import job_key
-from ultraplane.queuespecs import InvalidQueueError, queue_spec, queue_status
-from ultraplane.quotas import INADMISSIBLE, NO_QUOTA, QueueSpec, QuotaBook
-from ultraplane.scheduling import QueuedJob
-from ultraplane.topology import build_fleet
+from ultraplane.placement.allocator import Allocator, PlacementRequest
+from ultraplane.policies.queuespecs import InvalidQueueError, queue_spec, queue_status
+from ultraplane.policies.quotas import INADMISSIBLE, NO_QUOTA, QueueSpec, QuotaBook
+from ultraplane.scheduling.admissions import Admissions
+from ultraplane.workloads import QueuedJob
 
 GEN2 = "trn3-gen2"
 

@@ -11,13 +11,19 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from ultraplane.simulator.backlogs import Backlog
 
-from ultraplane.admissions import Admissions
-from ultraplane.allocator import Allocator, PlacementRequest
-from ultraplane.conversions import creation_seconds, queued_job, run_estimate
+from ultraplane.documents.conversions import creation_seconds, queued_job, run_estimate
+from ultraplane.hardware.topology import build_fleet
 from ultraplane.ids import JobKey, chip_id
-from ultraplane.queueorder import FIFO, LARGE_GANG_CHIPS, TARGET_START, UNKNOWN_RUN_S, QueueOrder
-from ultraplane.scheduling import QueuedJob
-from ultraplane.topology import build_fleet
+from ultraplane.placement.allocator import Allocator, PlacementRequest
+from ultraplane.scheduling.admissions import Admissions
+from ultraplane.scheduling.queueorder import (
+    FIFO,
+    LARGE_GANG_CHIPS,
+    TARGET_START,
+    UNKNOWN_RUN_S,
+    QueueOrder,
+)
+from ultraplane.workloads import QueuedJob
 
 HOUR = 3600.0
 

@@ -5,12 +5,12 @@ Fleets are Trn3 Gen2 UltraServers (36 servers x 4 chips = 144 chips each), drawn
 
 from __future__ import annotations
 
-from ultraplane.admissions import Admissions
-from ultraplane.allocator import Allocator, PlacementRequest
+from ultraplane.hardware.topology import build_fleet
 from ultraplane.ids import JobKey
-from ultraplane.quotas import INADMISSIBLE, NO_QUOTA, QueueSpec, QuotaBook, equal_shares
-from ultraplane.scheduling import QueuedJob
-from ultraplane.topology import build_fleet
+from ultraplane.placement.allocator import Allocator, PlacementRequest
+from ultraplane.policies.quotas import INADMISSIBLE, NO_QUOTA, QueueSpec, QuotaBook, equal_shares
+from ultraplane.scheduling.admissions import Admissions
+from ultraplane.workloads import QueuedJob
 
 GEN2 = "trn3-gen2"
 
@@ -239,8 +239,8 @@ from dataclasses import replace as dc_replace  # noqa: E402
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from ultraplane.admissions import Decisions  # noqa: E402
-from ultraplane.preemption import PreemptionPlan, plan_preemption  # noqa: E402
+from ultraplane.placement.preemption import PreemptionPlan, plan_preemption  # noqa: E402
+from ultraplane.scheduling.admissions import Decisions  # noqa: E402
 
 SIZES = (4, 36, 72, 100, 144, 144, 288)
 NAMES = ("A", "B", "C")

@@ -1,6 +1,6 @@
 """The resource models, the CRDs generated from them, the examples and the invalid corpus.
 
-Domain sizes used below (from `ultraplane.profiles`):
+Domain sizes used below (from `ultraplane.hardware.profiles`):
 
     trn3-gen2 UltraServer (144 chips)          trn2 / trn3-gen1 UltraServer (64 chips)
     +-- rack 0 --------+-- rack 1 --------+    +-- rack 0 ----------------------+
@@ -21,7 +21,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import BaseModel, ValidationError
 
-from ultraplane import profiles, topology
+from ultraplane.hardware import profiles, topology
 from ultraplane.resources import (
     InferenceJob,
     InferenceJobSpec,
@@ -291,8 +291,8 @@ def test_example_validates_with_the_models(path: Path) -> None:
 @pytest.mark.parametrize("path", [p for p in POLICY_EXAMPLES if p.parent.name != "clusters"],
                          ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_policy_example_validates_and_reads_in_the_core(path: Path) -> None:
-    from ultraplane.budgetspecs import budget_specs
-    from ultraplane.queuespecs import queue_specs
+    from ultraplane.policies.budgetspecs import budget_specs
+    from ultraplane.policies.queuespecs import queue_specs
 
     docs = _docs(path)
     kinds = {d["kind"] for d in docs}

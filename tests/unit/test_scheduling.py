@@ -8,10 +8,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ultraplane.allocator import Allocator, NoFit, PlacementRequest
+from ultraplane.hardware.topology import build_fleet
 from ultraplane.ids import JobKey
-from ultraplane.scheduling import QueuedJob, Scheduler
-from ultraplane.topology import build_fleet
+from ultraplane.placement.allocator import Allocator, NoFit, PlacementRequest
+from ultraplane.scheduling.scheduler import Scheduler
+from ultraplane.workloads import QueuedJob
 
 
 def fleet(count: int, *, preemption: bool = True) -> Scheduler:

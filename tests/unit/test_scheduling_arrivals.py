@@ -11,11 +11,12 @@ from typing import Any
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from ultraplane.admissions import Admissions, Decisions, Pending
-from ultraplane.allocator import Allocator, PlacementRequest
+from ultraplane.hardware.topology import build_fleet
 from ultraplane.ids import ChipId, JobKey
-from ultraplane.scheduling import QueuedJob, Scheduler
-from ultraplane.topology import build_fleet
+from ultraplane.placement.allocator import Allocator, PlacementRequest
+from ultraplane.scheduling.admissions import Admissions, Decisions, Pending
+from ultraplane.scheduling.scheduler import Scheduler
+from ultraplane.workloads import QueuedJob
 
 
 def scheduler(count: int = 4, *, reservation: bool = True) -> Scheduler:

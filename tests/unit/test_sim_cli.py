@@ -141,7 +141,7 @@ def test_queue_stretch_orders_the_queue_and_the_summary_says_which_order(tmp_pat
 
 
 def test_cluster_file_instead_of_fleet(tmp_path: Path) -> None:
-    from ultraplane.clusterfiles import load_cluster_file
+    from ultraplane.hardware.clusterfiles import load_cluster_file
 
     cluster = Path(__file__).resolve().parents[2] / "examples" / "clusters" / "cluster.yaml"
     trace = write(tmp_path, "a,0,100,8\n")

@@ -10,7 +10,7 @@ from ultraplane.simulator.fleets import hardware
 from ultraplane.simulator.runtime import JobRuntime
 from ultraplane.simulator.scenarios import trn3_vs_trn2
 
-from ultraplane.topology import build_fleet
+from ultraplane.hardware.topology import build_fleet
 
 
 def us_tflops(profile: str, precision: str) -> float:

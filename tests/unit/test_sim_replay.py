@@ -15,7 +15,7 @@ from ultraplane.simulator.faults import FaultPlan
 from ultraplane.simulator.replay import Replay, ReplayConfig
 from ultraplane.simulator.traces import TraceJob, parse_rows
 
-from ultraplane.topology import build_fleet
+from ultraplane.hardware.topology import build_fleet
 
 
 def trace(text: str) -> list[TraceJob]:
@@ -182,8 +182,8 @@ def test_higher_priority_job_preempts_and_victim_resumes_from_checkpoint() -> No
 def test_backlog_orders_by_priority_then_seq_within_free_chips() -> None:
     from ultraplane.simulator.backlogs import Backlog
 
-    from ultraplane.allocator import PlacementRequest
-    from ultraplane.scheduling import QueuedJob
+    from ultraplane.placement.allocator import PlacementRequest
+    from ultraplane.workloads import QueuedJob
 
     b = Backlog()
     for key, prio, seq, chips in [("a", 0, 1, 8), ("b", 0, 2, 2), ("c", 3, 3, 4), ("d", 0, 0, 64)]:

@@ -17,7 +17,7 @@ from ultraplane.simulator.plots import coincide, styles
 from ultraplane.simulator.verdicts import compare
 
 from ultraplane.cli import main
-from ultraplane.profiles import load_profile
+from ultraplane.hardware.profiles import load_profile
 
 ROOT = Path(__file__).resolve().parents[2]
 

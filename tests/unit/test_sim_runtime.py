@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 from ultraplane.simulator.runtime import JobRuntime
 
-from ultraplane.topology import build_fleet
+from ultraplane.hardware.topology import build_fleet
 
 SERVER0 = [f"gen2-0000/s00/c{c:02d}" for c in range(4)]
 
@@ -142,8 +142,8 @@ def test_bad_input_is_a_clear_error() -> None:
 def test_a_power_cap_lowers_the_draw_slows_the_job_and_keeps_its_work() -> None:
     from ultraplane.simulator.runtime import JobRuntime
 
-    from ultraplane.powermodels import chip_power_of
-    from ultraplane.topology import build_fleet
+    from ultraplane.hardware.powermodels import chip_power_of
+    from ultraplane.hardware.topology import build_fleet
 
     now = [0.0]
     runtime = JobRuntime(build_fleet("trn3-gen2", 1), clock=lambda: now[0])

@@ -11,8 +11,8 @@ from ultraplane.simulator.replay import Replay, ReplayConfig
 from ultraplane.simulator.traces import TraceJob
 
 from ultraplane.cli import main
-from ultraplane.quotas import QueueSpec
-from ultraplane.topology import build_fleet
+from ultraplane.hardware.topology import build_fleet
+from ultraplane.policies.quotas import QueueSpec
 
 GEN2 = "trn3-gen2"
 

@@ -6,9 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from ultraplane.clusterfiles import ClusterFileError, load_cluster_file
-from ultraplane.ids import chip_id, parse_chip_id, parse_local_ref
-from ultraplane.topology import (
+from ultraplane.hardware.clusterfiles import ClusterFileError, load_cluster_file
+from ultraplane.hardware.topology import (
     CLUSTER,
     RACK,
     SERVER,
@@ -19,6 +18,7 @@ from ultraplane.topology import (
     network_from_labels,
     parse_level,
 )
+from ultraplane.ids import chip_id, parse_chip_id, parse_local_ref
 
 
 @pytest.mark.parametrize(("text", "level"), [
@@ -115,7 +115,7 @@ def test_job_keys_carry_the_kind() -> None:
 
 
 def test_levels_and_fleet_sizes_are_bounded() -> None:
-    from ultraplane.topology import MAX_ULTRASERVERS, level_problem
+    from ultraplane.hardware.topology import MAX_ULTRASERVERS, level_problem
 
     fleet = build_fleet("trn3-gen2", 2)  # one network layer: block-000
     assert level_problem(fleet, parse_level("network-1")) is None

@@ -2,7 +2,7 @@
 
 The API server cannot call Python, so the sizes of a server, a rack and an UltraServer
 of each hardware profile are written into the rules as CEL map literals when the CRDs
-are generated. They come from `ultraplane.profiles` (the one source of hardware facts);
+are generated. They come from `ultraplane.hardware.profiles` (the one source of hardware facts);
 a test regenerates the CRDs and compares, so a profile change that is not regenerated
 fails CI instead of silently admitting jobs that can never fit.
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cache
 
-from ultraplane.profiles import load_profile
+from ultraplane.hardware.profiles import load_profile
 from ultraplane.resources.commons import ProfileName, cel_map
 
 

@@ -23,7 +23,7 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
-from ultraplane.profiles import (
+from ultraplane.hardware.profiles import (
     Precision as Precision,  # defined once, with the hardware figures it picks
 )
 
@@ -91,7 +91,7 @@ def to_wire(model: BaseModel) -> dict[str, Any]:
 
 
 class ProfileName(StrEnum):
-    """A hardware profile of `ultraplane.profiles`."""
+    """A hardware profile of `ultraplane.hardware.profiles`."""
 
     TRN2 = "trn2"
     TRN3_GEN1 = "trn3-gen1"

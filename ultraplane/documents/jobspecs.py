@@ -1,0 +1,129 @@
+"""One reading of a job, whoever hands it over: a Kubernetes body or a REST/pydantic spec.
+
+Why one reader: the operator, the embedded REST backend, the Kubernetes-mode REST backend and
+the simulator each read a job's key, queue entry, failure policy and parts their own way, and
+the copies drifted (one policy default for InferenceJobs here, another there). Every adapter
+now reads a job through `read_job` (a spec in wire form or a pydantic model) or `read_body`
+(a whole custom-resource body), and gets the same `JobRead`.
+
+The rules:
+- The key is `tj/<ns>/<name>` or `ij/<ns>/<name>` (`ultraplane.ids.job_key`); a job's parts are
+  the allocator keys holding its chips: the key itself, or `<key>#i` per InferenceJob replica.
+- The queue entry is `conversions.queued_job`; a spec the core cannot honour is `error` (one
+  sentence naming the field), never an exception.
+- The failure policy is a `FailurePolicy`: a TrainingJob's `spec.failurePolicy` (RestartAll when
+  absent or unknown); an InferenceJob has none and is `ReplaceAffected`, applied per replica
+  (a replica on a failed chip is placed again; the job restarts only when none fits).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import BaseModel
+
+from ultraplane.documents.conversions import (
+    InvalidJobError,
+    creation_seconds,
+    creation_seq,
+    queued_job,
+    replica_chips,
+)
+from ultraplane.ids import ChipId, JobKey, job_key
+from ultraplane.resources.trainingjobs import FailurePolicy
+from ultraplane.workloads import QueuedJob
+
+__all__ = ["JobRead", "expected_end", "failure_policy_of", "read_body", "read_job", "wire_spec"]
+
+Spec = Mapping[str, Any] | BaseModel
+
+
+@dataclass(frozen=True, slots=True)
+class JobRead:
+    """What every adapter needs from one job; `chips` / `replica_chips` come from its status
+    (the whole allocation, and each replica's chips of an InferenceJob by index)."""
+
+    key: JobKey
+    kind: str
+    namespace: str
+    name: str
+    queued: QueuedJob | None
+    error: str | None
+    failure_policy: FailurePolicy
+    parts: tuple[JobKey, ...]
+    chips: tuple[ChipId, ...] = ()
+    replica_chips: tuple[tuple[ChipId, ...], ...] = ()
+
+    @property
+    def replicated(self) -> bool:
+        return self.kind == "InferenceJob"
+
+
+def wire_spec(spec: Spec) -> Mapping[str, Any]:
+    """A spec as the wire spells it (camelCase, unset fields left out)."""
+    if isinstance(spec, BaseModel):
+        dumped: dict[str, Any] = spec.model_dump(mode="json", by_alias=True, exclude_none=True)
+        return dumped
+    return spec
+
+
+def failure_policy_of(kind: str, spec: Mapping[str, Any]) -> FailurePolicy:
+    if kind != "TrainingJob":
+        return FailurePolicy.REPLACE_AFFECTED
+    try:
+        return FailurePolicy(str(spec.get("failurePolicy") or FailurePolicy.RESTART_ALL))
+    except ValueError:
+        return FailurePolicy.RESTART_ALL
+
+
+def read_job(kind: str, namespace: str, name: str, spec: Spec, *, seq: int = 0,
+             created_s: float | None = None,
+             status: Mapping[str, Any] | None = None) -> JobRead:
+    """Read one job; never raises (a spec the core cannot schedule is in `error`)."""
+    wire = wire_spec(spec)
+    key = job_key(kind, namespace, name)
+    queued: QueuedJob | None = None
+    error: str | None = None
+    try:
+        queued = queued_job(kind, namespace, name, wire, seq, created_s)
+    except InvalidJobError as exc:
+        error = str(exc)
+    allocation = (status or {}).get("allocation") or {}
+    per_replica = replica_chips(allocation) if kind == "InferenceJob" else ()
+    chips = tuple(ChipId(c) for c in allocation.get("chips") or [])
+    if per_replica:
+        chips = tuple(dict.fromkeys(c for r in per_replica for c in r))
+    parts = queued.parts() if queued is not None else (key,)
+    return JobRead(key, kind, namespace, name, queued, error, failure_policy_of(kind, wire),
+                   parts, chips, per_replica)
+
+
+def read_body(body: Mapping[str, Any], kind: str) -> JobRead:
+    """Read a TrainingJob or InferenceJob custom-resource body (metadata, spec, status)."""
+    meta = body.get("metadata") or {}
+    return read_job(kind, str(meta.get("namespace", "")), str(meta.get("name", "")),
+                    body.get("spec") or {}, seq=creation_seq(meta),
+                    created_s=creation_seconds(meta), status=body.get("status") or {})
+
+
+def expected_end(status: Mapping[str, Any], now: datetime) -> float | None:
+    """A running job's predicted end (epoch seconds) from its progress: the time since
+    `startTime` scaled by what is left of `progressPercent`. None before any progress (the
+    scheduler then keeps its admission-time prediction from `work`, if it made one)."""
+    start, percent = status.get("startTime"), status.get("progressPercent")
+    if not isinstance(start, str) or not isinstance(percent, int | float) or not 0 < percent <= 100:
+        return None
+    try:
+        began = datetime.fromisoformat(start.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    if began.tzinfo is None:
+        began = began.replace(tzinfo=UTC)
+    clock = now if now.tzinfo is not None else now.replace(tzinfo=UTC)
+    elapsed = (clock - began).total_seconds()
+    if elapsed <= 0:
+        return None
+    return clock.timestamp() + elapsed * (100.0 - float(percent)) / float(percent)

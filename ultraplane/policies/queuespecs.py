@@ -1,0 +1,127 @@
+"""TenantQueue objects to the core's `QueueSpec`, and the status document of each queue.
+
+Why here: the operator (from TenantQueue objects), the embedded API (from the same objects
+kept in its store) and the replay (`--queues FILE`) all read a queue's spec, and the operator
+and the API both report a queue's usage; reading and reporting once keeps them alike, the way
+`jobreads` and `jobstatuses` do for jobs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from pydantic import ValidationError
+
+from ultraplane.policies.quotas import QueueRefusal, QueueSpec, QuotaBook, default_queues
+from ultraplane.policies.quotas import refusal as quota_refusal
+from ultraplane.resources.commons import problem_of
+from ultraplane.resources.tenantqueues import TenantQueueSpec
+from ultraplane.workloads import QueuedJob
+
+__all__ = ["InvalidQueueError", "queue_spec", "queue_specs", "queue_status", "queue_statuses",
+           "queue_wire", "refusal", "resolve_queue"]
+
+
+class InvalidQueueError(ValueError):
+    """A queue spec the core cannot honour; the message names the queue and the field."""
+
+
+def queue_spec(name: str, spec: Mapping[str, Any] | TenantQueueSpec) -> QueueSpec:
+    """The core's `QueueSpec` of the queue `name` (wire-form spec or the model)."""
+    try:
+        model = spec if isinstance(spec, TenantQueueSpec) else TenantQueueSpec.model_validate(spec)
+    except ValidationError as exc:
+        raise InvalidQueueError(f"queue {name}: {problem_of(exc)}") from None
+    try:
+        return QueueSpec(
+            name, dict(model.nominal), cohort=model.cohort,
+            borrowing_limit=model.borrowing_limit, lending_limit=model.lending_limit,
+            weight=model.weight, reclaim_within_cohort=model.reclaim_within_cohort.value,
+            within_queue=model.within_queue.value, max_priority=model.max_priority,
+            namespaces=tuple(model.namespaces) if model.namespaces is not None else None,
+            default_for=tuple(model.default_for))
+    except ValueError as exc:
+        raise InvalidQueueError(str(exc)) from None
+
+
+def queue_statuses(book: QuotaBook, queued: Iterable[QueuedJob], running: Iterable[QueuedJob],
+                   generations: Mapping[str, int | None] | None = None,
+                   names: Iterable[str] | None = None) -> dict[str, dict[str, Any]]:
+    """The status document of every queue (of `names`, by default the book's): what the book
+    counts, and how many of the `queued` and `running` jobs use each queue."""
+    pending: dict[str | None, int] = {}
+    for job in queued:
+        queue = book.queue_of(job)
+        pending[queue] = pending.get(queue, 0) + 1
+    admitted: dict[str | None, int] = {}
+    for job in running:
+        queue = book.queue_of(job)
+        admitted[queue] = admitted.get(queue, 0) + 1
+    return {name: queue_status(book, name, pending=pending.get(name, 0),
+                               admitted=admitted.get(name, 0),
+                               generation=(generations or {}).get(name))
+            for name in sorted(book.queues if names is None else names)}
+
+
+def queue_status(book: QuotaBook, name: str, *, pending: int, admitted: int,
+                 generation: int | None = None) -> dict[str, Any]:
+    """The status document (wire form) of queue `name` as `book` counts it now."""
+    spec = book.queues.get(name)
+    nominal = sum(spec.nominal.values()) if spec is not None else 0
+    usage = {p: n for (q, p), n in sorted(book.usage.items()) if q == name and n}
+    status: dict[str, Any] = {
+        "nominalChips": nominal, "usedChips": book.used(name),
+        "borrowedChips": book.borrowed(name) if spec is not None else 0,
+        "usage": usage, "admittedJobs": admitted, "pendingJobs": pending,
+    }
+    if generation is not None:
+        status["observedGeneration"] = generation
+    return status
+
+
+def queue_specs(data: Any) -> list[QueueSpec]:
+    """A list of queues, each its `name` and the fields of a TenantQueue's spec (the YAML of
+    `ultraplane serve --queues FILE`); InvalidQueueError names the entry and the field."""
+    if not isinstance(data, list):
+        raise InvalidQueueError("the queues must be a YAML list, each entry a name and the "
+                                "fields of a TenantQueue spec")
+    specs: list[QueueSpec] = []
+    for i, entry in enumerate(data, start=1):
+        if not isinstance(entry, Mapping) or not isinstance(entry.get("name"), str):
+            raise InvalidQueueError(f"queue {i}: expected a mapping with a name")
+        fields = {k: v for k, v in entry.items() if k != "name"}
+        specs.append(queue_spec(str(entry["name"]), fields))
+    names = [s.name for s in specs]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise InvalidQueueError(f"queue {twice[0]} is listed twice")
+    return specs
+
+
+def resolve_queue(queues: Mapping[str, QueueSpec], namespace: str,
+                  queue: str | None) -> str | None:
+    """The queue a job of `namespace` uses: the one it names, else its namespace's default
+    (`quotas.default_queues`, as `QuotaBook` picks it), else none."""
+    return queue if queue is not None else default_queues(queues.values()).get(namespace)
+
+
+def refusal(queues: Mapping[str, QueueSpec], namespace: str, queue: str | None,
+            priority: int) -> QueueRefusal | None:
+    """Why a job of `namespace` naming `queue` (None: its namespace's default) at `priority`
+    may not be created, or None: the check an API runs before it accepts a job, with the
+    rules the core's cycle applies (`quotas.refusal`)."""
+    queue = resolve_queue(queues, namespace, queue)
+    return None if queue is None else quota_refusal(queues, queue, namespace, priority)
+
+
+def queue_wire(spec: QueueSpec) -> dict[str, Any]:
+    """A `QueueSpec` as the wire form of a TenantQueue's spec (unset fields left out)."""
+    wire: dict[str, Any] = {
+        "nominal": dict(spec.nominal), "cohort": spec.cohort,
+        "borrowingLimit": spec.borrowing_limit, "lendingLimit": spec.lending_limit,
+        "weight": spec.weight, "reclaimWithinCohort": spec.reclaim_within_cohort,
+        "withinQueue": spec.within_queue, "maxPriority": spec.max_priority,
+        "namespaces": list(spec.namespaces) if spec.namespaces is not None else None,
+        "defaultFor": list(spec.default_for)}
+    return {k: v for k, v in wire.items() if v is not None}

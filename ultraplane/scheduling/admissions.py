@@ -1,0 +1,325 @@
+"""The scheduling driver: every trigger (a cycle, a job observed, a chip failed, a job finished
+or deleted) and every consequence of it, as the typed decisions of `ultraplane.scheduling.decisions`.
+
+Why a driver on top of `Scheduler`: the operator, the REST API's embedded fleet and the trace
+replay each used to take a `CycleResult` apart themselves (who was preempted, who is admitted,
+what an Unsatisfiable request means, what to do with a job whose persisted chips are gone after
+a restart) and the three copies drifted. Here those consequences are decided once; an adapter
+only persists (operator: job status; embedded API: its store) or executes (replay: its event
+heap) the transitions it is handed, in the order `Decisions` lists them.
+
+The rules, all here:
+- A replicated job (an InferenceJob) is one queue entry admitted whole or not at all; an
+  `Admitted` carries one placement per replica and there is no half-admitted state.
+- A request that can never fit the fleet (`Unsatisfiable`) leaves the queue as `Failed`, unless
+  the fleet is empty (nothing is known yet: it waits).
+- Victims are `Preempted` (requeued by the Scheduler, keeping their FIFO rank) and come first:
+  an admission may reuse their chips, so they must be persisted before it.
+- `Pending` carries the reason and the 1-based queue position among the jobs still waiting.
+- The backfill reservation, if any, is `Decisions.reservation`.
+- After a restart, `readopt` puts a job back on its persisted chips, all replicas or none; when
+  that is impossible the job is queued again and the caller is told why (`Requeued`).
+- A failed chip under a job (`chip_failed`): its failure policy is applied here and nowhere
+  else. `Fail` fails it; `ReplaceAffected` (always an InferenceJob's, per replica) swaps the
+  lost chips in place, or places the affected gang afresh when it needs whole servers or is one
+  replica of several, and restarts the job only when no replacement fits; `RestartAll`
+  requeues it whole.
+- The clock is required by `cycle`: no adapter can run without the predictions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from ultraplane.ids import ChipId, JobKey
+from ultraplane.placement.allocator import AllocationConflict, Allocator, NoFit, Placement
+from ultraplane.policies.powerbook import PowerBook
+from ultraplane.policies.quotas import QuotaBook
+from ultraplane.scheduling.decisions import (
+    Admitted,
+    Decision,
+    Deleted,
+    Failed,
+    Finished,
+    Observed,
+    Pending,
+    Preempted,
+    Readopted,
+    Replaced,
+    Requeued,
+    Reserved,
+    Restarted,
+    preempted_message,
+)
+from ultraplane.scheduling.queueorder import TARGET_START, QueueOrder
+from ultraplane.scheduling.scheduler import Scheduler
+from ultraplane.workloads import QueuedJob
+
+__all__ = [
+    "Admissions",
+    "Admitted",
+    "Decision",
+    "Decisions",
+    "Deleted",
+    "Failed",
+    "Finished",
+    "Observed",
+    "Pending",
+    "Preempted",
+    "Readopted",
+    "Replaced",
+    "Requeued",
+    "Reserved",
+    "Restarted",
+]
+
+
+@dataclass
+class Decisions:
+    """What one cycle decided, each list in queue order; iterate for the persist order
+    (preempted, failed, admitted, pending)."""
+
+    preempted: list[Preempted] = field(default_factory=list)
+    failed: list[Failed] = field(default_factory=list)
+    admitted: list[Admitted] = field(default_factory=list)
+    pending: list[Pending] = field(default_factory=list)
+    # The `pending` entries that are new or differ from the last cycle's (an adapter that
+    # writes only what changed iterates these; the rest are the very same objects as before).
+    fresh: list[Pending] = field(default_factory=list)
+    reservation: Reserved | None = None
+    deferred: list[JobKey] = field(default_factory=list)  # not tried: the launch budget was spent
+
+    def __iter__(self) -> Iterator[Admitted | Preempted | Pending | Failed]:
+        yield from self.preempted
+        yield from self.failed
+        yield from self.admitted
+        yield from self.pending
+
+    def held_for(self) -> dict[str, JobKey]:
+        """UltraServer -> the job it is reserved for (empty without a reservation)."""
+        if self.reservation is None:
+            return {}
+        return dict.fromkeys(self.reservation.ultraservers, self.reservation.key)
+
+
+class Admissions:
+    """Owns a `Scheduler` (and its `Allocator`) and turns its cycles into transitions."""
+
+    def __init__(self, allocator: Allocator, *, preemption: bool = True,
+                 reservation: bool = True, order: QueueOrder = TARGET_START,
+                 quotas: QuotaBook | None = None, power: PowerBook | None = None) -> None:
+        self.allocator = allocator
+        self.order = order  # ranks every job it is handed (`ultraplane.scheduling.queueorder`)
+        # Tenant queues (`ultraplane.policies.quotas`): a job over its queue's quota waits `NoQuota`.
+        self.quotas = quotas
+        self.scheduler = Scheduler(allocator, preemption=preemption, reservation=reservation,
+                                   quotas=quotas, power=power)
+        # Power budgets (`ultraplane.policies.powerbook`): a job no budget has headroom for waits
+        # `NoPower`; `power.caps()` after a cycle says which running jobs to cap.
+        self.power = power
+        # The last cycle's `Decisions.pending`: an unchanged entry is handed out again (the
+        # same object), so adapters can skip it and a deep queue costs no allocations.
+        self._listed: list[Pending] = []
+
+    # -- what the adapters observed ----------------------------------------------------
+    def submit(self, job: QueuedJob) -> bool:
+        """Queue `job`, or replace the queued entry of the same key (an edit of a waiting job's
+        spec: priority, size). A job holding chips keeps them: returns False then."""
+        if self.scheduler.is_running(job.key):
+            return False
+        self.scheduler.submit(self.ranked(job))
+        return True
+
+    def ranked(self, job: QueuedJob) -> QueuedJob:
+        """`job` ranked by this queue's order on this fleet (its largest UltraServer decides
+        which gangs rank by creation alone, `ultraplane.scheduling.queueorder`)."""
+        return self.order.ranked(job, self.allocator.largest_ultraserver())
+
+    def observe(self, job: QueuedJob) -> Observed:
+        """Trigger: a job was seen (created, or a waiting job's spec edited)."""
+        return Observed(job.key, self.submit(job))
+
+    def finished(self, key: JobKey, phase: str, message: str = "") -> Finished:
+        """Trigger: the job ended on its own (its runtime or pods said so); its chips are free."""
+        self.scheduler.cancel(key)
+        return Finished(key, phase, message)
+
+    def deleted(self, key: JobKey) -> Deleted:
+        """Trigger: the job was deleted; out of the queue, its chips released."""
+        return Deleted(key, self.scheduler.cancel(key))
+
+    def chip_failed(self, key: JobKey, lost: Mapping[JobKey, Sequence[ChipId]],
+                    policy: str) -> Replaced | Restarted | Failed:
+        """Trigger: chips `lost` (allocator key -> chips) failed under the running job `key`.
+
+        The failure policy is applied here, once, for every adapter: `Fail` ends the job;
+        `ReplaceAffected` moves only the affected gang (each affected replica of an
+        InferenceJob, whose policy it always is) and restarts the job whole only when no
+        replacement fits; `RestartAll` (and anything else) requeues the job whole, to resume
+        from its checkpoint. The message is the same sentence in every adapter."""
+        chips = [c for part in lost.values() for c in part]
+        message = f"Chip(s) {', '.join(chips)} failed under the job ({policy})."
+        if policy == "Fail":
+            self.scheduler.cancel(key)
+            return Failed(key, "ChipFailed", message)
+        if policy == "ReplaceAffected":
+            replaced = self.replace(key, lost)
+            if isinstance(replaced, Admitted):
+                return Replaced(key, replaced.placements, replaced.replicated, "ChipReplaced",
+                                message, tuple(chips))
+            message += f" No replacement: {replaced}"
+        self.scheduler.requeue(key)
+        return Restarted(key, "ChipFailed", message)
+
+    def withdraw(self, key: JobKey) -> frozenset[ChipId]:
+        """The job finished, failed or was deleted: forget it; returns the chips released."""
+        return self.scheduler.cancel(key)
+
+    def requeue(self, key: JobKey) -> QueuedJob | None:
+        """Release a running job's chips and queue it again with its rank."""
+        return self.scheduler.requeue(key)
+
+    def readopt(self, job: QueuedJob, chips: Sequence[Sequence[ChipId]]) -> Readopted | Requeued:
+        """Put a job back on the chips its persisted state names (`chips[i]`: the chips of
+        replica `i`; one entry for a single gang), all of them or none. When a chip is unknown,
+        taken, or the replica count does not match, the job is queued instead."""
+        job = self.ranked(job)
+        try:
+            if job.replicas is None:
+                if len(chips) != 1:
+                    raise ValueError(f"{len(chips)} allocations for a single gang")
+                self.scheduler.restore(job.key, chips[0], job.priority, request=job.request,
+                                       seq=job.seq, preemptible=job.preemptible,
+                                       rank=job.rank)
+            else:
+                if not all(chips):
+                    raise ValueError("a replica has no chips")
+                self.scheduler.restore_replicas(job, chips)
+        except (AllocationConflict, ValueError, KeyError) as exc:
+            self.scheduler.submit(job)
+            return Requeued(job.key, str(exc))
+        return Readopted(job.key, self.scheduler.placements(job.key))
+
+    def replace(self, key: JobKey, lost: Mapping[JobKey, Sequence[ChipId]]) -> Admitted | str:
+        """Replace the failed chips `lost` (allocator key -> chips) of a running job in place.
+
+        A gang keeps its placement with the lost chips swapped, unless it needs whole servers
+        (a swapped chip could land on another job's server) or is one replica of several:
+        then that gang is placed afresh. Returns the job's new placements, or why not (the
+        caller restarts it then)."""
+        job = self.scheduler.running().get(key)
+        if job is None:
+            return f"job {key} holds no chips"
+        for part, chips in lost.items():
+            why = ""
+            if not job.request.whole_servers:
+                swapped = self.allocator.replace(part, chips)
+                if isinstance(swapped, Placement):
+                    continue
+                if job.replicas is None:
+                    return swapped.message
+                why = f"{swapped.message}; "
+            self.allocator.release(part)
+            fresh = self.allocator.allocate(part, job.request)
+            if isinstance(fresh, NoFit):
+                return why + fresh.message
+        return Admitted(key, self.scheduler.placements(key), job.replicas is not None)
+
+    # -- the cycle ---------------------------------------------------------------------
+    def expect_end(self, key: JobKey, end: float | None) -> None:
+        """The caller's predicted end of a running job (the replay knows it; the operator
+        estimates it from progress and work), for EASY backfilling and SplitWhenItPays."""
+        self.scheduler.expect_end(key, end)
+
+    def _why_preempted(self, victim: QueuedJob | None, by: JobKey) -> str:
+        """The victim's status message: a reclaim names both queues, so a team whose
+        borrowed chips were taken back reads why, not that someone outranked it."""
+        book = self.quotas
+        preemptor = self.scheduler.running().get(by)
+        if book is None or not book.active or preemptor is None:
+            return preempted_message(by)
+        theirs = book.queue_of(preemptor)
+        mine = book.queue_of(victim) if victim is not None else None
+        if theirs is None or mine is None or theirs == mine:
+            return preempted_message(by)
+        return (f"Preempted: queue {theirs} reclaimed its nominal chips for job {by} from "
+                f"queue {mine}, which was borrowing them; requeued.")
+
+    def cycle(self, now: float, launch_budget: int | None = None) -> Decisions:
+        """Trigger: run one scheduling cycle and say what follows from it (`now`: the caller's
+        clock, required so no adapter runs without the predictions: EASY backfill by predicted
+        ends, SplitWhenItPays pricing, the notes in `Admitted.message`; `launch_budget`: pods its admissions may start; see
+        `Scheduler.cycle`). A job deferred by the budget is in `deferred`, not in `pending`:
+        its written status stays as it is, and it keeps its place in the positions."""
+        result = self.scheduler.cycle(now, launch_budget)
+        decisions = Decisions()
+        requeued = ({j.key: j for j in self.scheduler.queued()}
+                    if result.preempted and self.quotas is not None and self.quotas.active
+                    else {})
+        decisions.preempted = [Preempted(v, by, self._why_preempted(requeued.get(v), by))
+                               for v, by in result.preempted]
+        decisions.admitted = [Admitted(k, (p,), message=result.notes.get(k, ""))
+                              for k, p in result.admitted]
+        decisions.admitted += [Admitted(k, ps, True) for k, ps in result.admitted_replicas]
+        changed: Sequence[int]
+        if result.carried is not None and result.carried == len(self._listed):
+            # Only the entries the scheduler names changed: the rest are last cycle's Pending,
+            # and the arrivals after them were not waiting then.
+            carried, changed = result.carried, result.changed
+            decisions.pending, last = list(self._listed), {}
+        else:
+            carried, changed = 0, range(len(result.pending))
+            last = {p.key: p for p in self._listed}
+        position = carried
+        known_fleet: bool | None = None  # built only when needed (it copies the topology)
+        for index in changed:
+            key, nofit, _ = result.pending[index]
+            if nofit.kind == "Deferred":  # never carried: a cycle that defers is followed
+                position += 1             # by a full one
+                decisions.deferred.append(key)
+                continue
+            if nofit.kind == "Unsatisfiable" and known_fleet is None:
+                known_fleet = len(self.allocator.topology) > 0
+            if nofit.kind == "Unsatisfiable" and known_fleet:
+                self.scheduler.cancel(key)
+                decisions.failed.append(Failed(key, nofit.kind, nofit.message))
+                continue
+            old: Pending | None
+            if index < carried:  # a carried entry said anew (the reserved job's)
+                old = decisions.pending[index]
+                at = old.position
+            else:
+                position += 1
+                old, at = last.get(key), position
+            if old is not None and (old.position, old.reason, old.message) == (
+                    at, nofit.kind, nofit.message):
+                waiting = old
+            else:
+                waiting = Pending(key, nofit.kind, nofit.message, at)
+                decisions.fresh.append(waiting)
+            if index < carried:
+                decisions.pending[index] = waiting
+            else:
+                decisions.pending.append(waiting)
+        self._listed = decisions.pending
+        if result.reserved is not None:
+            decisions.reservation = Reserved(*result.reserved, start=result.reservation_start)
+        return decisions
+
+    # -- queries -----------------------------------------------------------------------
+    def owner(self, part: JobKey) -> JobKey:
+        """The job an allocator key (a replica key) belongs to."""
+        return self.scheduler.owner(part) or part
+
+    def running(self) -> Mapping[JobKey, QueuedJob]:
+        return self.scheduler.running()
+
+    def is_waiting(self, key: JobKey) -> bool:
+        return self.scheduler.is_queued(key)
+
+    def is_running(self, key: JobKey) -> bool:
+        return self.scheduler.is_running(key)
+
+    def placements(self, key: JobKey) -> tuple[Placement, ...]:
+        return self.scheduler.placements(key)

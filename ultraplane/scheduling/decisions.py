@@ -1,0 +1,181 @@
+"""Every decision the core makes about a job, one type per consequence, for every trigger.
+
+Why one set of types: a cycle, a job observed, a chip failed, a job finished and a job deleted
+each lead to consequences (admit, wait, evict, restart, replace, fail, release) that the
+operator, the embedded REST backend and the trace replay persist. When each adapter worked out
+those consequences itself the copies drifted (one restarted a `ReplaceAffected` job whole).
+`ultraplane.scheduling.admissions.Admissions` answers each trigger with these values; an adapter persists
+them (a status document through `ultraplane.documents.jobstatuses`, a row, an event on its heap) and
+never re-interprets them.
+
+    trigger (adapter)         Admissions method      decisions
+    ------------------------  ---------------------  -----------------------------------------
+    scheduling cycle          cycle(now)             Decisions: Preempted, Failed, Admitted,
+                                                     Pending, Reserved
+    job observed              observe(job)           Observed
+    chip failed under a job   chip_failed(...)       Replaced | Restarted | Failed
+    job finished              finished(key, phase)   Finished
+    job deleted               deleted(key)           Deleted
+    restart of the adapter    readopt(job, chips)    Readopted | Requeued
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ultraplane.ids import ChipId, JobKey
+from ultraplane.placement.allocator import Placement
+
+__all__ = [
+    "Admitted",
+    "Decision",
+    "Deleted",
+    "Failed",
+    "Finished",
+    "Observed",
+    "Pending",
+    "Preempted",
+    "Readopted",
+    "Replaced",
+    "Requeued",
+    "Reserved",
+    "Restarted",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Admitted:
+    """`key` holds chips now: one placement, or one per replica in index order."""
+
+    key: JobKey
+    placements: tuple[Placement, ...]
+    replicated: bool = False
+    # Why it was placed so, when a prediction decided it (a split that pays, a backfill onto
+    # reserved UltraServers), with the numbers; empty otherwise.
+    message: str = ""
+
+    @property
+    def chip_ids(self) -> tuple[ChipId, ...]:
+        return tuple(c for p in self.placements for c in p.chip_ids)
+
+
+@dataclass(frozen=True, slots=True)
+class Preempted:
+    """`key` lost its chips to `by` and waits again (with its original FIFO rank)."""
+
+    key: JobKey
+    by: JobKey
+    message: str = ""  # why, in words (the status message); `preempted_message` if empty
+
+    def __post_init__(self) -> None:
+        if not self.message:
+            object.__setattr__(self, "message", preempted_message(self.by))
+
+
+def preempted_message(by: str) -> str:
+    return f"Preempted by higher-priority job {by}; requeued."
+
+
+@dataclass(frozen=True, slots=True)
+class Pending:
+    """`key` waits: `reason` is the NoFit kind (`NoCapacity`), `position` is 1-based."""
+
+    key: JobKey
+    reason: str
+    message: str
+    position: int
+
+
+@dataclass(frozen=True, slots=True)
+class Failed:
+    """`key` left the queue for good (`reason` `Unsatisfiable`: it can never fit the fleet)."""
+
+    key: JobKey
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Reserved:
+    """The UltraServers held back for the waiting job `key` until it starts."""
+
+    key: JobKey
+    domains: str
+    ultraservers: tuple[str, ...]
+    start: float | None = None  # predicted start (EASY), when the cycle had a clock
+
+
+
+@dataclass(frozen=True, slots=True)
+class Readopted:
+    """`key` holds its persisted chips again."""
+
+    key: JobKey
+    placements: tuple[Placement, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Requeued:
+    """`key`'s persisted chips could not be re-adopted (`message` says why); it waits again."""
+
+    key: JobKey
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Observed:
+    """A job was seen (created, or its waiting spec edited): `queued` when it is now in the
+    queue, False when it holds chips (a running job's spec edit changes nothing)."""
+
+    key: JobKey
+    queued: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Replaced:
+    """A failed chip under a `ReplaceAffected` job: only the affected gang (or replica) moved;
+    `placements` are the job's placements now (one per replica), `reason` is `ChipReplaced`."""
+
+    key: JobKey
+    placements: tuple[Placement, ...]
+    replicated: bool
+    reason: str
+    message: str
+    lost: tuple[ChipId, ...]
+
+    @property
+    def chip_ids(self) -> tuple[ChipId, ...]:
+        return tuple(c for p in self.placements for c in p.chip_ids)
+
+
+@dataclass(frozen=True, slots=True)
+class Restarted:
+    """`key` lost its chips (a failed chip under `RestartAll`, or no replacement fit, or its
+    UltraServer was drained) and waits again, resuming from its checkpoint; a restart counts."""
+
+    key: JobKey
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Finished:
+    """`key` ended on its own (`phase` Succeeded or Failed, said by the runtime or its pods);
+    its chips are free."""
+
+    key: JobKey
+    phase: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Deleted:
+    """`key` was deleted: it is out of the queue and `released` are the chips it gave back.
+    Its status is not rewritten (there is no `Deleted` phase): the object goes."""
+
+    key: JobKey
+    released: frozenset[ChipId]
+
+
+Decision = (Admitted | Preempted | Pending | Failed | Replaced | Restarted | Finished | Deleted
+            | Observed | Readopted | Requeued)
