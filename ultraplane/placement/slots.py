@@ -10,6 +10,10 @@ are non-empty, so "the fullest UltraServer that still has a rack with c free chi
 integer operations. Whole free ("idle") UltraServers are also filed per network block, for
 multi-UltraServer gangs. Counters are updated only for the servers an operation touches,
 and a full UltraServer is not filed at all (no query can use it; most are full at high load).
+
+The pool's two indexes live in their own modules, `ultraplane.placement.buckets` (the rank
+buckets) and `ultraplane.placement.blocks` (blocks by idle and mixed UltraServers); `Pool` here
+decides when and at which rank a slot is re-filed in both.
 """
 
 from __future__ import annotations
@@ -18,16 +22,12 @@ from collections.abc import Iterable, Sequence
 
 from ultraplane.hardware.topology import Level, UltraServer
 from ultraplane.ids import JobKey, parse_local_ref
+from ultraplane.placement.blocks import IDLE_CAP, BlockIndex
+from ultraplane.placement.buckets import RankBuckets
 
 __all__ = ["IDLE_CAP", "Pool", "Slot"]
 
 _ALL_PAIRS: dict[tuple[int, int], tuple[tuple[int, int], ...]] = {}
-
-# Blocks are told apart by idle UltraServers 0, 1 and "2 or more": a single idle UltraServer
-# cannot host a multi-UltraServer gang, two can. Measured: finer bands (up to 8) changed the
-# large-gang rejections by less than the noise, while every band change re-files a block.
-IDLE_CAP = 2
-_KEY = 1 << 20  # bucket key stride: ranks stay far below it
 
 # What a slot is filed under: most free chips in one server, in one rack, free chips, idle,
 # network block, mixed (see `Slot.mixed`).
@@ -252,7 +252,7 @@ class Slot:
         return (ms, mr, self.total, self.total == self.cpu, self.block, mixed)
 
 
-class Pool:
+class Pool(RankBuckets, BlockIndex):
     """Indexes of the schedulable slots of one (profile, servers) shape.
 
     Slots are filed by a *rank* = (idle UltraServers in the slot's network block) x band +
@@ -260,33 +260,18 @@ class Pool:
     the fewest idle UltraServers". Steering small gangs to blocks that are already broken lets
     the partly used UltraServers of idle-rich blocks drain, so whole blocks come free for large
     gangs (see docs/allocator.md). `block_weight=0` gives plain best fit on free chips.
+
+    The two indexes are mixins (`RankBuckets`, `BlockIndex`) rather than objects the pool
+    holds: every allocate and release re-files slots in both, so a held object would cost an
+    attribute hop per slot on the hot path, and the searches read their masks and dicts as
+    the pool's own attributes.
     """
 
     def __init__(self, profile: str, cps: int, cpr: int, cpu: int, block_weight: int = 1) -> None:
         self.profile, self.cps, self.cpr, self.cpu = profile, cps, cpr, cpu
-        self.band = (cpu + 1) * block_weight
+        RankBuckets.__init__(self, (cpu + 1) * block_weight)
+        BlockIndex.__init__(self)
         self.slots: dict[Slot, None] = {}
-        self.server_masks = [0] * (cps + 1)
-        self.rack_masks = [0] * (cpr + 1)
-        # Bit k set = some slot has k as its most free chips in one server (rack): a query
-        # for >= c chips visits only the counts that exist, not every count from c up.
-        self.server_keys = 0
-        self.rack_keys = 0
-        # key = (most free in one server | rack) * _KEY + rank
-        self.server_buckets: dict[int, dict[Slot, None]] = {}
-        self.rack_buckets: dict[int, dict[Slot, None]] = {}
-        self.us_mask = 0
-        self.us_buckets: dict[int, dict[Slot, None]] = {}
-        self.block_slots: dict[tuple[str, ...], dict[Slot, None]] = {}
-        self.block_idle: dict[tuple[str, ...], dict[Slot, None]] = {}
-        self.blocks_by_idle: dict[int, dict[tuple[str, ...], None]] = {}
-        self._patterns: dict[int, int] = {}
-        # Mixed UltraServers (`Slot.mixed`) per block: where small gangs live. Not part of the
-        # rank (changing it would re-file a block on every small gang), only read when
-        # choosing which block's idle UltraServers to use.
-        self.block_mixed: dict[tuple[str, ...], int] = {}
-        # Blocks with at least one idle slot, by their mixed count (for `block_to_break`).
-        self.idle_by_mixed: dict[int, dict[tuple[str, ...], None]] = {}
 
     def add(self, slot: Slot) -> None:
         self.slots[slot] = None
@@ -366,74 +351,6 @@ class Pool:
             if slot.rank < 0 and slot.total:
                 self._put(slot)
 
-    def _put(self, slot: Slot, rank: int | None = None) -> None:
-        ms, mr, total, _, _, _ = slot.indexed  # type: ignore[misc]
-        if not total:
-            # A full UltraServer can host nothing, so no query needs it: it stays out of the
-            # buckets (rank -1). At 90% load most UltraServers are full, so block re-files and
-            # whole takes skip them.
-            slot.rank = -1
-            return
-        if rank is None:
-            rank = min(len(self.block_idle[slot.block]), IDLE_CAP) * self.band + total
-        slot.rank = rank
-        bit = 1 << rank
-        key = ms * _KEY + rank
-        bucket = self.server_buckets.get(key)
-        if bucket is None:
-            self.server_buckets[key] = {slot: None}
-            masks = self.server_masks
-            if not masks[ms]:
-                self.server_keys |= 1 << ms
-            masks[ms] |= bit
-        else:
-            bucket[slot] = None
-        key = mr * _KEY + rank
-        bucket = self.rack_buckets.get(key)
-        if bucket is None:
-            self.rack_buckets[key] = {slot: None}
-            masks = self.rack_masks
-            if not masks[mr]:
-                self.rack_keys |= 1 << mr
-            masks[mr] |= bit
-        else:
-            bucket[slot] = None
-        bucket = self.us_buckets.get(rank)
-        if bucket is None:
-            self.us_buckets[rank] = {slot: None}
-            self.us_mask |= bit
-        else:
-            bucket[slot] = None
-
-    def _pull(self, slot: Slot) -> None:
-        ms, mr, _, _, _, _ = slot.indexed  # type: ignore[misc]
-        rank = slot.rank
-        slot.rank = -1
-        bit = 1 << rank
-        key = ms * _KEY + rank
-        bucket = self.server_buckets[key]
-        del bucket[slot]
-        if not bucket:
-            del self.server_buckets[key]
-            masks = self.server_masks
-            masks[ms] ^= bit
-            if not masks[ms]:
-                self.server_keys ^= 1 << ms
-        key = mr * _KEY + rank
-        bucket = self.rack_buckets[key]
-        del bucket[slot]
-        if not bucket:
-            del self.rack_buckets[key]
-            masks = self.rack_masks
-            masks[mr] ^= bit
-            if not masks[mr]:
-                self.rack_keys ^= 1 << mr
-        bucket = self.us_buckets[rank]
-        del bucket[slot]
-        if not bucket:
-            del self.us_buckets[rank]
-            self.us_mask ^= bit
-
     def _unfile(self, slot: Slot) -> None:
         if slot.indexed is None:
             return
@@ -459,118 +376,3 @@ class Pool:
                     if other.rank >= 0:
                         pull(other)
                     put(other, rank)
-
-    def _count_mixed(self, block: tuple[str, ...], mixed: bool) -> None:
-        old = self.block_mixed.get(block, 0)
-        new = old + (1 if mixed else -1)
-        if new:
-            self.block_mixed[block] = new
-        else:
-            del self.block_mixed[block]
-        if self.block_idle[block]:
-            self._file_idle_block(block, old, None)
-            self._file_idle_block(block, None, new)
-
-    def _file_idle_block(self, block: tuple[str, ...], old: int | None, new: int | None) -> None:
-        if old is not None:
-            bucket = self.idle_by_mixed[old]
-            del bucket[block]
-            if not bucket:
-                del self.idle_by_mixed[old]
-        if new is not None:
-            self.idle_by_mixed.setdefault(new, {})[block] = None
-
-    def _set_idle(self, block: tuple[str, ...], slot: Slot, idle: bool) -> None:
-        members = self.block_idle[block]
-        old = len(members)
-        if idle:
-            members[slot] = None
-        else:
-            del members[slot]
-        new = len(members)
-        if old > 0:
-            bucket = self.blocks_by_idle[old]
-            del bucket[block]
-            if not bucket:
-                del self.blocks_by_idle[old]
-        if new > 0:
-            self.blocks_by_idle.setdefault(new, {})[block] = None
-        if (old > 0) != (new > 0):
-            mixed = self.block_mixed.get(block, 0)
-            self._file_idle_block(block, mixed if old else None, mixed if new else None)
-
-    def _pattern(self, c: int) -> int:
-        """Bits of every rank whose free-chip part is >= c, across all idle-count bands;
-        `c < 0` means >= -1 - c and not a whole idle UltraServer (cached: a handful of c)."""
-        found = self._patterns.get(c)
-        if found is None:
-            low = c if c >= 0 else -1 - c
-            bands, width = (IDLE_CAP + 1, self.band) if self.band else (1, self.cpu + 1)
-            top = self.cpu + 1 if c >= 0 else self.cpu
-            one = ((1 << top) - 1) >> low << low
-            found = 0
-            for b in range(bands):
-                found |= one << (b * width)
-            self._patterns[c] = found
-        return found
-
-    # -- queries -----------------------------------------------------------------------
-    def fullest(self, level: int, c: int, idle_ok: bool = True) -> Slot | None:
-        """The lowest-ranked schedulable slot that has a level-domain with >= c free chips
-        (and is not idle, unless `idle_ok`)."""
-        pattern = self._pattern(c) if idle_ok else self._pattern(-1 - c)
-        if level == 2:
-            m = self.us_mask & pattern
-            if not m:
-                return None
-            return next(iter(self.us_buckets[(m & -m).bit_length() - 1]))
-        if level == 0:
-            masks, buckets, keys = self.server_masks, self.server_buckets, self.server_keys
-        else:
-            masks, buckets, keys = self.rack_masks, self.rack_buckets, self.rack_keys
-        # The lowest rank over every count k >= c that exists; on a tie the smallest k.
-        keys = keys >> c << c
-        best = best_k = -1
-        while keys:
-            low = keys & -keys
-            keys ^= low
-            k = low.bit_length() - 1
-            m = masks[k] & pattern
-            if m:
-                rank = (m & -m).bit_length() - 1
-                if best < 0 or rank < best:
-                    best, best_k = rank, k
-        if best < 0:
-            return None
-        return next(iter(buckets[best_k * _KEY + best]))
-
-    def block_with_idle(self, need: int) -> tuple[str, ...] | None:
-        """The network block with the fewest idle slots that still has >= need (best fit);
-        on a tie the one with the most mixed UltraServers, then the first filed."""
-        top = max(self.blocks_by_idle, default=0)
-        for count in range(need, top + 1):
-            bucket = self.blocks_by_idle.get(count)
-            if bucket:
-                if len(bucket) == 1:
-                    return next(iter(bucket))
-                mixed = self.block_mixed.get
-                return max(bucket, key=lambda b: mixed(b, 0))
-        return None
-
-    def block_to_break(self) -> tuple[str, ...] | None:
-        """The network block whose idle slot a gang smaller than one UltraServer should break:
-        the one with the most mixed UltraServers (where small gangs already live, so its
-        idle ones are the least likely to join a whole free block), then the fewest idle."""
-        if not self.idle_by_mixed:
-            return None
-        bucket = self.idle_by_mixed[max(self.idle_by_mixed)]
-        if len(bucket) == 1:
-            return next(iter(bucket))
-        idle = self.block_idle
-        fewest = min(len(idle[b]) for b in bucket)
-        ties = [b for b in bucket if len(idle[b]) == fewest]
-        if len(ties) == 1:
-            return ties[0]
-        # Several: the first in the filing order of blocks by idle count (deterministic).
-        return next(b for b in self.blocks_by_idle[fewest] if b in bucket)
-
