@@ -17,39 +17,32 @@ The rules:
   every running job of its priority or lower may be capped down to its floor (the profile's
   `cap_min_watts`, or an InferenceJob's latency floor) and the new job too; higher-priority
   jobs count uncapped. Otherwise it waits `NoPower`, with the shortfall in the message.
-- `caps()` then picks the caps: per budget over its limit, the lowest priority first, one cap
-  level (a share of peak) for all jobs of a priority, as high as the budget allows. A higher
-  priority is touched only once every lower one is at its floor.
-- A job that may preempt and is refused evicts lower-priority jobs drawing from its short
-  budgets, the caller's best victims first, when that makes it fit (`to_evict`).
-- Headroom reservation (EASY, as the scheduler's chip reservation): the first job of a cycle
-  refused for headroom reserves it, so a stream of small jobs cannot starve a large one. Its
-  start is predicted from running jobs' predicted ends (when enough of its budgets' draw
-  ends). For the rest of the cycle a job of its priority or lower that draws from those
-  budgets is admitted only if it is predicted to end before that start, or takes only what
-  will be spare then (what the jobs ending by then give back beyond its shortfall, as EASY's
-  backfill onto nodes the reserved job will not need). A job that would not
-  fit its budgets even alone reserves nothing (it would hold them forever).
+- `caps()` then picks the caps, the lowest priority first (`ultraplane.policies.powercaps`).
+- A refused job may reserve headroom for the rest of the cycle (EASY), and one that may preempt
+  evicts lower-priority jobs from its short budgets (`ultraplane.policies.headrooms`).
 - Power-down (`ultraplane.policies.powerstates`): an UltraServer powered down draws standby; a job
   placed there wakes it (its idle draw counts from then on) and starts after the wake latency.
+
+The book is one object in three modules: here the budgets on the fleet, the jobs it counts,
+its predictions, admission and status; caps and headroom reservation are mixins in their own
+modules (they are the book's API and are written in its predictions over its jobs).
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Final
+from dataclasses import dataclass
 
 from ultraplane.hardware.powermodels import ChipPower, chip_power_of
 from ultraplane.ids import JobKey
 from ultraplane.placement.allocator import Allocator, NoFit, Placement
+from ultraplane.policies.headrooms import NO_POWER, HeadroomReservations
 from ultraplane.policies.powerbudgets import BudgetSpec, PowerPolicy, members_of, validate_budgets
+from ultraplane.policies.powercaps import PowerCaps
 from ultraplane.policies.powerstates import PowerStates
 
 __all__ = ["NO_POWER", "BudgetStatus", "JobPower", "PowerBook"]
 
-NO_POWER: Final = "NoPower"  # the NoFit kind of a job no budget covering its chips has headroom for
 DEFAULT_ACTIVITY = 0.9  # a job's utilisation when its adapter does not say (simulator's busy)
 
 
@@ -79,19 +72,6 @@ class BudgetStatus:
 
 
 @dataclass
-class _Reserved:
-    """This cycle's headroom reservation: the job, the budgets it waits for, its predicted
-    start (None: not predicted), and per budget the spare watts at that start (what the jobs
-    predicted to end by then give back beyond its shortfall), which later jobs may take."""
-
-    job: _Held
-    budgets: frozenset[str]
-    start: float | None
-    spare: dict[str, float]
-    taking: dict[JobKey, dict[str, float]] = field(default_factory=dict)  # allowed, not held
-
-
-@dataclass
 class _Held:
     key: JobKey
     priority: int
@@ -101,7 +81,7 @@ class _Held:
     capped_since: float | None = None  # when its current run of being capped began
 
 
-class PowerBook:
+class PowerBook(HeadroomReservations, PowerCaps):
     """Budgets over one fleet; `bind` it to the allocator before the first cycle."""
 
     def __init__(self, budgets: Sequence[BudgetSpec], *, capping: bool = True,
@@ -120,7 +100,7 @@ class PowerBook:
         self._measured: dict[str, float] = {}
         self._allocator: Allocator | None = None  # the fleet `bind` resolved the budgets on
         self._labels_of: Mapping[str, Mapping[str, str]] | None = None
-        self.reserved: _Reserved | None = None  # this cycle's headroom reservation
+        self.reserved = None  # this cycle's headroom reservation (`headrooms`)
         # bumped by everything that can move a cap (jobs held or let go, a measurement): a
         # caller may skip `caps()` while it has not moved
         self.changes = 0
@@ -261,88 +241,6 @@ class PowerBook:
             short |= r.budgets & names
         return frozenset(us for n in short for us in self._members.get(n, ()))
 
-    def _reserved_for(self, held: _Held, end: float | None) -> NoFit | None:
-        """A `NoPower` NoFit when this cycle's reservation holds the headroom `held` would
-        take: it draws from a reserved budget, ranks no higher, and is not predicted to end
-        before the reserved job starts."""
-        r = self.reserved
-        if r is None or r.job.key == held.key or held.priority > r.job.priority:
-            return None
-        hit = sorted(r.budgets & {b for us in held.per_us for b in self._of_us.get(us, ())})
-        if not hit or (r.start is not None and end is not None and end <= r.start):
-            return None
-        take = {n: self._counted(n, held, r.job) for n in hit}
-        if all(w <= r.spare[n] + 1e-6 for n, w in take.items()):
-            r.taking[held.key] = take  # spent when it is held
-            return None
-        return NoFit(NO_POWER, f"waiting for headroom in budget {hit[0]}: it is reserved for "
-                     f"job {r.job.key}, which waits for it, and this job is "
-                     + ("not predicted to end before that job starts" if r.start is not None
-                        else "not predicted to end before headroom frees"))
-
-    def begin_cycle(self) -> None:
-        """A scheduling cycle starts: last cycle's headroom reservation lapses."""
-        self.reserved = None
-
-    def reserve(self, key: JobKey, priority: int, placements: Sequence[Placement],
-                ends: Mapping[JobKey, float], now: float | None) -> float | None:
-        """Reserve headroom for a job `refuse` just refused (the first of a cycle): later
-        jobs may draw from its budgets only if predicted to end before it starts. Returns its
-        predicted start (from running jobs' predicted `ends`; None when not predicted); no
-        reservation when it would not fit its budgets even alone."""
-        new = self._held(key, priority, placements)
-        over: dict[str, float] = {}
-        start = -math.inf if now is None else now
-        for name in {b for us in new.per_us for b in self._of_us.get(us, ())}:
-            watts = self.specs[name].watts
-            over[name] = self._least(name, new) - watts
-            if over[name] <= 1e-6:
-                del over[name]
-                continue
-            if self._least(name, new, alone=True) > watts + 1e-6:
-                return None  # never fits while the budget stays: holding it would starve all
-            # ending jobs give back what they count in `_least`, soonest end first
-            freed, when = 0.0, math.inf
-            for held in sorted(self._inside(name), key=lambda h: ends.get(h.key, math.inf)):
-                freed += self._counted(name, held, new)
-                if freed >= over[name] - 1e-6:
-                    when = ends.get(held.key, math.inf)
-                    break
-            start = max(start, when)
-        if not over:
-            return None
-        at = None if start in (math.inf, -math.inf) else start
-        spare = dict.fromkeys(over, 0.0)
-        if at is not None:
-            for name in over:
-                spare[name] = sum(self._counted(name, h, new) for h in self._inside(name)
-                                  if ends.get(h.key, math.inf) <= at) - over[name]
-        self.reserved = _Reserved(new, frozenset(over), at, spare)
-        return at
-
-    def to_evict(self, key: JobKey, priority: int, placements: Sequence[Placement],
-                 pool: Sequence[JobKey]) -> list[JobKey] | None:
-        """The running jobs of `pool` (the caller's victims, best first) to evict so a job
-        `refuse` refused fits every budget it draws from: taken in order, skipping those
-        outside the short budgets; None when evicting all of them would not be enough.
-        Capping already counts them at their floor, so only eviction frees more."""
-        new = self._held(key, priority, placements)
-        over = {n: self._least(n, new) - self.specs[n].watts
-                for n in {b for us in new.per_us for b in self._of_us.get(us, ())}}
-        picked: list[JobKey] = []
-        for victim in pool:
-            short = [n for n, v in over.items() if v > 1e-6]
-            if not short:
-                break
-            held = self._jobs.get(victim)
-            if held is None or not any(us in self._members[n] for n in short
-                                       for us in held.per_us):
-                continue
-            picked.append(victim)
-            for n in over:
-                over[n] -= self._counted(n, held, new)
-        return picked if all(v <= 1e-6 for v in over.values()) else None
-
     def _counted(self, name: str, held: _Held, new: _Held) -> float:
         """What a running job adds to `_least(name, new)`."""
         if self.capping and held.priority <= new.priority:
@@ -401,91 +299,6 @@ class PowerBook:
             if us not in still:
                 self.states.idle(us, now)
 
-    # -- caps ------------------------------------------------------------------------------
-    def caps(self, now: float | None = None) -> dict[JobKey, float | None]:
-        """Per running job, its per-chip cap (None: uncapped), chosen so every budget's
-        predicted draw is within it where capping can make it so (see the module docstring).
-        The caps are kept: `predicted` and `status` use them; `now` (the caller's clock)
-        starts a job's `capped_for` when it is first capped."""
-        caps: dict[JobKey, float | None] = dict.fromkeys(self._jobs)
-        for name in sorted(self.specs, key=lambda n: len(self._members.get(n, ()))):
-            spec, members = self.specs[name], self._members[name]
-            room = spec.watts - self._base(name)
-            inside = self._inside(name)
-            # per job: (chips, uncapped per chip, floor, idle, cap_min, peak) on each member
-            rows = {h.key: [(n, self._per_chip(spec, h, us, None), self._floor(h, us),
-                             self._chip[us].idle, self._chip[us].cap_min, self._chip[us].peak)
-                            for us, n in h.per_us.items() if us in members] for h in inside}
-            draws = {h.key: _draw(rows[h.key], caps[h.key]) for h in inside}
-            if sum(draws.values()) <= room:
-                continue
-            for priority in sorted({h.priority for h in inside}):
-                group = [h for h in inside if h.priority == priority]
-                keys = {h.key for h in group}
-                others = sum(d for k, d in draws.items() if k not in keys)
-                # per job: (key, peak, floor, current cap, rows), so a trial share costs one pass
-                shape = [(h.key, self._chip[next(iter(h.per_us))].peak,
-                          self._floor(h, next(iter(h.per_us))), caps[h.key], rows[h.key])
-                         for h in group]
-
-                def at(share: float, shape: list[_Shape] = shape) -> dict[JobKey, float | None]:
-                    out: dict[JobKey, float | None] = {}
-                    for key, peak, floor, current, _ in shape:
-                        cap = max(share * peak, floor)
-                        if current is not None and current < cap:
-                            cap = current
-                        out[key] = None if cap >= peak else cap
-                    return out
-
-                def total(share: float, shape: list[_Shape] = shape) -> float:
-                    return sum(_draw(r, c) for r, c in zip((s[4] for s in shape),
-                                                           at(share).values(), strict=True))
-
-                if others + total(0.0) > room:  # all of this priority at its floor, next up
-                    floor = at(0.0)
-                    caps.update(floor)
-                    draws.update({k: _draw(rows[k], c) for k, c in floor.items()})
-                    continue
-                lo, hi = 0.0, 1.0  # share of peak: fits at lo, not at hi
-                for _ in range(16):
-                    mid = (lo + hi) / 2
-                    if others + total(mid) <= room:
-                        lo = mid
-                    else:
-                        hi = mid
-                caps.update(at(lo))
-                break
-        for key, held in self._jobs.items():
-            if caps[key] is None:
-                held.capped_since = None
-            elif held.cap is None:
-                held.capped_since = now
-            held.cap = caps[key]
-        return caps
-
-    def _lowest_cap(self, held: _Held, current: float | None, share: float) -> float | None:
-        """The cap at `share` of peak (kept at or above the job's floor and at or below a cap
-        it already has); None when that is no cap at all."""
-        us = next(iter(held.per_us))
-        chip = self._chip[us]
-        cap = max(share * chip.peak, self._floor(held, us))
-        if current is not None:
-            cap = min(cap, current)
-        return None if cap >= chip.peak else cap
-
-    def cap_of(self, key: JobKey) -> float | None:
-        """A running job's per-chip cap in watts (None: uncapped or not running)."""
-        held = self._jobs.get(key)
-        return None if held is None else held.cap
-
-    def capped_for(self, key: JobKey, now: float) -> float | None:
-        """Seconds a running job has been capped without a break (None: it is not capped,
-        or no clock was given when it was)."""
-        held = self._jobs.get(key)
-        if held is None or held.cap is None or held.capped_since is None:
-            return None
-        return now - held.capped_since
-
     # -- measurements and status ---------------------------------------------------------
     def measure(self, watts_of: Mapping[str, float]) -> None:
         """The adapter's measured draw per UltraServer (simulator telemetry or the nodes')."""
@@ -524,18 +337,6 @@ class PowerBook:
 
     def budgets_of(self, ultraservers: Iterable[str]) -> list[str]:
         return sorted({b for us in ultraservers for b in self._of_us.get(us, ())})
-
-
-_Row = tuple[int, float, float, float, float, float]  # chips, full, floor, idle, cap_min, peak
-_Shape = tuple[JobKey, float, float, float | None, list[_Row]]
-
-
-def _draw(rows: list[tuple[int, float, float, float, float, float]], cap: float | None) -> float:
-    """A job's draw over idle from its per-UltraServer rows under `cap` (as ChipPower.capped)."""
-    if cap is None:
-        return sum(n * (full - idle) for n, full, _, idle, _, _ in rows)
-    return sum(n * (min(full, min(max(cap, lo), peak)) - idle)
-               for n, full, _, idle, lo, peak in rows)
 
 
 def _kw(watts: float) -> str:
