@@ -39,6 +39,12 @@ The model is Kueue's ClusterQueue with cohorts (docs/queues.md maps it field by 
 - A job naming no queue, in a namespace with no default queue, is not managed by quotas: it
   only competes, by priority, with other jobs that name none (how the fleet behaved before
   queues existed).
+
+The book is one object in three modules: here the queues, their rights and the admission rules
+(`refuse`, `within_nominal`, `arrange`); the ledger of what jobs hold in
+`ultraplane.policies.queueusages`, and reclaim and placing borrowers apart in
+`ultraplane.policies.reclaims` (mixins: the book is one dataclass the scheduler and the
+adapters share, and every part reads the same fields).
 """
 
 from __future__ import annotations
@@ -49,9 +55,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final, Literal
 
 from ultraplane.ids import JobKey, namespace_of_job_key
-from ultraplane.placement.allocator import Allocator, NoFit, Placement
+from ultraplane.placement.allocator import NoFit
+from ultraplane.policies.queueusages import QueueUsage
+from ultraplane.policies.reclaims import Reclaims
 
 if TYPE_CHECKING:
+    from ultraplane.policies.queueusages import _Held
     from ultraplane.workloads import QueuedJob
 
 __all__ = ["INADMISSIBLE", "NO_QUOTA", "QueueRefusal", "QueueSpec", "QuotaBook", "default_queues",
@@ -155,15 +164,7 @@ def equal_shares(names: Iterable[str], capacity: Mapping[str, int],
 
 
 @dataclass
-class _Held:
-    queue: str | None
-    chips: dict[str, int]  # profile -> chips
-    job: QueuedJob
-    on: dict[str, int]  # UltraServer -> chips
-
-
-@dataclass
-class QuotaBook:
+class QuotaBook(QueueUsage, Reclaims):
     """The queues and what each job holds against them; `Scheduler` keeps it current."""
 
     specs: Sequence[QueueSpec]
@@ -236,104 +237,6 @@ class QuotaBook:
         if job.queue is not None:
             return job.queue
         return self._defaults.get(namespace_of_job_key(job.key)) if self._defaults else None
-
-    # -- accounting (called by Scheduler) ------------------------------------------------
-    def begin_cycle(self, allocator: Allocator) -> None:
-        if self._fleet_epoch != allocator.room_epoch:  # only the inventory changes these
-            ultraservers = allocator.topology.ultraservers
-            self._profiles = tuple(sorted({us.profile for us in ultraservers}))
-            self._names = tuple(us.name for us in ultraservers)
-        self._free_at_start = allocator.free_chips(self._names)
-        self._fleet_epoch = allocator.room_epoch
-        if len(self._no_reclaim) > 100_000:
-            self._no_reclaim.clear()
-        self._fresh.clear()
-
-    def hold(self, job: QueuedJob, allocator: Allocator) -> None:
-        held = allocator.allocations()
-        chips: dict[str, int] = {}
-        on: dict[str, int] = {}
-        for part in job.parts():
-            placement = held.get(part)
-            if placement is None:
-                continue
-            for us, n in placement.chips_by_ultraserver:
-                profile = allocator.profile_of(us)
-                chips[profile] = chips.get(profile, 0) + n
-                on[us] = on.get(us, 0) + n
-        self.unhold(job.key)
-        queue = self.queue_of(job)
-        self._held[job.key] = _Held(queue, chips, job, on)
-        for us, n in on.items():
-            here = self._on.setdefault(us, {})
-            here[queue] = here.get(queue, 0) + n
-        self._fresh.add(job.key)
-        if queue is not None:
-            for profile, n in chips.items():
-                self.usage[(queue, profile)] = self.usage.get((queue, profile), 0) + n
-            self._total[queue] = self._total.get(queue, 0) + sum(chips.values())
-        self._moved()
-        if queue in self.queues and self.borrowed(queue):
-            self._grow += 1
-
-    def unhold(self, key: JobKey) -> None:
-        held = self._held.pop(key, None)
-        if held is None:
-            return
-        if held.queue is not None:
-            for profile, n in held.chips.items():
-                self.usage[(held.queue, profile)] -= n
-            self._total[held.queue] -= sum(held.chips.values())
-        for us, n in held.on.items():
-            here = self._on[us]
-            here[held.queue] -= n
-            if not here[held.queue]:
-                del here[held.queue]
-        self._freed += 1
-        self._moved()
-
-    def _moved(self) -> None:
-        self._epoch += 1
-        self._candidates.clear()
-        self._rooms.clear()
-        self._refusals.clear()
-
-    # -- queries -------------------------------------------------------------------------
-    def used(self, queue: str, profile: str | None = None) -> int:
-        if profile is not None:
-            return self.usage.get((queue, profile), 0)
-        return self._total.get(queue, 0)
-
-    def borrowed(self, queue: str, profile: str | None = None) -> int:
-        spec = self.queues[queue]
-        profiles = [profile] if profile is not None else self._all_profiles(spec)
-        return sum(max(0, self.used(queue, p) - spec.nominal.get(p, 0)) for p in profiles)
-
-    def _all_profiles(self, spec: QueueSpec) -> set[str]:
-        return set(spec.nominal) | {p for (q, p) in self.usage if q == spec.name}
-
-    def room(self, spec: QueueSpec, profile: str) -> int:
-        """Chips `spec`'s queue may still take on `profile`: all of its unused nominal quota
-        (lent chips come back by reclaim) plus what the rest of its cohort's pool has idle,
-        capped by its borrowing limit."""
-        memo = self._rooms.get((spec.name, profile))
-        if memo is not None:
-            return memo
-        used = self.used(spec.name, profile)
-        nominal = spec.nominal.get(profile, 0)
-        pool = pool_used = 0
-        for member in self._members[spec.cohort or f"/{spec.name}"]:
-            pool += member.lends(profile)
-            pool_used += max(0, self.used(member.name, profile)
-                             - (member.nominal.get(profile, 0) - member.lends(profile)))
-        # its own unused lendable chips are in the pool's idle part: not counted twice
-        guaranteed = nominal - spec.lends(profile)
-        own_lendable = max(0, spec.lends(profile) - max(0, used - guaranteed))
-        room = max(0, nominal - used) + max(0, pool - pool_used - own_lendable)
-        if spec.borrowing_limit is not None:
-            room = min(room, nominal + spec.borrowing_limit - used)
-        self._rooms[(spec.name, profile)] = room = max(0, room)
-        return room
 
     def _profiles_for(self, spec: QueueSpec) -> tuple[str, ...]:
         return self._profiles or tuple(sorted(spec.nominal))
@@ -410,92 +313,6 @@ class QuotaBook:
                 keyed.append((1, over / spec.weight, index, job))
         keyed.sort(key=lambda k: k[:3])
         return [k[3] for k in keyed]
-
-    def allocate_apart(self, job: QueuedJob, part: JobKey, allocator: Allocator, *,
-                       avoid: Iterable[str] = ()) -> Placement | None:
-        """Place one part of `job` where reclaim keeps working, or None (the caller then
-        places it as usual): a job that borrows only on UltraServers that hold no chips of a
-        queue within its nominal quota, a job within its nominal quota only on UltraServers
-        that hold no borrower's chips (best fit, idle ones last, none of `avoid`). So borrowed
-        chips gather on few UltraServers, and a lender's reclaim finds a whole one to free
-        instead of borrowed chips scattered beside guaranteed jobs.
-
-        Among UltraServers that suit it equally full, the first in fleet order: placements
-        pack from one end of the fleet, so free chips gather at the other."""
-        if (job.request.chips > allocator.largest_ultraserver()
-                or self.queue_of(job) not in self.queues):
-            return None
-        borrows = not self.within_nominal(job)
-        skip = set(avoid)
-        first = [us for us in self._names if us not in skip and self._suits(us, borrows)]
-        got = allocator.place_without(job.request, (), first) if first else None
-        if not isinstance(got, Placement):
-            return None
-        return allocator.assign(part, got.chip_ids, job.request)
-
-    def _suits(self, us: str, borrows: bool) -> bool:
-        """Whether a borrower (`borrows`) or a guaranteed job goes to UltraServer `us` first:
-        an idle one suits both; else a borrower only where every job borrows, and a
-        guaranteed job only where none does."""
-        here = self._on.get(us)
-        if not here:
-            return True
-        if self._over is None or self._over[0] != self._epoch:
-            self._over = (self._epoch, frozenset(q for q in self.queues if self.borrowed(q)))
-        over = self._over[1]
-        if borrows:
-            return all(q in over for q in here)
-        return not any(q in over for q in here)
-
-    def victims(self, job: QueuedJob) -> list[QueuedJob]:
-        """The running jobs `job` may preempt, best first: lowest priority, then the most
-        recently admitted."""
-        within = self.within_nominal(job)
-        queue = self.queue_of(job)
-        memo = (queue, job.priority, within)
-        if memo in self._candidates:
-            return self._candidates[memo]
-        spec = self.queues.get(queue) if queue is not None else None
-        order = list(self._held.values())
-        found: list[tuple[int, int, QueuedJob]] = []
-        for recency, held in enumerate(order):
-            other = held.job
-            if not other.preemptible or other.key == job.key or other.key in self._fresh:
-                continue
-            if held.queue == queue:
-                if (spec is None or spec.within_queue == "LowerPriority") \
-                        and other.priority < job.priority:
-                    found.append((other.priority, -recency, other))
-                continue
-            if spec is None or held.queue is None or not within:
-                continue
-            theirs = self.queues.get(held.queue)
-            if (theirs is None or spec.cohort is None or theirs.cohort != spec.cohort
-                    or spec.reclaim_within_cohort == "Never" or not self.borrowed(theirs.name)):
-                continue
-            if spec.reclaim_within_cohort == "LowerPriority" and other.priority >= job.priority:
-                continue
-            found.append((other.priority, -recency, other))
-        found.sort(key=lambda f: f[:2])
-        out = [f[2] for f in found]
-        self._candidates[memo] = out
-        return out
-
-    def reclaim_failed(self, job: QueuedJob) -> None:
-        """No plan frees a domain for `job` now: spare its like a second try this cycle."""
-        self._no_reclaim.add(self._reclaim_key(job))
-
-    def may_preempt(self, job: QueuedJob) -> bool:
-        if self._reclaim_key(job) in self._no_reclaim:
-            return False
-        return bool(self.victims(job))
-
-    def _reclaim_key(self, job: QueuedJob) -> tuple[object, ...]:
-        queue = self.queue_of(job)
-        used = self._total.get(queue, 0) if queue is not None else 0
-        # (the jobs admitted this cycle are no victims in it, but are in the next)
-        return (queue, job.priority, job.request, used, self._grow, self._freed,
-                self._free_at_start, len(self._fresh))
 
 
 def _chips(job: QueuedJob) -> int:
