@@ -44,7 +44,8 @@ class SearchPlans:
     def search(self, request: PlacementRequest,
                 within: Iterable[Slot] | None = None) -> tuple[Level, Held] | NoFit:
         """Where `request` would go now (only on `within`, if given): the level it spans and
-        the chips it would hold, from the pool that places it at the lowest rank; or why not."""
+        the chips it would hold, from the pool where it spans the tightest level (the first
+        such pool on a tie); or why not."""
         plan = self._plans.get(request)
         if plan is None:
             # Levels, candidate pools and "can never fit" depend only on the request and the
