@@ -29,8 +29,7 @@ The rules, all here:
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
 
 from ultraplane.ids import ChipId, JobKey
 from ultraplane.placement.allocator import AllocationConflict, Allocator, NoFit, Placement
@@ -39,6 +38,7 @@ from ultraplane.policies.quotas import QuotaBook
 from ultraplane.scheduling.decisions import (
     Admitted,
     Decision,
+    Decisions,
     Deleted,
     Failed,
     Finished,
@@ -60,7 +60,6 @@ __all__ = [
     "Admissions",
     "Admitted",
     "Decision",
-    "Decisions",
     "Deleted",
     "Failed",
     "Finished",
@@ -73,34 +72,6 @@ __all__ = [
     "Reserved",
     "Restarted",
 ]
-
-
-@dataclass
-class Decisions:
-    """What one cycle decided, each list in queue order; iterate for the persist order
-    (preempted, failed, admitted, pending)."""
-
-    preempted: list[Preempted] = field(default_factory=list)
-    failed: list[Failed] = field(default_factory=list)
-    admitted: list[Admitted] = field(default_factory=list)
-    pending: list[Pending] = field(default_factory=list)
-    # The `pending` entries that are new or differ from the last cycle's (an adapter that
-    # writes only what changed iterates these; the rest are the very same objects as before).
-    fresh: list[Pending] = field(default_factory=list)
-    reservation: Reserved | None = None
-    deferred: list[JobKey] = field(default_factory=list)  # not tried: the launch budget was spent
-
-    def __iter__(self) -> Iterator[Admitted | Preempted | Pending | Failed]:
-        yield from self.preempted
-        yield from self.failed
-        yield from self.admitted
-        yield from self.pending
-
-    def held_for(self) -> dict[str, JobKey]:
-        """UltraServer -> the job it is reserved for (empty without a reservation)."""
-        if self.reservation is None:
-            return {}
-        return dict.fromkeys(self.reservation.ultraservers, self.reservation.key)
 
 
 class Admissions:

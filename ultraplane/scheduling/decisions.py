@@ -6,7 +6,8 @@ operator, the embedded REST backend and the trace replay persist. When each adap
 those consequences itself the copies drifted (one restarted a `ReplaceAffected` job whole).
 `ultraplane.scheduling.admissions.Admissions` answers each trigger with these values; an adapter persists
 them (a status document through `ultraplane.documents.jobstatuses`, a row, an event on its heap) and
-never re-interprets them.
+never re-interprets them. A cycle's decisions come together as one `Decisions`, in the order
+they are persisted.
 
     trigger (adapter)         Admissions method      decisions
     ------------------------  ---------------------  -----------------------------------------
@@ -21,7 +22,8 @@ never re-interprets them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 
 from ultraplane.ids import ChipId, JobKey
 from ultraplane.placement.allocator import Placement
@@ -29,6 +31,7 @@ from ultraplane.placement.allocator import Placement
 __all__ = [
     "Admitted",
     "Decision",
+    "Decisions",
     "Deleted",
     "Failed",
     "Finished",
@@ -179,3 +182,31 @@ class Deleted:
 
 Decision = (Admitted | Preempted | Pending | Failed | Replaced | Restarted | Finished | Deleted
             | Observed | Readopted | Requeued)
+
+
+@dataclass
+class Decisions:
+    """What one cycle decided, each list in queue order; iterate for the persist order
+    (preempted, failed, admitted, pending)."""
+
+    preempted: list[Preempted] = field(default_factory=list)
+    failed: list[Failed] = field(default_factory=list)
+    admitted: list[Admitted] = field(default_factory=list)
+    pending: list[Pending] = field(default_factory=list)
+    # The `pending` entries that are new or differ from the last cycle's (an adapter that
+    # writes only what changed iterates these; the rest are the very same objects as before).
+    fresh: list[Pending] = field(default_factory=list)
+    reservation: Reserved | None = None
+    deferred: list[JobKey] = field(default_factory=list)  # not tried: the launch budget was spent
+
+    def __iter__(self) -> Iterator[Admitted | Preempted | Pending | Failed]:
+        yield from self.preempted
+        yield from self.failed
+        yield from self.admitted
+        yield from self.pending
+
+    def held_for(self) -> dict[str, JobKey]:
+        """UltraServer -> the job it is reserved for (empty without a reservation)."""
+        if self.reservation is None:
+            return {}
+        return dict.fromkeys(self.reservation.ultraservers, self.reservation.key)
