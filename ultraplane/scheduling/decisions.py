@@ -9,15 +9,20 @@ them (a status document through `ultraplane.documents.jobstatuses`, a row, an ev
 never re-interprets them. A cycle's decisions come together as one `Decisions`, in the order
 they are persisted.
 
-    trigger (adapter)         Admissions method      decisions
-    ------------------------  ---------------------  -----------------------------------------
-    scheduling cycle          cycle(now)             Decisions: Preempted, Failed, Admitted,
-                                                     Pending, Reserved
-    job observed              observe(job)           Observed
-    chip failed under a job   chip_failed(...)       Replaced | Restarted | Failed
-    job finished              finished(key, phase)   Finished
-    job deleted               deleted(key)           Deleted
-    restart of the adapter    readopt(job, chips)    Readopted | Requeued
+    trigger (adapter)           Admissions method          decisions
+    --------------------------  -------------------------  ---------------------------------------
+    scheduling cycle            cycle(now)                 Decisions: Preempted, Failed, Admitted,
+                                                           Pending, Reserved
+    job observed                observe(job)               Observed
+    spec cannot be read         invalid(key, error)        Failed (InvalidSpec)
+    chip failed under a job     chip_failed(...)           Replaced | Restarted | Failed
+    pods of a job failed        pods_failed(...)           Replaced | Restarted | Failed
+    pods cannot be made         launch_failed(...)         Failed
+    UltraServer drained         drained(key, name, ...)    Restarted | Evicted
+    job finished                finished(key, phase)       Finished
+    job deleted                 deleted(key)               Deleted
+    admission not persisted     unwritten(key)             (nothing to write; it waits again)
+    restart of the adapter      readopt(job, chips)        Readopted | Requeued
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ __all__ = [
     "Decision",
     "Decisions",
     "Deleted",
+    "Evicted",
     "Failed",
     "Finished",
     "Observed",
@@ -91,7 +97,19 @@ class Pending:
 
 @dataclass(frozen=True, slots=True)
 class Failed:
-    """`key` left the queue for good (`reason` `Unsatisfiable`: it can never fit the fleet)."""
+    """`key` left the queue for good (`reason` `Unsatisfiable`: it can never fit the fleet;
+    `InvalidSpec`; `ChipFailed` or `PodFailed` under the `Fail` policy; a launch refused)."""
+
+    key: JobKey
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Evicted:
+    """`key` lost its chips to the fleet, not to another job (its UltraServer or server was
+    cordoned under the `Requeue` drain policy), and waits again with its rank; it is written
+    as a preemption is (phase `Preempted`, a preemption counts), `reason` says why."""
 
     key: JobKey
     reason: str
@@ -119,7 +137,8 @@ class Readopted:
 
 @dataclass(frozen=True, slots=True)
 class Requeued:
-    """`key`'s persisted chips could not be re-adopted (`message` says why); it waits again."""
+    """`key`'s persisted chips could not be re-adopted (`message` says why); it waits again,
+    written as a restart (`AllocationLost`: it resumes from its checkpoint)."""
 
     key: JobKey
     message: str
@@ -180,8 +199,8 @@ class Deleted:
     released: frozenset[ChipId]
 
 
-Decision = (Admitted | Preempted | Pending | Failed | Replaced | Restarted | Finished | Deleted
-            | Observed | Readopted | Requeued)
+Decision = (Admitted | Preempted | Evicted | Pending | Failed | Replaced | Restarted | Finished
+            | Deleted | Observed | Readopted | Requeued)
 
 
 @dataclass
