@@ -241,6 +241,8 @@ class OperatorDriver:
 
     def close(self) -> None:
         self.loop.close()
+        if self.plane is not None:  # its API slots' threads
+            self.plane._pool.shutdown(wait=False)
 
     def statuses(self) -> dict[str, dict[str, Any]]:
         return {name: copy.deepcopy(obj["status"]) for objs in self.kube.objects.values()
