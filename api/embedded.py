@@ -80,7 +80,6 @@ class EmbeddedBackend:
         self.power = PowerBook(Settings.read_budgets(settings.power_budgets)
                                if settings.power_budgets else [])
         self.admissions = Admissions(self.allocator, quotas=self.quotas, power=self.power)
-        self.scheduler = self.admissions.scheduler
         self.reserved: dict[str, JobKey] = {}  # UltraServer -> job held back for (last cycle)
         self.reservation: tuple[tuple[str, ...], int] | None = None  # (UltraServers, priority)
         self.runtime = JobRuntime(self.topology, clock=clock, time_scale=settings.time_scale)
@@ -370,8 +369,8 @@ class EmbeddedBackend:
         if not self.quotas.active:  # (every /metrics scrape asks)
             return []
         with self.lock:
-            statuses = queue_statuses(self.quotas, self.scheduler.queued(),
-                                      self.scheduler.running().values())
+            statuses = queue_statuses(self.quotas, self.admissions.waiting(),
+                                      self.admissions.running().values())
         return [{"apiVersion": "ultraplane.dev/v1alpha1", "kind": "TenantQueue",
                  "metadata": {"name": name}, "spec": queue_wire(spec), "status": statuses[name]}
                 for name, spec in sorted(self.quotas.queues.items())]

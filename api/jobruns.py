@@ -116,8 +116,7 @@ class JobRunner:
     def recover(self, now: float) -> None:
         """After a restart: re-adopt chips from the store, resume from checkpoints, requeue the rest."""
         for key, chips in self.b.fleet.preset.items():
-            self.b.scheduler.restore(key, [ChipId(c) for c in chips], priority=10**9,
-                                     preemptible=False)
+            self.b.admissions.hold(key, [ChipId(c) for c in chips])
         for job in sorted(self.b.jobs.values(), key=lambda j: j.seq):
             if job.finished:
                 continue

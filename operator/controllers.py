@@ -24,16 +24,16 @@ from ultraplane.operator.loops import AdmissionLoop, LaunchGate
 from ultraplane.operator.observations import ObservationCache
 from ultraplane.operator.outboxes import Outbox
 from ultraplane.operator.queueviews import QueueViews
-from ultraplane.operator.transitions import Transition
+from ultraplane.operator.statuses import Write
 from ultraplane.operator.ultraserverviews import UltraServerViews
 from ultraplane.operator.writers import ApiCalls, Emit, Kube, StatusWriters
 
+from ultraplane.documents.jobstatuses import StatusDecision
 from ultraplane.hardware.topology import Topology
 from ultraplane.ids import JobKey
 from ultraplane.placement.allocator import Allocator
 from ultraplane.scheduling.admissions import Admissions
 from ultraplane.scheduling.queueorder import DEFAULT_STRETCH, QueueOrder
-from ultraplane.scheduling.scheduler import Scheduler
 
 __all__ = ["Controller", "Kube", "Parts"]
 
@@ -130,10 +130,6 @@ class Controller:
         return self.loop.cache.admissions
 
     @property
-    def scheduler(self) -> Scheduler:
-        return self.loop.cache.scheduler
-
-    @property
     def allocator(self) -> Allocator:
         return self.loop.cache.allocator
 
@@ -213,12 +209,13 @@ class Controller:
     def forget(self, key: JobKey) -> None:
         self.loop.cache.forget(key)
 
-    def evict(self, key: JobKey, kind: str, reason: str, message: str) -> None:
-        """Take a job off its chips and queue the write (the pod data plane's verdicts)."""
-        self.loop.cache.evict(key, kind, reason, message)
+    def persist(self, key: JobKey, decision: StatusDecision) -> None:
+        """Queue the write of what the core decided on a trigger of the pod data plane (pods
+        failed, pods that cannot be made)."""
+        self.loop.outbox.put(key, decision)
 
-    async def write(self, key: JobKey, change: Transition) -> bool:
-        """Write one transition now (the pod data plane's Running and Succeeded)."""
+    async def write(self, key: JobKey, change: Write) -> bool:
+        """Write one status now (the pod data plane's Running and Succeeded)."""
         return await self.loop.writers.write(key, change)
 
     async def positions_written(self) -> None:

@@ -1,15 +1,15 @@
 """The admission loop: watch events update a cache, one loop runs the driver and writes status.
 
 The controller (`controllers.Controller`) composes small objects, each in its module: the cache
-the watch events update (`observations.ObservationCache`), the outbox of decided writes
-(`outboxes.Outbox`, with `transitions`: what each decision writes), the writers that send them
+the watch events update (`observations.ObservationCache`), the outbox of the core's decisions
+still to write (`outboxes.Outbox`; `statuses`: the document each becomes), the writers that send them
 (`writers.StatusWriters`, the only code that calls the API), the UltraServer views
 (`ultraserverviews`) and this loop (the cycle: what the driver's decisions mean for the outbox).
 
 Why one loop and not a cycle per event: 5,000 jobs created at once must not cost 5,000 cycles.
 Handlers only record what they saw (`observe_*`) and wake the loop; the loop waits a short batch
-window, runs one `Scheduler.cycle()` over everything that changed, and persists the outcome with
-a bounded number of concurrent writes.
+window, runs one cycle of the core driver (`Admissions.cycle()`) over everything that changed,
+and persists its decisions as they are, with a bounded number of concurrent writes.
 
 Why the write order matters (kill -9 safety): chips count as taken after a restart only if a job's
 status says so, so evictions (preempted, restarted, failed) are written *before* the admissions
@@ -31,12 +31,12 @@ from ultraplane.operator.gctuning import PAUSES, HeapKeeper
 from ultraplane.operator.jobviews import expected_end, view_job
 from ultraplane.operator.observations import ObservationCache
 from ultraplane.operator.outboxes import Outbox
-from ultraplane.operator.transitions import Transition, moved, reservation_said
 from ultraplane.operator.ultraserverviews import UltraServerViews
 from ultraplane.operator.writers import StatusWriters
 
+from ultraplane.documents.jobstatuses import PendingSaid, pending_rewrite
 from ultraplane.ids import JobKey
-from ultraplane.scheduling.admissions import Pending
+from ultraplane.scheduling.decisions import Pending
 
 __all__ = ["AdmissionLoop", "CycleStats", "LaunchGate"]
 
@@ -120,7 +120,6 @@ class AdmissionLoop:
         """Work on these from now on (at start-up, and fresh ones on each lease gain)."""
         self.cache, self.outbox, self.writers, self.views = cache, outbox, writers, views
         self.admissions = cache.admissions
-        self.scheduler = cache.scheduler
         self.cycles = 0
         self.cycle_stats = CycleStats(every=self.stats_seconds)
         self._held_since: float | None = None  # the hold under way began (loop time)
@@ -149,7 +148,7 @@ class AdmissionLoop:
         for entry_name in cache.inventory.names():
             cache.enforce_health(entry_name, full=True)
         log.info("recovered %d UltraServers, %d jobs (%d holding chips)", len(servers),
-                 len(jobs), len(self.scheduler.running()))
+                 len(jobs), len(self.admissions.running()))
         # Our list and kopf's watch are two reads: a job deleted between them is in the first
         # and never reaches the watch (no finalizer holds it). Two early resyncs close that gap.
         loop = asyncio.get_running_loop()
@@ -202,7 +201,7 @@ class AdmissionLoop:
         it then looks again shortly. An eviction never waits (a failed pod's policy, a
         preemption), and neither does a cycle when nothing would be admitted."""
         why = self.launches.held() if self.launches is not None else None
-        if why is None or self.outbox.has_evictions() or not self.scheduler.queued_count():
+        if why is None or self.outbox.has_evictions() or not self.admissions.waiting_count():
             if self._held_since is not None:
                 log.info("admissions resumed after %.1f s held for pod launches",
                          asyncio.get_running_loop().time() - self._held_since)
@@ -260,7 +259,7 @@ class AdmissionLoop:
         # core's EASY backfilling and split-when-it-pays decisions.
         clock = self.clock()
         outbox, writers, views = self.outbox, self.writers, self.views
-        for key in self.scheduler.running():
+        for key in self.admissions.running():
             body = self.cache.bodies.get(key)
             if body is not None:
                 self.admissions.expect_end(key, expected_end(body.get("status") or {}, clock))
@@ -269,9 +268,9 @@ class AdmissionLoop:
         decided = loop.time()
         outbox.reserved = decisions.held_for()
         for victim in decisions.preempted:
-            outbox.put(victim.key, Transition("preempt", "Preempted", victim.message))
+            outbox.put(victim.key, victim)
         for failed in decisions.failed:
-            outbox.put(failed.key, Transition("fail", failed.reason, failed.message))
+            outbox.put(failed.key, failed)
         now = loop.time()
         refresh = now - self._last_positions >= self.position_seconds
         if refresh:
@@ -281,8 +280,7 @@ class AdmissionLoop:
             stale |= self._pending(waiting, refresh)
         if stale:  # positions moved; write them once the refresh interval has passed
             loop.call_later(self.position_seconds, self.wake.set)
-        admissions = {a.key: Transition("admit", "Admitted", a.message, a.placements)
-                      for a in decisions.admitted}
+        admitted = {a.key: a for a in decisions.admitted}
         if decisions.deferred:  # the launch budget was spent: look again once pods are created
             loop.call_later(HOLD_POLL_SECONDS, self.wake.set)
         if self.launches is not None:  # the pod plane counts their pods from now on
@@ -290,10 +288,8 @@ class AdmissionLoop:
                 queued = self.cache.submitted.get(a.key)
                 if queued is not None and queued.launches:
                     self.launches.owe(a.key, sum(len(p.servers) for p in a.placements))
-        for key in admissions.keys() | set(outbox):  # a queued position is stale now
-            queued_change = outbox.get(key)
-            if key in admissions or (queued_change is not None
-                                     and queued_change.kind != "pending"):
+        for key in admitted.keys() | set(outbox):  # a queued position is stale now
+            if key in admitted or not isinstance(outbox.get(key), Pending | None):
                 writers.positions_due.pop(key, None)
         self.cache.collect_ghosts()
         if outbox.has_evictions():
@@ -302,7 +298,7 @@ class AdmissionLoop:
             # evictions, then the admissions that reuse the chips (the kill -9 order).
             await writers.admissions_written()
         await writers.flush()  # evictions first: an admission may take a victim's chips
-        writers.start_admissions(admissions)
+        writers.start_admissions(admitted)
         if wait:
             await writers.admissions_written()
         writers.start_positions()
@@ -310,28 +306,22 @@ class AdmissionLoop:
         if wait:
             await views.round_written()
         log.debug("cycle %d: %d admitted, %d preempted, %d pending in %.3fs", self.cycles,
-                  len(admissions), len(decisions.preempted), len(decisions.pending),
+                  len(admitted), len(decisions.preempted), len(decisions.pending),
                   loop.time() - started)
         self.cycle_stats.add(decided - started, loop.time() - started, loop.time())
 
     def _pending(self, waiting: Pending, refresh: bool) -> bool:
-        """Queue a Pending write if needed; True when a position is left stale for now."""
-        key, position = waiting.key, waiting.position
-        outbox = self.outbox
+        """Queue a Pending write if the core's rule says so (`pending_rewrite`, the embedded
+        API's too); a moved position waits for the next refresh. True when a position is left
+        stale for now."""
+        key, outbox = waiting.key, self.outbox
         if key in outbox:  # an eviction to write first; its Pending write comes next cycle
             return True
         due = self.writers.positions_due.get(key)  # queued, not yet written: what it will say
-        last = (due.reason, due.position) if due is not None \
-            else outbox.written_positions.get(key)
-        # The job a reservation is for is told where (its message names the UltraServers the
-        # Reserved column shows): rewrite it when that changes or the reservation ends.
-        said = outbox.reserved_messages.get(key)
-        holder = key in outbox.reserved.values()
-        now_says = reservation_said(waiting.message) if holder else None
-        stale = said != now_says
-        if (last is None or last[0] != waiting.reason or stale
-                or (refresh and moved(last[1], position))):
-            outbox.put(key, Transition("pending", waiting.reason, waiting.message,
-                                       position=position))
+        said = PendingSaid.of(due.reason, due.position, due.message) if due is not None \
+            else outbox.said.get(key)
+        rewrite = pending_rewrite(said, waiting)
+        if rewrite == "now" or (rewrite == "position" and refresh):
+            outbox.put(key, waiting)
             return False
-        return moved(last[1], position)
+        return rewrite == "position"

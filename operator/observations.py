@@ -7,8 +7,13 @@ for jobs we have never seen (after a restart, `status.allocation` is how chips a
 Health changes on an UltraServer apply at once: failed chips trigger the job's failure policy,
 cordons stop new placements, and the drain policy decides whether running jobs stay.
 
+What follows from an event is the core's to decide: each one reaches it as a trigger of the
+driver (`Admissions`: a job ended, was deleted, has a spec it cannot read, lost a chip, was
+drained), and the decision it returns goes to the outbox as it is. Nothing here changes the
+scheduler's state any other way, or decides a consequence itself.
+
 The allocator holds an InferenceJob's replicas under replica keys (`ij/ns/name#i`); everything
-here that starts from a chip or an UltraServer maps those back to the job (`Scheduler.owner`),
+here that starts from a chip or an UltraServer maps those back to the job (`Admissions.owner`),
 because a job is evicted, restarted or failed as a whole.
 """
 
@@ -27,12 +32,10 @@ from ultraplane.operator.jobviews import (
     view_job,
 )
 from ultraplane.operator.outboxes import Outbox
-from ultraplane.operator.transitions import Transition
 
 from ultraplane.ids import ChipId, JobKey, kind_of_job_key
 from ultraplane.placement.allocator import AllocationConflict, Allocator
-from ultraplane.scheduling.admissions import Admissions, Failed, Replaced, Requeued
-from ultraplane.scheduling.scheduler import Scheduler
+from ultraplane.scheduling.admissions import Admissions, Failed, Requeued
 from ultraplane.workloads import QueuedJob
 
 log = logging.getLogger("ultraplane.operator")
@@ -55,7 +58,6 @@ class ObservationCache:
                  wake: asyncio.Event, emit: Callable[[Mapping[str, Any], str, str, str], None],
                  fleet: str | None = None) -> None:
         self.admissions = admissions
-        self.scheduler: Scheduler = admissions.scheduler
         self.allocator: Allocator = admissions.allocator
         self.inventory = inventory
         self.outbox = outbox
@@ -80,7 +82,8 @@ class ObservationCache:
         self.bodies[key] = dict(body)
 
     def forget(self, key: JobKey) -> None:
-        self.scheduler.cancel(key)
+        """The job was deleted (or is being deleted, or another took its name)."""
+        self.admissions.deleted(key)
         self.submitted.pop(key, None)
         self.bodies.pop(key, None)
         self.outbox.forget(key)
@@ -125,20 +128,19 @@ class ObservationCache:
             # the simulator (or a workload) started it: every transition posts an Event
             self.emit(body, "Normal", "Running", "The job is running on its chips.")
         if view.phase in TERMINAL_PHASES:
-            self.scheduler.cancel(key)
+            finished = self.admissions.finished(key, view.phase)
             self.outbox.discard(key)
             if (body.get("status") or {}).get("allocation"):
                 # Its chips are free: a finished job no longer names them (the write posts the
                 # Succeeded or Failed Event).
-                self.outbox.put(key, Transition("finish", view.phase))
+                self.outbox.put(key, finished)
             return
-        if self.scheduler.is_running(key):
+        if self.admissions.is_running(key):
             return
         if view.queued is None:
-            self.scheduler.cancel(key)
-            self.outbox.put(key, Transition("fail", "InvalidSpec", view.error or "invalid spec"))
+            self.outbox.put(key, self.admissions.invalid(key, view.error))
             return
-        if self.scheduler.is_queued(key):
+        if self.admissions.is_waiting(key):
             # A waiting job's spec may have been edited (priority, size): the newest counts.
             # Most events of a waiting job are its status writes (ours, echoed): resubmitting
             # those unchanged made every cycle after a position write a full one.
@@ -146,8 +148,7 @@ class ObservationCache:
                 self.submitted[key] = view.queued
                 self.admissions.submit(view.queued)
             return
-        pending_write = self.outbox.get(key)
-        if pending_write is not None and pending_write.kind == "fail":
+        if isinstance(self.outbox.get(key), Failed):
             # Failed by a decision whose write is on its way: a heartbeat written before it
             # (the runtime's Running, with the old allocation) must not re-adopt the chips.
             return
@@ -157,14 +158,13 @@ class ObservationCache:
             if isinstance(outcome, Requeued):
                 log.warning("cannot re-adopt %s's chips (%s); requeueing it", key,
                             outcome.message)
-                self.outbox.put(key, Transition("restart", "AllocationLost", outcome.message))
+                self.outbox.put(key, outcome)
             return
         status = body.get("status") or {}
         if view.phase == "Pending" and status.get("reason"):
             # What an earlier run wrote still stands; rewrite it only when it changes (a restart
             # would otherwise rewrite every waiting job at once).
-            self.outbox.found_written(key, str(status["reason"]), status.get("queuePosition"),
-                                      str(status.get("message") or ""))
+            self.outbox.found_written(key, status)
         self.submitted[key] = view.queued
         self.admissions.submit(view.queued)
 
@@ -204,7 +204,7 @@ class ObservationCache:
             self.ghosts.add(name)  # removed once its last job finishes
             return
         for job in holders:
-            self.evict(job, "restart", "Drained", f"UltraServer {name} was deleted.")
+            self.outbox.put(job, self.admissions.drained(job, name, deleted=True))
         self.allocator.remove_ultraserver(name)
 
     def enforce_health(self, name: str, *, full: bool = False) -> None:
@@ -243,30 +243,14 @@ class ObservationCache:
                 if any(srv in prefixes for srv in placement.servers):
                     drained.add(self.owner(part))
         for job in sorted(drained - set(lost)):
-            self.evict(job, "preempt", "Drained", f"UltraServer {change.name} was cordoned.")
+            self.outbox.put(job, self.admissions.drained(job, change.name, deleted=False))
 
     def _chip_failed(self, job: JobKey, parts: Mapping[JobKey, list[ChipId]]) -> None:
         """The core applies the job's failure policy (`Admissions.chip_failed`); this only
         queues the write of what it decided. With no cached body, the kind's default policy
         (what an empty spec reads as)."""
         policy = view_job(self.bodies.get(job) or {}, kind_of_job_key(job)).failure_policy
-        decided = self.admissions.chip_failed(job, parts, policy)
-        if isinstance(decided, Replaced):
-            self.outbox.put(job, Transition("replace", decided.reason, decided.message,
-                                            decided.placements))
-        elif isinstance(decided, Failed):
-            self.outbox.put(job, Transition("fail", decided.reason, decided.message))
-        else:
-            self.outbox.put(job, Transition("restart", decided.reason, decided.message))
-
-    def evict(self, job: JobKey, kind: str, reason: str, message: str) -> None:
-        """Take a job off its chips (`fail`: for good; else back in the queue) and queue the
-        write that says so."""
-        if kind == "fail":
-            self.scheduler.cancel(job)
-        else:
-            self.scheduler.requeue(job)
-        self.outbox.put(job, Transition(kind, reason, message))
+        self.outbox.put(job, self.admissions.chip_failed(job, parts, policy))
 
     def collect_ghosts(self) -> None:
         """Remove the deleted UltraServers whose last job has finished."""

@@ -4,8 +4,10 @@ Why level-triggered on the job's status: the admission loop persists every decis
 status (phase, attempt, allocation) before anything else happens, so this module needs no hook
 into the scheduler to know what should run: it compares what the newest job body asks for
 (`launches.plan`) with the pods it sees in its watch, creates and deletes pods to match, and
-turns what the pods say (`outcomes.outcome`) into the job's next transition, handed to the
-admission loop's outbox like any other decision. After a restart the watches replay every job
+hands what the pods say (`outcomes.outcome`) to the core: failed pods and pods that cannot be
+made are triggers of the driver (`Admissions.pods_failed`, `launch_failed`; the job's failure
+policy is the core's), whose decision goes to the admission loop's outbox like any other;
+Running and Succeeded are the runtime's words (`statuses.PodsSaid`), written at once. After a restart the watches replay every job
 and pod, so the same comparison adopts what exists.
 
 Why a pod waits for chips: the scheduler reuses a victim's chips in the cycle that preempts it,
@@ -25,7 +27,7 @@ from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from ultraplane.operator.jobviews import HOLDING_PHASES, TERMINAL_PHASES, kind_of, view_job
 from ultraplane.operator.kube import Conflict, Gone, Rejected
@@ -37,7 +39,7 @@ from ultraplane.operator.nodes import (
     ultraserver_name,
 )
 from ultraplane.operator.podwatch import PodWatch
-from ultraplane.operator.transitions import Transition
+from ultraplane.operator.statuses import PodsSaid
 
 from ultraplane.hardware.profiles import UnknownProfileError, load_profile
 from ultraplane.ids import (
@@ -51,7 +53,7 @@ from ultraplane.ids import (
 )
 from ultraplane.pods import launches
 from ultraplane.pods.outcomes import PodState, outcome
-from ultraplane.scheduling.admissions import Admitted
+from ultraplane.scheduling.decisions import Pending
 
 if TYPE_CHECKING:
     from ultraplane.operator.controllers import Controller
@@ -410,7 +412,7 @@ class PodPlane:
         meta = (body or {}).get("metadata") or {}
         phase = str(status.get("phase") or "")
         log.debug("pods of %s: job %s, %d pod(s) seen", key, phase or "gone", len(state.pods))
-        if not self.controller.scheduler.is_running(key):  # (its admission may still be
+        if not self.controller.admissions.is_running(key):  # (its admission may still be
             self.owed.pop(key, None)  # on its way: then it is running, and its pods owed)
         if body is None or meta.get("deletionTimestamp") or not spec.get("template"):
             await self._delete(key, list(state.pods.values()), keep_done=False)
@@ -483,13 +485,13 @@ class PodPlane:
             return
         elif verdict.kind == "succeeded":
             state.acted = (attempt, "succeeded")
-            await self._hand_on(key, state, "succeed", "PodsSucceeded",
+            await self._hand_on(key, state, "Succeeded", "PodsSucceeded",
                                 f"Pods: {verdict.message}.", release=True)
             return
         elif verdict.kind == "running":
             state.acted = (attempt, "running")
             if status.get("phase") != "Running":
-                await self._hand_on(key, state, "run", "PodsRunning",
+                await self._hand_on(key, state, "Running", "PodsRunning",
                                     f"{verdict.message} on the allocated Nodes.")
         missing = [plan for slot, plan in wanted.items() if slot not in current]
         if not missing:
@@ -623,16 +625,16 @@ class PodPlane:
         except (UnknownProfileError, AttributeError):
             return 8
 
-    async def _hand_on(self, key: JobKey, state: JobPods, kind: str, reason: str, message: str,
-                       *, release: bool = False) -> None:
+    async def _hand_on(self, key: JobKey, state: JobPods, phase: Literal["Running", "Succeeded"],
+                       reason: str, message: str, *, release: bool = False) -> None:
         """Write Running or Succeeded now, not in the next admission cycle: the status write
-        refuses a job evicted meanwhile, so it never races an eviction's write."""
-        queued = self.controller.outbox.get(key)
-        if queued is not None and queued.kind != "pending":
+        refuses a job evicted meanwhile, so it never races an eviction's write. `release`:
+        the job is done, and the core is told (`Admissions.finished`) before the write."""
+        if not isinstance(self.controller.outbox.get(key), Pending | None):
             return  # an eviction decided meanwhile wins; it deletes the pods
-        write = self.controller.write(key, Transition(kind, reason, message))
+        write = self.controller.write(key, PodsSaid(phase, reason, message))
         if release:
-            self.controller.scheduler.cancel(key)
+            self.controller.admissions.finished(key, phase, message)
             # The pods still running stop now, beside the status write rather than after its
             # echo: the next job on these chips waits for exactly these pods to go. Safe
             # before the write lands: the verdict comes from the pods that succeeded (kept),
@@ -657,31 +659,20 @@ class PodPlane:
         state.acted = (attempt, "failed")
         self.owed.pop(key, None)
         log.warning("%s fails: %s", key, message)
-        self.controller.evict(key, "fail", reason, message)
+        self.controller.persist(key, self.controller.admissions.launch_failed(key, reason, message))
         self.controller.wake.set()
 
     def _pods_failed(self, key: JobKey, body: Mapping[str, Any], launch: launches.Launch,
                      message: str, servers: tuple[ServerId, ...]) -> None:
-        """The job's failure policy, as for a failed chip: Fail, RestartAll, or ReplaceAffected
-        (the failed servers' chips swapped for others; the other pods keep running)."""
+        """Pods of the job failed on `servers`: the core applies its failure policy
+        (`Admissions.pods_failed`, as for a failed chip), told which chips those servers' pods
+        held (what `ReplaceAffected` moves off; the other pods keep running)."""
         controller = self.controller
+        lost: dict[JobKey, list[ChipId]] = {}
+        for plan in launch.pods:
+            if plan.server in servers:
+                part = key if launch.job.kind == "TrainingJob" else JobKey(f"{key}#{plan.group}")
+                lost.setdefault(part, []).extend(plan.chips)
         policy = view_job(body).failure_policy
-        text = f"{message} ({policy})."
-        if policy == "Fail":
-            controller.evict(key, "fail", "PodFailed", text)
-        elif policy == "ReplaceAffected" and controller.scheduler.is_running(key):
-            parts: dict[JobKey, list[ChipId]] = {}
-            for plan in launch.pods:
-                if plan.server in servers:
-                    part = key if launch.job.kind == "TrainingJob" else JobKey(f"{key}#{plan.group}")
-                    parts.setdefault(part, []).extend(plan.chips)
-            replaced = controller.admissions.replace(key, parts)
-            if isinstance(replaced, Admitted):
-                controller.outbox.put(key, Transition("replace", "PodReplaced", text,
-                                                      replaced.placements))
-            else:
-                controller.evict(key, "restart", "PodFailed", f"{text} No replacement: {replaced}")
-        else:
-            controller.evict(key, "restart", "PodFailed", text)
+        controller.persist(key, controller.admissions.pods_failed(key, lost, policy, message))
         controller.wake.set()
-

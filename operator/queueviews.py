@@ -70,8 +70,8 @@ class QueueViews:
         book = admissions.quotas if admissions is not None else None
         if admissions is None or book is None:
             return {}
-        counted = queue_statuses(book, admissions.scheduler.queued(),
-                                 admissions.scheduler.running().values(),
+        counted = queue_statuses(book, admissions.waiting(),
+                                 admissions.running().values(),
                                  self.objects.generations, names=self.specs)
         return self.objects.conditioned(counted)
 

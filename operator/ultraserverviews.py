@@ -17,8 +17,9 @@ from typing import Any
 from ultraplane.operator import statuses
 from ultraplane.operator.observations import ObservationCache
 from ultraplane.operator.outboxes import Outbox
-from ultraplane.operator.transitions import Transition
 from ultraplane.operator.writers import ApiCalls, StatusWriters
+
+from ultraplane.scheduling.decisions import Admitted, Replaced
 
 log = logging.getLogger("ultraplane.operator")
 
@@ -55,7 +56,7 @@ class UltraServerViews:
             written.setdefault("reservedFor", None)
             self.written[name] = written
 
-    def landed(self, change: Transition) -> None:
+    def landed(self, change: Admitted | Replaced) -> None:
         """An admission landed: its UltraServers' views wait for their figures to settle."""
         now = asyncio.get_running_loop().time()
         for placement in change.placements:

@@ -1,8 +1,8 @@
 """The operator's writers: the only code that calls the Kubernetes API.
 
 Why one place: every call goes through one bounded thread pool (`concurrency` at a time), and
-the rules that keep a restart safe live here next to the calls they guard: a status write is
-a merge patch guarded by `resourceVersion` (409 -> re-read and retry, or give up on a job that
+the rules that keep a restart safe live here next to the calls they guard: a status write (a
+core decision as the core's builder documents it, `statuses.document`) is a merge patch guarded by `resourceVersion` (409 -> re-read and retry, or give up on a job that
 is being deleted), a job that is gone is forgotten, and what was written is remembered (in the
 `Outbox`) so the next cycle rewrites only what changed. The UltraServer views go through the
 same pool (`ultraserverviews`).
@@ -29,9 +29,11 @@ from ultraplane.operator.jobviews import (
 from ultraplane.operator.kube import Conflict, Gone
 from ultraplane.operator.observations import ObservationCache
 from ultraplane.operator.outboxes import Outbox
-from ultraplane.operator.transitions import Transition, event_type, status_of, total_chips
+from ultraplane.operator.statuses import PodsSaid, Write, document, event_type, total_chips
 
+from ultraplane.documents.jobstatuses import StatusDecision
 from ultraplane.ids import JobKey, kind_of_job_key
+from ultraplane.scheduling.decisions import Admitted, Failed, Finished, Pending, Replaced
 
 log = logging.getLogger("ultraplane.operator")
 Emit = Callable[[Mapping[str, Any], str, str, str], None]
@@ -84,15 +86,16 @@ class StatusWriters:
         self.emit = emit
         self.namespaces = namespaces
         self.wake = cache.wake
-        self.positions_due: dict[JobKey, Transition] = {}  # newest Pending write not yet sent
-        self._position_heap: list[tuple[int, int, JobKey, Transition]] = []  # head first
+        self.positions_due: dict[JobKey, Pending] = {}  # newest Pending write not yet sent
+        self._position_heap: list[tuple[int, int, JobKey, Pending]] = []  # head first
         self._position_seq = itertools.count()
         self._position_writers: list[asyncio.Task[None]] = []
         # position writes may take an eighth of the writers: admissions keep the rest
         self.position_width = max(1, concurrency // 8)
         self.admitting: dict[JobKey, asyncio.Task[None]] = {}  # admission writes in flight
         self.on_written: Callable[[JobKey], None] | None = None  # after each status write
-        self.on_admitted: Callable[[Transition], None] | None = None  # after an admission lands
+        # after an admission lands
+        self.on_admitted: Callable[[Admitted | Replaced], None] | None = None
 
     # -- reads -------------------------------------------------------------------------
     async def list_fleet(self, fleet: str | None) -> list[dict[str, Any]]:
@@ -107,7 +110,7 @@ class StatusWriters:
     async def flush(self) -> None:
         """Write evictions (everything that must precede admissions), and let the deletion of
         jobs that still carry an earlier version's finalizer finish."""
-        batch = self.outbox.take(pending=False)
+        batch = self.outbox.take()
         cache = self.cache
         unfinalize, cache.unfinalize = cache.unfinalize, set()
         _, results = await asyncio.gather(
@@ -129,10 +132,10 @@ class StatusWriters:
         round. Now each writer takes the job nearest the head that is due, and a newer
         position of a job replaces the one still waiting; the head is never behind the tail.
         """
-        for key, change in self.outbox.take(pending=True).items():
+        for key, change in self.outbox.take_pending().items():
             self.positions_due[key] = change
             heapq.heappush(self._position_heap,
-                           (change.position or 0, next(self._position_seq), key, change))
+                           (change.position, next(self._position_seq), key, change))
         if len(self._position_heap) > 2 * len(self.positions_due) + 64:  # drop replaced ones
             self._position_heap = [e for e in self._position_heap
                                    if self.positions_due.get(e[2]) is e[3]]
@@ -159,17 +162,17 @@ class StatusWriters:
             await asyncio.gather(*self._position_writers, return_exceptions=True)
             self._position_writers = [t for t in self._position_writers if not t.done()]
 
-    async def write_all(self, batch: Mapping[JobKey, Transition]) -> dict[JobKey, bool]:
+    async def write_all(self, batch: Mapping[JobKey, StatusDecision]) -> dict[JobKey, bool]:
         keys = list(batch)
         done = await asyncio.gather(*(self.write(k, batch[k]) for k in keys))
         return dict(zip(keys, done, strict=True))
 
-    def start_admissions(self, batch: Mapping[JobKey, Transition]) -> None:
+    def start_admissions(self, batch: Mapping[JobKey, Admitted]) -> None:
         """Write admissions in the background, in queue order (the semaphore is FIFO)."""
         for key, change in batch.items():
             self.admitting[key] = asyncio.create_task(self._admit(key, change))
 
-    async def _admit(self, key: JobKey, change: Transition) -> None:
+    async def _admit(self, key: JobKey, change: Admitted) -> None:
         try:
             done = await self.write(key, change)
         except Exception:  # never leave an admission unaccounted for
@@ -179,10 +182,8 @@ class StatusWriters:
             self.admitting.pop(key, None)
         if done and self.on_admitted is not None:  # its UltraServers' figures just moved
             self.on_admitted(change)
-        scheduler = self.cache.scheduler
-        if not done and scheduler.is_running(key):
-            scheduler.requeue(key)  # not persisted: its chips are free, decide again
-            self.wake.set()
+        if not done and self.cache.admissions.unwritten(key):
+            self.wake.set()  # not persisted: its chips are free, decided again
         if not self.admitting:  # drained: the UltraServer view may now include them
             self.wake.set()
 
@@ -195,27 +196,29 @@ class StatusWriters:
     async def _call(self, fn: Callable[..., Any], *args: Any) -> Any:
         return await self.api.call(fn, *args)
 
-    async def write(self, key: JobKey, change: Transition) -> bool:
-        """Write one transition of `key` now (guarded by its resourceVersion; 409 -> re-read
-        and retry). False when it did not land or no longer applies (the job evicted, gone,
-        admitted since)."""
+    async def write(self, key: JobKey, change: Write) -> bool:
+        """Write one decision of `key` (or what its pods said) now, guarded by its
+        resourceVersion (409 -> re-read and retry). False when it did not land or no longer
+        applies (the job evicted, gone, admitted since)."""
         cache = self.cache
+        admissions = cache.admissions
         for _ in range(4):
             body = cache.bodies.get(key)
             if body is None:
                 return False
             current = body.get("status") or {}
-            if current.get("phase") in TERMINAL_PHASES and change.kind not in ("fail", "finish"):
+            if current.get("phase") in TERMINAL_PHASES and not isinstance(change,
+                                                                          Failed | Finished):
                 return False
-            if change.kind == "pending" and not cache.scheduler.is_queued(key):
+            if isinstance(change, Pending) and not admissions.is_waiting(key):
                 return False  # admitted (or gone) since: a late Pending must never overwrite it
-            if change.kind in ("admit", "replace") and not cache.scheduler.is_running(key):
+            if isinstance(change, Admitted | Replaced) and not admissions.is_running(key):
                 return False  # evicted or gone since it was decided: never write it Admitted
-            if change.kind in ("run", "succeed") and current.get("phase") not in HOLDING_PHASES:
+            if isinstance(change, PodsSaid) and current.get("phase") not in HOLDING_PHASES:
                 return False  # evicted since the pods were read
             meta = body["metadata"]
             plural = plural_of_key(key)
-            status = status_of(current, change, self.clock(), replicated=plural == INFERENCE)
+            status = document(current, change, self.clock(), replicated=plural == INFERENCE)
             if plural == INFERENCE:  # the job's size for the Chips column (replicas x per replica)
                 status["chips"] = total_chips(body.get("spec") or {})
             try:
@@ -240,8 +243,8 @@ class StatusWriters:
                 return False
             cache.remember(key, new)
             self.outbox.written(key, change)
-            log.debug("status of %s written: %s %s (position %s)", key, change.kind,
-                      change.reason, change.position)
+            log.debug("status of %s written: %s %s", key, type(change).__name__,
+                      status.get("reason"))
             if self.on_written is not None:  # the pod data plane acts on it at once
                 self.on_written(key)
             kind = event_type(change, str(current.get("phase") or ""))

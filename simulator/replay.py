@@ -142,7 +142,6 @@ class Replay:
         self._capped_runs: set[str] = set()
         self._settled_peak = self.ledger.power_w
         self._caps_at = -1  # the book's `changes` when caps were last chosen
-        self.scheduler = self.admissions.scheduler
         span = max((j.submit_s + j.duration_s for j in jobs), default=0.0) - self.engine.now
         self.tenants = (TenantLedger(config.queues, self.engine.now, sample_s=max(span / 500, 1.0))
                         if config.queues is not None else None)

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, assume, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
@@ -29,22 +30,27 @@ from ultraplane.simulator.replay import Replay, ReplayConfig
 from ultraplane.simulator.traces import TraceJob
 
 from tests.unit.adapter_drivers import (
+    RUNTIME_CONDITIONS,
     Action,
     Arrive,
     Delete,
     EmbeddedDriver,
     FailChip,
+    FailPod,
     OperatorDriver,
     Script,
     Seen,
     Wait,
     outcome,
+    pod_chips,
     project,
     replay_at,
 )
 from tests.unit.adapter_drivers import Job as DJob
 from tests.unit.operator_fakes import FakeKube, controller, settle
+from ultraplane.documents.conversions import InvalidJobError
 from ultraplane.hardware.topology import build_fleet
+from ultraplane.ids import job_key
 from ultraplane.resources import InferenceJobSpec, TrainingJobSpec
 
 # A decision as an adapter shows it: ("running", chips) | ("waiting", ()) | ("failed", ()).
@@ -290,6 +296,163 @@ def test_a_replica_on_a_failed_chip_moves_alone_in_operator_and_embedded_api(
     assert docs[2]["serve"]["reason"] == "ChipReplaced"
     assert decided[1]["wide"] == ("waiting", ()) and decided[3]["wide"][0] == "running"
     assert len(decided[3]["wide"][1]) == 108
+
+
+# -- pod failures: the failure policy of a chip's --------------------------------------------------
+#
+# The operator runs these jobs as pods (each has a pod template), and a pod fails as its watch
+# event says. The embedded API runs no pods: there the pod's chips are lost to the job for an
+# instant. To the core both are the job losing those chips (`Admissions.pods_failed`,
+# `chip_failed`), and one failure policy decides both: the same decisions, the same chips;
+# only the reasons name the trigger (PodFailed / ChipFailed).
+#
+# t=0    long (144) takes one UltraServer; a, b, c (32 each, one per failure policy) the other.
+# t=60   a pod of a (ReplaceAffected) fails: only its server's 4 chips move.
+# t=120  a pod of b (RestartAll) fails: b restarts whole, from its checkpoint.
+# t=180  a pod of c (Fail) fails: c fails.
+# t=240  d (32) arrives and is placed where c was.
+POD_FAILURES: Script = (
+    (0.0, Arrive((DJob("long", 144, pods=True),
+                  DJob("a", 32, policy="ReplaceAffected", pods=True),
+                  DJob("b", 32, policy="RestartAll", pods=True),
+                  DJob("c", 32, policy="Fail", pods=True)))),
+    (60.0, FailPod("a")),
+    (120.0, FailPod("b")),
+    (180.0, FailPod("c")),
+    (240.0, Arrive((DJob("d", 32, pods=True),))),
+)
+# Inference: serve (2 x 36) beside t (144); a pod of serve's second replica fails, and that
+# replica's chips on the pod's server move alone (an InferenceJob is always ReplaceAffected).
+REPLICA_POD: Script = (
+    (0.0, Arrive((DJob("t", 144, pods=True), DJob("serve", 36, replicas=2, pods=True)))),
+    (60.0, FailPod("serve", replica=1)),
+)
+TRIGGER_WORDS = {"PodFailed": "ChipFailed", "PodReplaced": "ChipReplaced"}
+
+
+def decided(status: dict[str, Any]) -> dict[str, Any]:
+    """A status as far as the core decided it, whichever adapter wrote it: `project` without
+    the runtime's words (the pod data plane's `PodsRunning`, the embedded runtime's messages)
+    and with a pod's trigger named as a chip's."""
+    doc = project(status)
+    doc.pop("message", None)
+    reason = doc.pop("reason", None)
+    if doc.get("phase") not in ("Admitted", "Running"):
+        doc["reason"] = TRIGGER_WORDS.get(reason, reason)
+    doc["conditions"] = [(type_, ok, TRIGGER_WORDS.get(why, why), since)
+                         for type_, ok, why, _, since in doc["conditions"]
+                         if type_ not in RUNTIME_CONDITIONS]
+    return doc
+
+
+def play_pods(script: Script, tmp_path: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Play `script` through the operator with its pod data plane and through the embedded API;
+    after every step they must have decided alike. Returns each step's statuses (operator,
+    embedded API)."""
+    op, api = OperatorDriver(pods=True), EmbeddedDriver(tmp_path)
+    steps_op: list[dict[str, Any]] = []
+    steps_api: list[dict[str, Any]] = []
+    try:
+        for t, action in script:
+            op.step(t, action)
+            api.step(t, action)
+            a, b = op.statuses(), api.statuses()
+            assert {n: outcome(s) for n, s in a.items()} == \
+                {n: outcome(s) for n, s in b.items()}, (t, action)
+            assert {n: decided(s) for n, s in a.items()} == \
+                {n: decided(s) for n, s in b.items()}, (t, action)
+            steps_op.append(a)
+            steps_api.append(b)
+    finally:
+        op.close()
+        api.close()
+    return steps_op, steps_api
+
+
+def _conditions(status: dict[str, Any]) -> set[tuple[str, str, str]]:
+    return {(c["type"], c["status"], c["reason"]) for c in status.get("conditions") or []}
+
+
+def test_a_failed_pod_is_decided_by_the_failure_policy_as_a_failed_chip_is(
+        tmp_path: Path) -> None:
+    ops, apis = play_pods(POD_FAILURES, tmp_path)
+    at_op = dict(zip([t for t, _ in POD_FAILURES], ops, strict=True))
+    at_api = dict(zip([t for t, _ in POD_FAILURES], apis, strict=True))
+    # ReplaceAffected: only the failed pod's chips moved; the job was never requeued
+    before, after = at_op[0.0]["a"], at_op[60.0]["a"]
+    gone = set(before["allocation"]["chips"]) - set(after["allocation"]["chips"])
+    assert sorted(gone) == pod_chips(before, 0) and len(gone) == 4
+    assert after["restarts"] == 1 and after["phase"] == "Running"
+    assert ("Admitted", "True", "PodReplaced") in _conditions(after)
+    assert ("Admitted", "True", "ChipReplaced") in _conditions(at_api[60.0]["a"])
+    # RestartAll: requeued whole and admitted again
+    assert at_op[120.0]["b"]["restarts"] == 1 and at_op[120.0]["b"]["attempt"] == 2
+    assert ("Preempted", "False", "PodFailed") in _conditions(at_op[120.0]["b"])
+    # Fail: the job fails, with the trigger's words and the policy's
+    failed_op, failed_api = at_op[180.0]["c"], at_api[180.0]["c"]
+    assert (failed_op["phase"], failed_op["reason"]) == ("Failed", "PodFailed")
+    assert (failed_api["phase"], failed_api["reason"]) == ("Failed", "ChipFailed")
+    assert "exit code 1" in failed_op["message"] and failed_op["message"].endswith("(Fail).")
+    assert failed_api["message"].endswith("(Fail).")
+    assert at_op[240.0]["d"]["phase"] == "Running"
+
+
+def test_a_failed_pod_of_a_replica_moves_that_replica_alone_in_operator_and_embedded_api(
+        tmp_path: Path) -> None:
+    ops, _ = play_pods(REPLICA_POD, tmp_path)
+    before, after = ops[0]["serve"]["allocation"], ops[1]["serve"]["allocation"]
+    assert after["replicas"][0] == before["replicas"][0]
+    moved = set(before["replicas"][1]["chips"]) - set(after["replicas"][1]["chips"])
+    assert sorted(moved) == pod_chips(ops[0]["serve"], 1)
+    assert ("Admitted", "True", "PodReplaced") in _conditions(ops[1]["serve"])
+
+
+# -- invalid specs ------------------------------------------------------------------------------
+#
+# A spec the core cannot read, past a schema that let it through (the operator reads objects an
+# older CRD admitted; `model_copy` skips the REST model's own check): the operator's object
+# exists, so it fails `InvalidSpec` with the core reader's sentence; the embedded API refuses it
+# at create with that same sentence and keeps nothing. Neither queues it or gives it a chip, and
+# the jobs around it are decided alike.
+INVALID = (DJob("zero", 8), DJob("noreplica", 36, replicas=2), DJob("unqueued", 8))
+BREAK = {"zero": {"chips": 0}, "noreplica": {"chipsPerReplica": 0}, "unqueued": {"queueName": ""}}
+FIELDS_OF = {"chipsPerReplica": "chips_per_replica", "queueName": "queue_name"}
+
+
+def test_an_invalid_spec_is_refused_alike_by_operator_and_embedded_api(tmp_path: Path) -> None:
+    op, api = OperatorDriver(), EmbeddedDriver(tmp_path)
+    try:
+        op.step(0.0, Arrive((DJob("first", 72),)))
+        api.step(0.0, Arrive((DJob("first", 72),)))
+        refused: dict[str, str] = {}
+        for job in INVALID:
+            spec = {**job.spec(), **BREAK[job.name]}
+            op.kube._add(job.plural, job.name, spec, {})
+            op.c.observe_job(op.kube.bump(op.kube.objects[job.plural][job.name]))
+            kind: JobKind = "TrainingJob" if job.replicas is None else "InferenceJob"
+            valid = (TrainingJobSpec if job.replicas is None else InferenceJobSpec
+                     ).model_validate(job.spec())
+            broken = valid.model_copy(update={FIELDS_OF.get(k, k): v
+                                              for k, v in BREAK[job.name].items()})
+            with pytest.raises(InvalidJobError) as refusal:
+                api.b.create_job(kind, "ns", job.name, broken, {})
+            refused[job.name] = str(refusal.value)
+        op.step(60.0, Arrive((DJob("after", 72),)))
+        api.step(60.0, Arrive((DJob("after", 72),)))
+        a, b = op.statuses(), api.statuses()
+        for job in INVALID:
+            status = a.pop(job.name)
+            assert (status["phase"], status["reason"]) == ("Failed", "InvalidSpec")
+            assert status["message"] == refused[job.name]
+            key = job_key("TrainingJob" if job.replicas is None else "InferenceJob", "ns",
+                          job.name)
+            assert "allocation" not in status and not op.c.admissions.is_waiting(key)
+            assert job.name not in b and not api.b.admissions.is_waiting(key)
+        assert {n: project(s) for n, s in a.items()} == {n: project(s) for n, s in b.items()}
+        assert outcome(a["after"])[0] == "running"
+    finally:
+        op.close()
+        api.close()
 
 
 # -- the same, on drawn scenarios ---------------------------------------------------------------

@@ -64,7 +64,7 @@ def test_the_operator_reads_servers_and_both_jobs() -> None:
         report = c.allocator.capacity()
         assert report.cluster.total == 72  # not 144: spec.servers counts
         assert report.cluster.allocated == 12
-        assert set(c.scheduler.running()) == {"tj/ns/same", "ij/ns/same"}
+        assert set(c.admissions.running()) == {"tj/ns/same", "ij/ns/same"}
         await c.views.flush()
         assert kube.us_status["us-a"]["capacity"]["chips"] == 72
 

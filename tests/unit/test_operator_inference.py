@@ -102,14 +102,14 @@ def test_a_training_and_an_inference_job_of_the_same_name_never_collide() -> Non
         train = set(kube.jobs["same"]["status"]["allocation"]["chips"])
         serve = set(kube.ijobs["same"]["status"]["allocation"]["chips"])
         assert len(train) == 40 and len(serve) == 32 and train.isdisjoint(serve)
-        assert set(c.scheduler.running()) == {"tj/ns/same", "ij/ns/same"}
+        assert set(c.admissions.running()) == {"tj/ns/same", "ij/ns/same"}
         assert kube.us_status["gen2-0000"]["allocated"]["chips"] == 72
         assert kube.us_status["gen2-0000"]["jobs"] == ["ij/ns/same", "tj/ns/same"]
         # Deleting the InferenceJob frees its chips only.
         gone = kube.ijobs.pop("same")
         c.observe_job(gone, deleted=True)
         await settle(c)
-        assert set(c.scheduler.running()) == {"tj/ns/same"}
+        assert set(c.admissions.running()) == {"tj/ns/same"}
         assert kube.us_status["gen2-0000"]["allocated"]["chips"] == 40
         assert kube.us_status["gen2-0000"]["jobs"] == ["tj/ns/same"]
         assert set(kube.jobs["same"]["status"]["allocation"]["chips"]) == train
@@ -216,7 +216,7 @@ def test_a_failed_chip_restarts_the_job_when_no_replacement_fits() -> None:
         assert status["phase"] == "Pending" and status["restarts"] == 1
         assert "allocation" not in status
         assert c.allocator.allocations() == {}
-        assert c.scheduler.is_queued(JobKey("ij/ns/serve"))
+        assert c.admissions.is_waiting(JobKey("ij/ns/serve"))
 
     run(scenario)
 
@@ -232,10 +232,10 @@ def test_restart_readopts_every_replica_and_requeues_a_partial_allocation() -> N
                                        for s in range(35, 36) for i in range(4)]}]})
         second = controller(kube, 2)
         await second.sync()
-        assert second.scheduler.is_running(JobKey("ij/ns/serve"))
-        assert [sorted(p.chip_ids) for p in second.scheduler.placements(
+        assert second.admissions.is_running(JobKey("ij/ns/serve"))
+        assert [sorted(p.chip_ids) for p in second.admissions.placements(
             JobKey("ij/ns/serve"))] == [sorted(x) for x in chips]
-        assert not second.scheduler.is_running(JobKey("ij/ns/half"))
+        assert not second.admissions.is_running(JobKey("ij/ns/half"))
         await settle(second)
         half = kube.ijobs["half"]["status"]
         assert ("half", "Pending") in kube.log  # the AllocationLost restart was written

@@ -47,8 +47,8 @@ def test_a_lease_gain_rebuilds_from_the_api_server_and_keeps_the_hooks() -> None
         await c.take_over()
         assert c.leader and not c.ready and c.cache is not old_cache and not c.bodies
         await c.sync()
-        assert c.ready and c.scheduler.is_running("tj/ns/b")
-        assert not c.scheduler.is_running("tj/ns/a")  # gone while we did not lead
+        assert c.ready and c.admissions.is_running("tj/ns/b")
+        assert not c.admissions.is_running("tj/ns/a")  # gone while we did not lead
         assert c.wake is wake and c.api is api and c.launches is gate
         c.observe_job(kube.add_job("d", 72))
         await settle(c)

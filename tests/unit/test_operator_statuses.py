@@ -8,8 +8,8 @@ import pytest
 from ultraplane.operator import statuses
 from ultraplane.operator.inventory import Inventory, ultraserver_from_body
 from ultraplane.operator.jobviews import view_job
-from ultraplane.operator.transitions import moved
 
+from ultraplane.documents.jobstatuses import moved
 from ultraplane.hardware.topology import build_fleet
 from ultraplane.ids import JobKey
 from ultraplane.placement.allocator import Allocator, Placement, PlacementRequest

@@ -10,10 +10,10 @@ from typing import Any
 
 from ultraplane.operator.controllers import Controller
 from ultraplane.operator.eventbudgets import EventDigests, TokenBucket
-from ultraplane.operator.transitions import Transition
 
 from tests.unit.operator_fakes import FakeKube, controller, settle, stopped, until
 from ultraplane.ids import JobKey
+from ultraplane.scheduling.decisions import Pending
 
 
 def test_an_admission_is_one_status_write_and_no_finalizer() -> None:
@@ -38,12 +38,12 @@ def test_a_deletion_missed_by_the_watch_frees_the_chips_at_resync() -> None:
         kube.add_job("gone", 144)
         await c.sync()
         await settle(c)
-        assert c.scheduler.is_running("tj/ns/gone")
+        assert c.admissions.is_running("tj/ns/gone")
         del kube.jobs["gone"]  # deleted while the watch was down: no DELETED event
         await settle(c)
-        assert c.scheduler.is_running("tj/ns/gone")  # nothing told us yet
+        assert c.admissions.is_running("tj/ns/gone")  # nothing told us yet
         await c.resync()
-        assert not c.scheduler.is_running("tj/ns/gone")
+        assert not c.admissions.is_running("tj/ns/gone")
         c.observe_job(kube.add_job("next", 144))
         await settle(c)
         assert kube.jobs["next"]["status"]["phase"] == "Admitted"
@@ -64,7 +64,7 @@ def test_resync_keeps_a_job_recreated_under_the_same_name() -> None:
         c.observe_job(kube.bump(body), deleted=False)
         await settle(c)
         await c.resync()
-        assert c.scheduler.is_running("tj/ns/same")
+        assert c.admissions.is_running("tj/ns/same")
 
     asyncio.run(scenario())
 
@@ -82,7 +82,7 @@ def test_a_deleting_job_with_an_earlier_versions_finalizer_is_let_go() -> None:
         c.observe_job(kube.bump(obj))
         await settle(c)
         assert kube.jobs["old"]["metadata"]["finalizers"] == []
-        assert not c.scheduler.is_running("tj/ns/old") and body
+        assert not c.admissions.is_running("tj/ns/old") and body
 
     asyncio.run(scenario())
 
@@ -178,11 +178,11 @@ def test_positions_go_head_first_and_a_newer_one_replaces_the_one_still_queued()
         c = await waiting_behind_big(kube, 10, position_width=1)  # positions 1..10 written
         kube.log.clear()
         for i in range(10):  # what a cycle queues; the writer has not run yet
-            c.outbox.put(JobKey(f"tj/ns/w{i}"), Transition("pending", "NoCapacity", "again",
-                                                           position=i + 1))
+            c.outbox.put(JobKey(f"tj/ns/w{i}"), Pending(JobKey(f"tj/ns/w{i}"), "NoCapacity",
+                                                        "again", i + 1))
         c.writers.start_positions()
-        c.outbox.put(JobKey("tj/ns/w9"), Transition("pending", "NoCapacity", "moved up",
-                                                     position=1))
+        c.outbox.put(JobKey("tj/ns/w9"), Pending(JobKey("tj/ns/w9"), "NoCapacity", "moved up",
+                                                  1))
         c.writers.start_positions()
         await c.positions_written()
         assert [name for name, _ in kube.log] == ["w0", "w9"] + [f"w{i}" for i in range(1, 9)]
@@ -230,14 +230,14 @@ def test_the_echo_of_a_position_write_leaves_the_next_cycle_carrying_the_queue()
         kube = FakeKube()
         c = await waiting_behind_big(kube, 20)
         carried: list[int | None] = []
-        cycle = c.scheduler.cycle
+        cycle = c.admissions.scheduler.cycle
 
         def spy(now: float | None = None, launch_budget: int | None = None) -> Any:
             result = cycle(now, launch_budget)
             carried.append(result.carried)
             return result
 
-        c.scheduler.cycle = spy  # type: ignore[method-assign]
+        c.admissions.scheduler.cycle = spy  # type: ignore[method-assign]
         for i in range(20):
             c.observe_job(copy.deepcopy(kube.jobs[f"w{i}"]))
         await c.run_cycle()
@@ -284,10 +284,10 @@ def test_a_slow_resync_list_does_not_hold_back_admissions() -> None:
         c.observe_job(kube.add_job("fresh", 8))
         await until("fresh admitted while the list is held", lambda: (
             kube.jobs["fresh"].get("status") or {}).get("phase") == "Admitted")
-        assert c.scheduler.is_running("tj/ns/gone")  # the resync has not answered yet
+        assert c.admissions.is_running("tj/ns/gone")  # the resync has not answered yet
         kube.go.set()
         await until("the resync to free the deleted job's chips",
-                    lambda: not c.scheduler.is_running("tj/ns/gone"))
+                    lambda: not c.admissions.is_running("tj/ns/gone"))
         await stopped(loop)
 
     asyncio.run(scenario())

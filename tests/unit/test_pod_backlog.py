@@ -8,10 +8,11 @@ import asyncio
 
 from ultraplane.operator.controllers import Controller
 from ultraplane.operator.pods import RATE_WINDOW, JobPods, PodInfo, PodPlane
-from ultraplane.operator.transitions import Transition
+from ultraplane.operator.statuses import Write
 
 from tests.unit.operator_fakes import FakeKube, Gate, controller, stopped, until
 from ultraplane.ids import JobKey, ServerId
+from ultraplane.scheduling.decisions import Failed
 
 
 def test_held_while_the_queued_creates_outlast_the_horizon_at_the_answer_rate() -> None:
@@ -66,7 +67,7 @@ def test_admissions_wait_for_the_backlog_then_go() -> None:
         kube.add_job("a", 8)
         loop = await running(c)
         await until("a held cycle", lambda: c.loop.held_seconds >= 0.4)
-        assert phase(kube, "a") != "Admitted" and c.scheduler.is_queued("tj/ns/a")
+        assert phase(kube, "a") != "Admitted" and c.admissions.is_waiting("tj/ns/a")
         gate.why = None  # the backlog drained
         await until("a admitted", lambda: phase(kube, "a") == "Admitted")
         await stopped(loop)
@@ -84,7 +85,8 @@ def test_an_eviction_is_never_held() -> None:
         kube.add_job("b", 8)
         c.observe_job(kube.jobs["b"])
         c.launches = Gate(why="300 pod creates queued")
-        c.outbox.put(JobKey("tj/ns/a"), Transition("fail", "PodFailed", "pod llama-0 failed (Fail)."))
+        c.outbox.put(JobKey("tj/ns/a"), Failed(JobKey("tj/ns/a"), "PodFailed",
+                                               "pod llama-0 failed (Fail)."))
         c.wake.set()
         await until("a failed", lambda: phase(kube, "a") == "Failed")
         await stopped(loop)
@@ -107,7 +109,7 @@ def test_pods_owed_are_let_go_when_the_job_will_not_launch_them_now() -> None:
         await c.run_cycle()  # decided: the scheduler runs it while its write is on its way
         plane.owe(JobKey("tj/ns/a"), 2)
         plane.jobs[JobKey("tj/ns/a")] = JobPods()
-        assert c.scheduler.is_running(JobKey("tj/ns/a"))
+        assert c.admissions.is_running(JobKey("tj/ns/a"))
         await plane.reconcile(JobKey("tj/ns/a"))  # no template: nothing to launch, but running
         assert JobKey("tj/ns/a") in plane.owed  # kept until its creates are queued (or 10 s)
 
@@ -134,9 +136,9 @@ def test_a_succeeded_jobs_running_pods_stop_while_its_status_write_is_on_its_way
         landed = asyncio.Event()
         written: list[str] = []
 
-        async def slow_write(k: JobKey, change: Transition) -> bool:
+        async def slow_write(k: JobKey, change: Write) -> bool:
             await landed.wait()  # the API server is slow to answer the Succeeded write
-            written.append(change.kind)
+            written.append(type(change).__name__ + getattr(change, "phase", ""))
             return True
 
         c.write = slow_write  # type: ignore[method-assign]
@@ -145,7 +147,7 @@ def test_a_succeeded_jobs_running_pods_stop_while_its_status_write_is_on_its_way
             state.pods[f"a-{rank}"] = PodInfo(
                 name=f"a-{rank}", namespace="ns", uid="u", attempt=0, group=0, rank=rank,
                 server=ServerId(f"us/s{rank:02d}"), chips=(), phase=phase)
-        hand_on = asyncio.create_task(plane._hand_on(key, state, "succeed", "PodsSucceeded",
+        hand_on = asyncio.create_task(plane._hand_on(key, state, "Succeeded", "PodsSucceeded",
                                                      "Pods: rank 0 succeeded.", release=True))
         await until("the running pods deleted", lambda: len(pods.deleted) == 2)
         assert not written and not hand_on.done()  # before the write landed
@@ -153,6 +155,6 @@ def test_a_succeeded_jobs_running_pods_stop_while_its_status_write_is_on_its_way
         assert sorted(pods.deleted) == [("a-1", None), ("a-2", None)]
         landed.set()
         await hand_on
-        assert written == ["succeed"]
+        assert written == ["PodsSaidSucceeded"]
 
     asyncio.run(scenario())

@@ -240,7 +240,7 @@ from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from ultraplane.placement.preemption import PreemptionPlan, plan_preemption  # noqa: E402
-from ultraplane.scheduling.admissions import Decisions  # noqa: E402
+from ultraplane.scheduling.decisions import Decisions  # noqa: E402
 
 SIZES = (4, 36, 72, 100, 144, 144, 288)
 NAMES = ("A", "B", "C")

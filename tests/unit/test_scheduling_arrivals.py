@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 from ultraplane.hardware.topology import build_fleet
 from ultraplane.ids import ChipId, JobKey
 from ultraplane.placement.allocator import Allocator, PlacementRequest
-from ultraplane.scheduling.admissions import Admissions, Decisions, Pending
+from ultraplane.scheduling.admissions import Admissions, Pending
+from ultraplane.scheduling.decisions import Decisions
 from ultraplane.scheduling.scheduler import Scheduler
 from ultraplane.workloads import QueuedJob
 

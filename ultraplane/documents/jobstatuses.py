@@ -18,26 +18,32 @@ applies it too (`apply`).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Literal
 
 from ultraplane.placement.allocator import Placement
 from ultraplane.resources.inferencejobs import InferenceJobStatus
 from ultraplane.resources.trainingjobs import TrainingJobStatus
 from ultraplane.scheduling.decisions import (
     Admitted,
+    Evicted,
     Failed,
     Finished,
     Pending,
     Preempted,
     Replaced,
+    Requeued,
     Restarted,
     preempted_message,
 )
 
 __all__ = [
     "RESERVED_MARK",
+    "PendingSaid",
+    "Rewrite",
     "Status",
+    "StatusDecision",
     "admitted",
     "admitted_replicas",
     "allocation",
@@ -50,6 +56,8 @@ __all__ = [
     "moved",
     "pending",
     "pending_changed",
+    "pending_rewrite",
+    "pending_said",
     "power_cap",
     "preempted",
     "preempted_message",
@@ -65,7 +73,8 @@ __all__ = [
 ]
 
 Status = dict[str, Any]
-StatusDecision = Admitted | Replaced | Pending | Preempted | Restarted | Failed | Finished
+StatusDecision = (Admitted | Replaced | Pending | Preempted | Evicted | Restarted | Requeued
+                  | Failed | Finished)
 
 
 def stamp(now: datetime) -> str:
@@ -318,8 +327,12 @@ def _status_of(current: Mapping[str, Any], decision: StatusDecision, now: dateti
         return pending(current, decision.reason, decision.message, decision.position, now)
     if isinstance(decision, Preempted):
         return preempted(current, "Preempted", decision.message, now)
+    if isinstance(decision, Evicted):
+        return preempted(current, decision.reason, decision.message, now)
     if isinstance(decision, Restarted):
         return preempted(current, decision.reason, decision.message, now, restart=True)
+    if isinstance(decision, Requeued):  # its persisted chips are gone: it resumes elsewhere
+        return preempted(current, "AllocationLost", decision.message, now, restart=True)
     if isinstance(decision, Failed):
         return failed(current, decision.reason, decision.message, now)
     return finished(current, decision.phase)  # the runtime's message (its write) is kept
@@ -346,16 +359,52 @@ def moved(old: int | None, new: int) -> bool:
     return abs(new - old) >= max(10, old // 10)
 
 
+@dataclass(frozen=True, slots=True)
+class PendingSaid:
+    """What a waiting job's written status says, as far as rewriting it goes: its reason, its
+    queue position and the reservation its message names (`reservation_said`)."""
+
+    reason: str
+    position: int | None
+    reservation: str | None
+
+    @classmethod
+    def of(cls, reason: str, position: object, message: str) -> PendingSaid:
+        return cls(reason, position if isinstance(position, int) else None,
+                   reservation_said(message))
+
+
+def pending_said(status: Mapping[str, Any]) -> PendingSaid | None:
+    """What `status` says of a waiting job (None when it says another phase)."""
+    if status.get("phase") != "Pending":
+        return None
+    return PendingSaid.of(str(status.get("reason") or ""), status.get("queuePosition"),
+                          str(status.get("message") or ""))
+
+
+# "now": the written status is wrong; "position": only its queue position moved (`moved`).
+Rewrite = Literal["now", "position"]
+
+
+def pending_rewrite(said: PendingSaid | None, waiting: Pending) -> Rewrite | None:
+    """The one rule for rewriting a waiting job's status (the operator's and the embedded
+    API's), from what it says now (`said`; None when it says another phase, or nothing).
+
+    "now" when it says another phase or reason, or names another reservation; a message that
+    differs only in its predicted start does not count (it moves with the clock, and would
+    rewrite the job every cycle). "position" when only its queue position moved enough
+    (`moved`): an adapter writes those at once, or on its next round of positions (a deep
+    queue's positions are thousands of writes). None when the written status stands."""
+    if said is None or said.reason != waiting.reason or (
+            said.reservation != reservation_said(waiting.message)):
+        return "now"
+    return "position" if moved(said.position, waiting.position) else None
+
+
 def pending_changed(current: Mapping[str, Any], waiting: Pending) -> bool:
-    """Whether a waiting job's written status is worth rewriting for `waiting`: it says
-    another phase or reason, its position moved (`moved`), or the reservation it names
-    changed. A message that differs only in its predicted start is not rewritten."""
-    if current.get("phase") != "Pending" or current.get("reason") != waiting.reason:
-        return True
-    if reservation_said(str(current.get("message") or "")) != reservation_said(waiting.message):
-        return True
-    position = current.get("queuePosition")
-    return moved(position if isinstance(position, int) else None, waiting.position)
+    """Whether a waiting job's written status `current` is worth rewriting for `waiting`, a
+    moved position included (`pending_rewrite`)."""
+    return pending_rewrite(pending_said(current), waiting) is not None
 
 
 def apply(current: Mapping[str, Any], patch: Mapping[str, Any]) -> Status:

@@ -19,27 +19,32 @@ The rules, all here:
 - The backfill reservation, if any, is `Decisions.reservation`.
 - After a restart, `readopt` puts a job back on its persisted chips, all replicas or none; when
   that is impossible the job is queued again and the caller is told why (`Requeued`).
-- A failed chip under a job (`chip_failed`): its failure policy is applied here and nowhere
-  else. `Fail` fails it; `ReplaceAffected` (always an InferenceJob's, per replica) swaps the
-  lost chips in place, or places the affected gang afresh when it needs whole servers or is one
-  replica of several, and restarts the job only when no replacement fits; `RestartAll`
-  requeues it whole.
+- A failed chip (`chip_failed`) or failed pods (`pods_failed`) under a job: its failure policy
+  is applied here and nowhere else (`ultraplane.scheduling.failures`). `Fail` fails it;
+  `ReplaceAffected` (always an InferenceJob's, per replica) swaps the lost chips in place, or
+  places the affected gang afresh when it needs whole servers or is one replica of several,
+  and restarts the job only when no replacement fits; `RestartAll` requeues it whole.
+- What an adapter sees but cannot judge is a trigger too: a spec that cannot be read
+  (`invalid`: it fails `InvalidSpec`), pods that cannot be made (`launch_failed`), an
+  UltraServer drained from under a job (`drained`), an admission whose write did not land
+  (`unwritten`: it waits again). No adapter changes the Scheduler itself.
 - The clock is required by `cycle`: no adapter can run without the predictions.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
 
 from ultraplane.ids import ChipId, JobKey
-from ultraplane.placement.allocator import AllocationConflict, Allocator, NoFit, Placement
+from ultraplane.placement.allocator import AllocationConflict, Allocator, Placement
 from ultraplane.policies.powerbook import PowerBook
 from ultraplane.policies.quotas import QuotaBook
 from ultraplane.scheduling.decisions import (
     Admitted,
     Decision,
+    Decisions,
     Deleted,
+    Evicted,
     Failed,
     Finished,
     Observed,
@@ -52,16 +57,18 @@ from ultraplane.scheduling.decisions import (
     Restarted,
     preempted_message,
 )
+from ultraplane.scheduling.failures import CHIP, POD, apply_policy, replace
 from ultraplane.scheduling.queueorder import TARGET_START, QueueOrder
 from ultraplane.scheduling.scheduler import Scheduler
 from ultraplane.workloads import QueuedJob
 
 __all__ = [
+    "PINNED",
     "Admissions",
     "Admitted",
     "Decision",
-    "Decisions",
     "Deleted",
+    "Evicted",
     "Failed",
     "Finished",
     "Observed",
@@ -74,33 +81,7 @@ __all__ = [
     "Restarted",
 ]
 
-
-@dataclass
-class Decisions:
-    """What one cycle decided, each list in queue order; iterate for the persist order
-    (preempted, failed, admitted, pending)."""
-
-    preempted: list[Preempted] = field(default_factory=list)
-    failed: list[Failed] = field(default_factory=list)
-    admitted: list[Admitted] = field(default_factory=list)
-    pending: list[Pending] = field(default_factory=list)
-    # The `pending` entries that are new or differ from the last cycle's (an adapter that
-    # writes only what changed iterates these; the rest are the very same objects as before).
-    fresh: list[Pending] = field(default_factory=list)
-    reservation: Reserved | None = None
-    deferred: list[JobKey] = field(default_factory=list)  # not tried: the launch budget was spent
-
-    def __iter__(self) -> Iterator[Admitted | Preempted | Pending | Failed]:
-        yield from self.preempted
-        yield from self.failed
-        yield from self.admitted
-        yield from self.pending
-
-    def held_for(self) -> dict[str, JobKey]:
-        """UltraServer -> the job it is reserved for (empty without a reservation)."""
-        if self.reservation is None:
-            return {}
-        return dict.fromkeys(self.reservation.ultraservers, self.reservation.key)
+PINNED = 10**9  # the priority of chips held outside any job (`Admissions.hold`): never outranked
 
 
 class Admissions:
@@ -149,28 +130,58 @@ class Admissions:
         """Trigger: the job was deleted; out of the queue, its chips released."""
         return Deleted(key, self.scheduler.cancel(key))
 
+    def invalid(self, key: JobKey, error: str | None) -> Failed:
+        """Trigger: the job's spec cannot be read (`error`: the reader's sentence naming the
+        field, `ultraplane.documents.jobspecs`). It cannot wait for anything: it leaves the
+        queue and fails `InvalidSpec`."""
+        self.scheduler.cancel(key)
+        return Failed(key, "InvalidSpec", error or "invalid spec")
+
     def chip_failed(self, key: JobKey, lost: Mapping[JobKey, Sequence[ChipId]],
                     policy: str) -> Replaced | Restarted | Failed:
         """Trigger: chips `lost` (allocator key -> chips) failed under the running job `key`.
-
-        The failure policy is applied here, once, for every adapter: `Fail` ends the job;
-        `ReplaceAffected` moves only the affected gang (each affected replica of an
-        InferenceJob, whose policy it always is) and restarts the job whole only when no
-        replacement fits; `RestartAll` (and anything else) requeues the job whole, to resume
-        from its checkpoint. The message is the same sentence in every adapter."""
+        Its failure policy decides (`ultraplane.scheduling.failures`); the message is the same
+        sentence in every adapter."""
         chips = [c for part in lost.values() for c in part]
         message = f"Chip(s) {', '.join(chips)} failed under the job ({policy})."
-        if policy == "Fail":
-            self.scheduler.cancel(key)
-            return Failed(key, "ChipFailed", message)
-        if policy == "ReplaceAffected":
-            replaced = self.replace(key, lost)
-            if isinstance(replaced, Admitted):
-                return Replaced(key, replaced.placements, replaced.replicated, "ChipReplaced",
-                                message, tuple(chips))
-            message += f" No replacement: {replaced}"
+        return apply_policy(self.scheduler, self.allocator, key, lost, policy, message, CHIP)
+
+    def pods_failed(self, key: JobKey, lost: Mapping[JobKey, Sequence[ChipId]], policy: str,
+                    message: str) -> Replaced | Restarted | Failed:
+        """Trigger: pods of the job `key` failed (`message`: what they said); `lost` are the
+        chips of their servers (allocator key -> chips), which `ReplaceAffected` moves off.
+        Its failure policy decides, as for a failed chip; a job that holds no chips any more
+        (evicted meanwhile) restarts."""
+        text = f"{message} ({policy})."
+        if policy == "ReplaceAffected" and not self.scheduler.is_running(key):
+            policy = "RestartAll"  # nothing left to replace (the sentence names the job's own)
+        return apply_policy(self.scheduler, self.allocator, key, lost, policy, text, POD)
+
+    def launch_failed(self, key: JobKey, reason: str, message: str) -> Failed:
+        """Trigger: the job's pods cannot be made at all (`reason`: no Node for one of its
+        servers, its Service or a pod refused by the API server). Retrying would fail alike,
+        whatever its failure policy: the job fails and its chips are free."""
+        self.scheduler.cancel(key)
+        return Failed(key, reason, message)
+
+    def drained(self, key: JobKey, ultraserver: str, *, deleted: bool) -> Restarted | Evicted:
+        """Trigger: an UltraServer under the running job `key` was deleted (`deleted`) or
+        cordoned, with the drain policy that moves its jobs. The job waits again with its
+        rank: after a deletion it restarts (a restart counts), after a cordon it is evicted as
+        a preempted job is."""
         self.scheduler.requeue(key)
-        return Restarted(key, "ChipFailed", message)
+        if deleted:
+            return Restarted(key, "Drained", f"UltraServer {ultraserver} was deleted.")
+        return Evicted(key, "Drained", f"UltraServer {ultraserver} was cordoned.")
+
+    def unwritten(self, key: JobKey) -> bool:
+        """Trigger: the admission of `key` could not be persisted (its status write failed or
+        no longer applied). Its chips are free again and it waits with its rank, to be decided
+        anew; nothing is written. True when it held chips."""
+        if not self.scheduler.is_running(key):
+            return False
+        self.scheduler.requeue(key)
+        return True
 
     def withdraw(self, key: JobKey) -> frozenset[ChipId]:
         """The job finished, failed or was deleted: forget it; returns the chips released."""
@@ -201,30 +212,16 @@ class Admissions:
             return Requeued(job.key, str(exc))
         return Readopted(job.key, self.scheduler.placements(job.key))
 
-    def replace(self, key: JobKey, lost: Mapping[JobKey, Sequence[ChipId]]) -> Admitted | str:
-        """Replace the failed chips `lost` (allocator key -> chips) of a running job in place.
+    def hold(self, key: JobKey, chips: Sequence[ChipId]) -> Readopted:
+        """Chips held outside any job (a preset fleet's, after a restart): taken for good under
+        `key`, never preempted and never offered to a job."""
+        self.scheduler.restore(key, chips, priority=PINNED, preemptible=False)
+        return Readopted(key, self.scheduler.placements(key))
 
-        A gang keeps its placement with the lost chips swapped, unless it needs whole servers
-        (a swapped chip could land on another job's server) or is one replica of several:
-        then that gang is placed afresh. Returns the job's new placements, or why not (the
-        caller restarts it then)."""
-        job = self.scheduler.running().get(key)
-        if job is None:
-            return f"job {key} holds no chips"
-        for part, chips in lost.items():
-            why = ""
-            if not job.request.whole_servers:
-                swapped = self.allocator.replace(part, chips)
-                if isinstance(swapped, Placement):
-                    continue
-                if job.replicas is None:
-                    return swapped.message
-                why = f"{swapped.message}; "
-            self.allocator.release(part)
-            fresh = self.allocator.allocate(part, job.request)
-            if isinstance(fresh, NoFit):
-                return why + fresh.message
-        return Admitted(key, self.scheduler.placements(key), job.replicas is not None)
+    def replace(self, key: JobKey, lost: Mapping[JobKey, Sequence[ChipId]]) -> Admitted | str:
+        """Replace the chips `lost` (allocator key -> chips) of a running job in place
+        (`ultraplane.scheduling.failures.replace`): its new placements, or why not."""
+        return replace(self.scheduler, self.allocator, key, lost)
 
     # -- the cycle ---------------------------------------------------------------------
     def expect_end(self, key: JobKey, end: float | None) -> None:
@@ -314,6 +311,13 @@ class Admissions:
 
     def running(self) -> Mapping[JobKey, QueuedJob]:
         return self.scheduler.running()
+
+    def waiting(self) -> list[QueuedJob]:
+        """The jobs in the queue, in queue order."""
+        return self.scheduler.queued()
+
+    def waiting_count(self) -> int:
+        return self.scheduler.queued_count()
 
     def is_waiting(self, key: JobKey) -> bool:
         return self.scheduler.is_queued(key)

@@ -6,22 +6,29 @@ operator, the embedded REST backend and the trace replay persist. When each adap
 those consequences itself the copies drifted (one restarted a `ReplaceAffected` job whole).
 `ultraplane.scheduling.admissions.Admissions` answers each trigger with these values; an adapter persists
 them (a status document through `ultraplane.documents.jobstatuses`, a row, an event on its heap) and
-never re-interprets them.
+never re-interprets them. A cycle's decisions come together as one `Decisions`, in the order
+they are persisted.
 
-    trigger (adapter)         Admissions method      decisions
-    ------------------------  ---------------------  -----------------------------------------
-    scheduling cycle          cycle(now)             Decisions: Preempted, Failed, Admitted,
-                                                     Pending, Reserved
-    job observed              observe(job)           Observed
-    chip failed under a job   chip_failed(...)       Replaced | Restarted | Failed
-    job finished              finished(key, phase)   Finished
-    job deleted               deleted(key)           Deleted
-    restart of the adapter    readopt(job, chips)    Readopted | Requeued
+    trigger (adapter)           Admissions method          decisions
+    --------------------------  -------------------------  ---------------------------------------
+    scheduling cycle            cycle(now)                 Decisions: Preempted, Failed, Admitted,
+                                                           Pending, Reserved
+    job observed                observe(job)               Observed
+    spec cannot be read         invalid(key, error)        Failed (InvalidSpec)
+    chip failed under a job     chip_failed(...)           Replaced | Restarted | Failed
+    pods of a job failed        pods_failed(...)           Replaced | Restarted | Failed
+    pods cannot be made         launch_failed(...)         Failed
+    UltraServer drained         drained(key, name, ...)    Restarted | Evicted
+    job finished                finished(key, phase)       Finished
+    job deleted                 deleted(key)               Deleted
+    admission not persisted     unwritten(key)             (nothing to write; it waits again)
+    restart of the adapter      readopt(job, chips)        Readopted | Requeued
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 
 from ultraplane.ids import ChipId, JobKey
 from ultraplane.placement.allocator import Placement
@@ -29,7 +36,9 @@ from ultraplane.placement.allocator import Placement
 __all__ = [
     "Admitted",
     "Decision",
+    "Decisions",
     "Deleted",
+    "Evicted",
     "Failed",
     "Finished",
     "Observed",
@@ -88,7 +97,19 @@ class Pending:
 
 @dataclass(frozen=True, slots=True)
 class Failed:
-    """`key` left the queue for good (`reason` `Unsatisfiable`: it can never fit the fleet)."""
+    """`key` left the queue for good (`reason` `Unsatisfiable`: it can never fit the fleet;
+    `InvalidSpec`; `ChipFailed` or `PodFailed` under the `Fail` policy; a launch refused)."""
+
+    key: JobKey
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Evicted:
+    """`key` lost its chips to the fleet, not to another job (its UltraServer or server was
+    cordoned under the `Requeue` drain policy), and waits again with its rank; it is written
+    as a preemption is (phase `Preempted`, a preemption counts), `reason` says why."""
 
     key: JobKey
     reason: str
@@ -116,7 +137,8 @@ class Readopted:
 
 @dataclass(frozen=True, slots=True)
 class Requeued:
-    """`key`'s persisted chips could not be re-adopted (`message` says why); it waits again."""
+    """`key`'s persisted chips could not be re-adopted (`message` says why); it waits again,
+    written as a restart (`AllocationLost`: it resumes from its checkpoint)."""
 
     key: JobKey
     message: str
@@ -177,5 +199,33 @@ class Deleted:
     released: frozenset[ChipId]
 
 
-Decision = (Admitted | Preempted | Pending | Failed | Replaced | Restarted | Finished | Deleted
-            | Observed | Readopted | Requeued)
+Decision = (Admitted | Preempted | Evicted | Pending | Failed | Replaced | Restarted | Finished
+            | Deleted | Observed | Readopted | Requeued)
+
+
+@dataclass
+class Decisions:
+    """What one cycle decided, each list in queue order; iterate for the persist order
+    (preempted, failed, admitted, pending)."""
+
+    preempted: list[Preempted] = field(default_factory=list)
+    failed: list[Failed] = field(default_factory=list)
+    admitted: list[Admitted] = field(default_factory=list)
+    pending: list[Pending] = field(default_factory=list)
+    # The `pending` entries that are new or differ from the last cycle's (an adapter that
+    # writes only what changed iterates these; the rest are the very same objects as before).
+    fresh: list[Pending] = field(default_factory=list)
+    reservation: Reserved | None = None
+    deferred: list[JobKey] = field(default_factory=list)  # not tried: the launch budget was spent
+
+    def __iter__(self) -> Iterator[Admitted | Preempted | Pending | Failed]:
+        yield from self.preempted
+        yield from self.failed
+        yield from self.admitted
+        yield from self.pending
+
+    def held_for(self) -> dict[str, JobKey]:
+        """UltraServer -> the job it is reserved for (empty without a reservation)."""
+        if self.reservation is None:
+            return {}
+        return dict.fromkeys(self.reservation.ultraservers, self.reservation.key)
