@@ -92,17 +92,18 @@ class ServingFigures(BaseModel):
     profile without a `serving` block still serves."""
 
     model_config = _FROZEN
-    prefill_mfu: float = Field(0.5, gt=0, le=1)  # share of dense peak FLOPs a prefill chunk gets
-    decode_mfu: float = Field(0.5, gt=0, le=1)  # the same for decode tokens' matmuls
-    hbm_efficiency: float = Field(0.8, gt=0, le=1)  # share of HBM bandwidth a step streams at
-    memory_bound_activity: float = Field(0.6, ge=0, le=1)  # power activity while streaming HBM
-    step_overhead_ms: float = Field(2.0, ge=0)  # fixed cost of one engine iteration
-    chunk_tokens: int = Field(2048, gt=0)  # token budget of one iteration (chunked prefill)
-    max_sequences: int = Field(256, gt=0)  # sequences an engine runs at once
-    memory_utilization: float = Field(0.9, gt=0, le=1)  # share of HBM for weights + KV cache
-    kv_bytes_per_value: float = Field(2.0, gt=0)  # bytes of one cached K or V element
-    weight_load_gbytes_per_s: float = Field(5.0, gt=0)  # storage -> HBM, per replica
-    startup_overhead_s: float = Field(60.0, ge=0)  # pod start, runtime, graphs, warm-up
+    # shares of dense peak FLOPs a prefill chunk's and decode tokens' matmuls get
+    prefill_mfu: float = Field(default=0.5, gt=0, le=1)
+    decode_mfu: float = Field(default=0.5, gt=0, le=1)
+    hbm_efficiency: float = Field(default=0.8, gt=0, le=1)  # share of HBM bandwidth streamed
+    memory_bound_activity: float = Field(default=0.6, ge=0, le=1)  # power while streaming HBM
+    step_overhead_ms: float = Field(default=2.0, ge=0)  # fixed cost of one engine iteration
+    chunk_tokens: int = Field(default=2048, gt=0)  # token budget of one iteration
+    max_sequences: int = Field(default=256, gt=0)  # sequences an engine runs at once
+    memory_utilization: float = Field(default=0.9, gt=0, le=1)  # HBM for weights + KV cache
+    kv_bytes_per_value: float = Field(default=2.0, gt=0)  # one cached K or V element
+    weight_load_gbytes_per_s: float = Field(default=5.0, gt=0)  # storage -> HBM, per replica
+    startup_overhead_s: float = Field(default=60.0, ge=0)  # pod, runtime, graphs, warm-up
 
 
 class Profile(BaseModel):
@@ -122,7 +123,7 @@ class Profile(BaseModel):
     bandwidth_gbps: dict[str, float]
     # EFA per UltraServer, in gigabits per second (AWS quotes it that way).
     efa_gbps: float
-    serving: ServingFigures = Field(default_factory=ServingFigures)
+    serving: ServingFigures = ServingFigures()
     figures: dict[str, Figure] = Field(default_factory=dict, repr=False)
 
     @property
