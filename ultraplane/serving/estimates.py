@@ -143,13 +143,18 @@ def estimate(replica: Replica, mix: TokenMix | Sequence[TokenMix], load: Load,
     mean_steps = (w * steps).sum(axis=1)
     context = mean_p + (w * steps * out).sum(axis=1) / 2.0 / np.maximum(mean_steps, 1e-12)
     room = np.minimum(f.max_sequences, replica.kv_capacity_tokens / (w * (p + out)).sum(axis=1))
-    d = np.zeros_like(lam)
-    for _ in range(3):  # decode batch <-> step times: a few rounds of Little's law
+    n = lam.size
+    zero = np.zeros(n)
+    d = zero
+    for _ in range(2):  # decode batch <-> step times: Little's law, once refined
         chunk = np.maximum(f.chunk_tokens - d, 1.0)
         one = np.maximum(d, 1.0)
-        tf, wf = replica.steps(chunk, chunk * attended, d, d * context, cap)
-        t0, _ = replica.steps(chunk, 0.0 * chunk, d, d * context, cap)
-        td, wd = replica.steps(0.0 * d, 0.0 * d, one, one * context, cap)
+        # a full step, the same without attention, and a decode-only step, priced at once
+        seconds, watts = replica.steps(
+            np.concatenate([chunk, chunk, zero]), np.concatenate([chunk * attended, zero, zero]),
+            np.concatenate([d, d, one]), np.concatenate([d, d, one]) * np.tile(context, 3), cap)
+        tf, t0, td = seconds[:n], seconds[n:2 * n], seconds[2 * n:]
+        wf, wd = watts[:n], watts[2 * n:]
         tlin, tatt = t0 / chunk, (tf - t0) / (chunk * attended)
         busy = np.minimum(lam * (tlin * mean_p + tatt * mean_p2 / 2.0), 1.0)
         d = lam * mean_steps / (busy / tf + (1.0 - busy) / td)

@@ -99,13 +99,8 @@ class Replica:
         compute, memory = self._demand(prefill_tokens, prefill_attended, decodes, decode_context)
         uncapped = self.figures.step_overhead_ms / 1e3 + np.maximum(compute, memory)
         activity = np.maximum(compute, self.figures.memory_bound_activity * memory) / uncapped
-        seconds, watts = np.empty_like(uncapped), np.empty_like(uncapped)
-        for i, (t, a) in enumerate(zip(uncapped.flat, activity.flat, strict=True)):
-            # the power model is scalar: its curve is called, not copied
-            draw = self.power.busy(float(a), self.precision)
-            seconds.flat[i] = t / self.power.speed(draw, cap)
-            watts.flat[i] = self.power.capped(draw, cap)
-        return seconds, watts
+        speed, watts = _power_curve(self.power, self.precision, cap)
+        return uncapped / np.interp(activity, _ACTIVITY, speed), np.interp(activity, _ACTIVITY, watts)
 
     def _demand(self, prefill_tokens: Numbers, prefill_attended: Numbers, decodes: Numbers,
                 decode_context: Numbers) -> tuple[Numbers, Numbers]:
@@ -119,6 +114,18 @@ class Replica:
                    / (self.flops * f.decode_mfu))
         memory = (self.weight_bytes + self.kv_bytes_per_token * decode_context) / self.hbm_bytes_per_s
         return compute, memory
+
+
+_ACTIVITY = np.linspace(0.0, 1.0, 201)
+
+
+@cache
+def _power_curve(power: ChipPower, precision: str, cap: float | None) -> tuple[Floats, Floats]:
+    """The core power model's speed and capped draw at 201 activities from 0 to 1 (its curve
+    is scalar and smooth: tabulated once per cap, read by interpolation, never copied)."""
+    draws = [power.busy(float(a), precision) for a in _ACTIVITY]
+    return (np.array([power.speed(d, cap) for d in draws]),
+            np.array([power.capped(d, cap) for d in draws]))
 
 
 @cache
