@@ -61,6 +61,7 @@ class Estimate:
     utilization: float  # mean prefilling share of the time (over 1: overloaded)
     watts: float  # mean draw of the replica over the load's duration
     decode_batch: float  # mean decoding sequences, request-weighted
+    max_batch: float  # sequences the KV cache (or the engine) holds at once, request-weighted
     final_backlog_s: float  # the fluid backlog the load leaves behind
 
     def queueing_exceedance(self, x: float) -> float:
@@ -159,16 +160,28 @@ def estimate(replica: Replica, mix: TokenMix | Sequence[TokenMix], load: Load,
         busy = np.minimum(lam * (tlin * mean_p + tatt * mean_p2 / 2.0), 1.0)
         d = lam * mean_steps / (busy / tf + (1.0 - busy) / td)
     service = p * tlin[:, None] + p * p / 2.0 * tatt[:, None]
-    rho = lam * (w * service).sum(axis=1)
+    # A prefill that finds no queue starts a step of its own, whose fixed cost (overhead, the
+    # decodes riding along, the weights' streaming floor) its tokens do not cover: that step's
+    # excess over the fluid share is paid with the probability the replica was not prefilling.
+    first = np.minimum(p, chunk[:, None])
+    alone, _ = replica.steps(first.ravel(), (first * first / 2.0).ravel(),
+                             np.repeat(d, p.shape[1]), np.repeat(d * context, p.shape[1]), cap)
+    excess = np.maximum(alone.reshape(p.shape) - first * tlin[:, None]
+                        - first * first / 2.0 * tatt[:, None], 0.0)
+    work = service
+    for _ in range(2):
+        rho = lam * (w * work).sum(axis=1)
+        work = service + (1.0 - np.minimum(rho, 1.0))[:, None] * excess
+    rho = lam * (w * work).sum(axis=1)
     bound = d > room * rho  # sequences, not compute, bind: stretch the work to match
     stretch = np.where(bound, d / room / np.maximum(rho, 1e-12), 1.0)
-    service, rho = service * stretch[:, None], rho * stretch
-    waits, final = wait_classes(secs, lam, rho, service, w, backlog_s)
+    work, rho = work * stretch[:, None], rho * stretch
+    waits, final = wait_classes(secs, lam, rho, work, w, backlog_s)
     idx = waits.interval
     # TPOT: busy periods of prefill (M/G/1: mean E[S] / (1 - rho)) against idle ones (mean
     # 1 / lam) make an on-off process; the spread of its average over a decode window.
     r = np.minimum(rho, CRITICAL)
-    corr = 1.0 / ((1.0 - r) / (w * service).sum(axis=1) + np.maximum(lam, 1e-12))
+    corr = 1.0 / ((1.0 - r) / (w * work).sum(axis=1) + np.maximum(lam, 1e-12))
     busy = np.minimum(rho, 1.0)
     x = np.maximum(steps / (busy / tf + (1.0 - busy) / td)[:, None] / corr[:, None], 1e-9)
     g = np.where(x < 1e-4, 1.0 - x / 3.0, 2.0 * (x - 1.0 + np.exp(-x)) / (x * x))
@@ -187,4 +200,6 @@ def estimate(replica: Replica, mix: TokenMix | Sequence[TokenMix], load: Load,
         utilization=float(rho @ secs) / float(secs.sum()),
         watts=float(per_chip @ secs) / float(secs.sum()) * replica.chips,
         decode_batch=float(d @ arrivals) / max(float(arrivals.sum()), 1e-12),
+        max_batch=float(room @ arrivals) / max(float(arrivals.sum()), 1e-12)
+        if arrivals.sum() > 0 else float(room.mean()),
         final_backlog_s=final)

@@ -13,7 +13,8 @@ Brownian motion through the intervals (Harrison, Brownian Motion and Stochastic 
 with `m = rho - 1`, `s = sqrt(v t)`. Its variance rate `v` is chosen so that the stationary
 tail is M/G/1's Cramer-Lundberg one, `C e^(-R z)` with `lam (E[e^(R S)] - 1) = R` and
 `C = (1 - rho) / (lam E[S e^(R S)] - 1)` (Asmussen, Applied Probability and Queues, XIII.5):
-`v = 2 (1 - rho) / R`, and `k = C` once any inherited backlog has drained (1 before). Below
+`v = 2 (1 - rho) / R`, and `k = C` once any inherited backlog has drained (1 before), the
+whole never above M/G/1's `P(W > 0) = rho` then. Below
 100% load and long after a change this is exactly the M/G/1 tail; at and above it, the
 Brownian motion's own variance `lam E[S^2]`. Each interval is sampled at four Gauss-Legendre
 instants.
@@ -58,24 +59,30 @@ def lundberg(lam: Floats, service: Floats, w: Floats) -> tuple[Floats, Floats]:
     with their weights `w`, per row; loads at or above 100% are taken just below)."""
     es = (service * w).sum(axis=1)
     rho = np.minimum(lam * es, CRITICAL)
-    lam = rho / es
-    # Start at the heavy-traffic root, at or right of the true one (the equation is convex),
-    # so Newton's steps fall monotonically onto it. A root past 40 / max(S) is a tail that
-    # vanishes within the longest request's own service: such rows keep that bound (an
-    # overestimate of the wait).
-    bound = 40.0 / service.max(axis=1)
+    lam = np.maximum(rho / es, 1e-9)  # an interval without arrivals: any tail, never used
+    # Newton on h(R) = log E[e^(R S)] - log(1 + R / lam), the same root: h is convex
+    # (a cumulant generating function less a concave log), so steps from the heavy-traffic
+    # root, which lies at or right of the true one, fall monotonically onto it, and taking logs
+    # makes it nearly linear where e^(R S) is steep. A root past 40 / max(S) is a tail gone
+    # within the longest request's own service: such rows keep that bound (an overestimate
+    # of the wait).
+    top = service.max(axis=1)
+    bound = 40.0 / top
     r = np.minimum(2.0 * (1.0 - rho) / np.maximum(lam * (service * service * w).sum(axis=1),
                                                   1e-300), bound)
-    for _ in range(12):  # quadratic from the right: a few steps reach 1e-6
-        e = np.exp(r[:, None] * service)
-        g = lam * ((e * w).sum(axis=1) - 1.0) - r
-        dg = lam * (service * e * w).sum(axis=1) - 1.0
-        step = np.where((g > 0) & (dg > 1e-12), g / np.maximum(dg, 1e-12), 0.0)
+    for _ in range(20):
+        e = w * np.exp(r[:, None] * (service - top[:, None]))  # scaled by e^(-R max S)
+        m = e.sum(axis=1)
+        h = np.log(m) + r * top - np.log1p(r / lam)
+        dh = (service * e).sum(axis=1) / m - 1.0 / (lam + r)
+        step = np.where((h > 0) & (dh > 1e-12), h / np.maximum(dh, 1e-12), 0.0)
         r = r - step
         if np.all(step <= 1e-6 * r):
             break
     slope = lam * (service * np.exp(r[:, None] * service) * w).sum(axis=1) - 1.0
-    c = np.minimum((1.0 - rho) / np.maximum(slope, 1e-12), 1.0)
+    # where the bound holds R, P(W > 0) = rho stands in for C (the M/G/1 atom's complement)
+    c = np.where(slope > 1e-12, (1.0 - rho) / np.maximum(slope, 1e-12), rho)
+    c = np.minimum(c, 1.0)
     return r, c
 
 
@@ -90,18 +97,19 @@ class WaitClasses:
     drift: Floats  # rho - 1
     variance: Floats  # per second
     scale: Floats  # k
+    ceiling: Floats  # P(W > 0): rho once drained below 100% load (M/G/1), 1 otherwise
     fluid: Floats  # the fluid backlog at t (0 once drained)
 
     def tail(self, z: Floats) -> Floats:
         """P(W > z) per class; `z` has the classes on its first axis."""
         shape = (-1,) + (1,) * (np.ndim(z) - 1)
-        t, x0, m, v, k = (a.reshape(shape) for a in
-                          (self.t, self.start, self.drift, self.variance, self.scale))
+        t, x0, m, v, k, top = (a.reshape(shape) for a in (self.t, self.start, self.drift,
+                                                          self.variance, self.scale, self.ceiling))
         zz = np.maximum(z, 0.0)
         s = np.sqrt(v * t)
         above = 0.5 * erfc((zz - x0 - m * t) / s / np.sqrt(2.0))
         reflected = np.exp(np.minimum(2.0 * m * zz / v + _log_ncdf(-(zz + x0 + m * t) / s), 0.0))
-        return np.where(z < 0, 1.0, np.minimum(k * (above + reflected), 1.0))
+        return np.where(z < 0, 1.0, np.minimum(k * (above + reflected), top))
 
 
 def wait_classes(secs: Floats, lam: Floats, rho: Floats, service: Floats, w: Floats,
@@ -122,9 +130,11 @@ def wait_classes(secs: Floats, lam: Floats, rho: Floats, service: Floats, w: Flo
     x0, m = edges[idx], rho[idx] - 1.0
     fluid = np.maximum(x0 + m * t, 0.0)
     drained = (x0 == 0) | (fluid == 0)
-    scale = np.where(under[idx] & drained, c[idx], 1.0)
+    fresh = under[idx] & drained
+    scale = np.where(fresh, c[idx], 1.0)
+    ceiling = np.where(fresh, np.minimum(rho[idx], 1.0), 1.0)
     share = lam[idx] * secs[idx] * np.tile(_NODE_W, n)
     total = share.sum()
     share = share / total if total > 0 else np.full(idx.size, 1.0 / idx.size)
-    classes = WaitClasses(idx, share, t, x0, m, variance[idx], scale, fluid)
+    classes = WaitClasses(idx, share, t, x0, m, variance[idx], scale, ceiling, fluid)
     return classes, float(edges[-1])
