@@ -19,9 +19,10 @@ The rules, each stated so a reader can check a decision by hand:
 - Delay. The desired count is the largest recommendation of the last `scaleDownDelaySeconds`
   (Kubernetes' scale-down stabilization): scale-ups at once, scale-downs once they have held.
 - Cap. The lowest per-chip cap on the profile's range (in `CAP_STEP_W` steps) at which the
-  replicas serving now still meet both objectives on the last `CAP_WINDOW_S` of load plus the
-  headroom. A cap takes effect in seconds and is lifted the next tick, so it follows the
-  present while the replica count follows the forecast; a cap at the chip's peak is no cap.
+  replicas serving now still meet both objectives on the same forecast plus headroom: the
+  slack of a whole replica, of the scale-down delay and of minReplicas goes to energy, never
+  the margin for a burst (a cap set for the last minute's lull is a miss when the burst
+  comes before the next tick). A cap at the chip's peak is no cap.
 """
 
 from __future__ import annotations
@@ -36,11 +37,10 @@ from ultraplane.serving.estimates import estimate
 from ultraplane.serving.mixes import Observation, TokenMix, merge_mixes
 from ultraplane.serving.replicas import Replica
 
-__all__ = ["CAP_STEP_W", "CAP_WINDOW_S", "HEADROOM", "TREND_TAU", "Autoscaling", "Decision",
+__all__ = ["CAP_STEP_W", "HEADROOM", "TREND_TAU", "Autoscaling", "Decision",
            "Objective", "meets", "plan"]
 
 HEADROOM = 0.10  # load added to the forecast before sizing and capping
-CAP_WINDOW_S = 60.0  # the recent load a cap must serve
 CAP_STEP_W = 50.0  # cap ladder step, per chip
 QUANTILE = 0.99  # the objectives are p99s
 TREND_TAU = 0.5  # Kendall's tau a rise needs before it is projected
@@ -180,7 +180,7 @@ def plan(replica: Replica, window: Sequence[Observation], autoscaling: Autoscali
         attained = sized(rec)[1]
     kept = (*((t, r) for t, r in history if t > end - a.scale_down_delay_s), (end, rec))
     desired = min(max(max(r for _, r in kept), a.min_replicas), a.max_replicas)
-    cap = _cap(replica, window, mixes, obj, current) if seen and current > 0 else None
+    cap = _cap(replica, window, rates, mixes, obj, current) if seen and current > 0 else None
     seconds = sum(o.seconds for o in window)
     forecast = sum(o.seconds * r for o, r in zip(window, rates, strict=True)) / seconds
     return Decision(
@@ -189,23 +189,20 @@ def plan(replica: Replica, window: Sequence[Observation], autoscaling: Autoscali
         reason=_reason(window, a, desired, rec, attained, slope, horizon, cap, current))
 
 
-def _cap(replica: Replica, window: Sequence[Observation], mixes: Sequence[TokenMix],
-         obj: Objective, serving: int) -> float | None:
+def _cap(replica: Replica, window: Sequence[Observation], rates: Sequence[float],
+         mixes: Sequence[TokenMix], obj: Objective, serving: int) -> float | None:
     """The lowest cap on the ladder at which `serving` replicas meet both objectives on the
-    recent load plus headroom; None when only the uncapped chip does."""
-    end = window[-1].start_s + window[-1].seconds
-    recent = [i for i, o in enumerate(window) if o.start_s + o.seconds > end - CAP_WINDOW_S]
-    load = [(window[i].seconds, window[i].rate * (1.0 + HEADROOM) / serving) for i in recent]
-    chosen = [mixes[i] for i in recent]
+    forecast the replicas were sized for; None when only the uncapped chip does."""
+    load = [(o.seconds, r * (1.0 + HEADROOM) / serving) for o, r in zip(window, rates, strict=True)]
     power = replica.power
     steps = math.ceil((power.peak - power.cap_min) / CAP_STEP_W)
     ladder = [power.cap_min + CAP_STEP_W * k for k in range(steps)]  # all below the peak
-    if not ladder or not meets(replica, load, chosen, obj, ladder[-1])[0]:
+    if not ladder or not meets(replica, load, mixes, obj, ladder[-1])[0]:
         return None
     lo, hi = -1, len(ladder) - 1  # ladder[hi] meets; ladder[lo] fails (or is below it)
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        lo, hi = (lo, mid) if meets(replica, load, chosen, obj, ladder[mid])[0] else (mid, hi)
+        lo, hi = (lo, mid) if meets(replica, load, mixes, obj, ladder[mid])[0] else (mid, hi)
     return ladder[hi]
 
 
@@ -225,7 +222,7 @@ def _reason(window: Sequence[Observation], a: Autoscaling, desired: int, rec: in
     elif desired == a.max_replicas and attained < QUANTILE:
         count += " (maxReplicas, too few)"
     trend = f", rising {slope * 60:,.0f} req/s a minute" if slope > 0 else ""
-    capping = (f"; chips capped at {cap:.0f} W for the last minute's load on {current}"
+    capping = (f"; chips capped at {cap:.0f} W, enough on the {current} serving"
                if cap is not None else "; chips uncapped")
     return (f"{count}: the last {minutes:.0f} min (peak {peak:,.0f} req/s{trend}) moved "
             f"{horizon:.0f} s ahead plus {HEADROOM:.0%} headroom keeps {attained:.1%} of "
