@@ -13,9 +13,9 @@ The rules, each stated so a reader can check a decision by hand:
   then. Without such a rise nothing moves; scale-downs come from the window forgetting a
   peak, and then wait out the delay.
 - Size. The fewest replicas, between min and max, such that one replica taking an even share
-  of the forecast window plus `HEADROOM` keeps at least 99% of its requests within both p99
-  objectives (`estimates.estimate`). The window's bursts are in it, so a burst seen in the
-  window is a burst sized for.
+  of the forecast window plus `headroom` (default `HEADROOM`) keeps at least 99% of its
+  requests within both p99 objectives (`estimates.estimate`). The window's bursts are in it,
+  so a burst seen in the window is a burst sized for.
 - Delay. The desired count is the largest recommendation of the last `scaleDownDelaySeconds`
   (Kubernetes' scale-down stabilization): scale-ups at once, scale-downs once they have held.
 - Cap. The lowest per-chip cap on the profile's range (in `CAP_STEP_W` steps) at which the
@@ -108,12 +108,12 @@ def _forecast(window: Sequence[Observation], horizon_s: float) -> tuple[list[flo
 
 
 def _guess(replica: Replica, window: Sequence[Observation], rates: Sequence[float],
-           mixes: Sequence[TokenMix], whole: TokenMix) -> int:
+           mixes: Sequence[TokenMix], whole: TokenMix, headroom: float) -> int:
     """Where the search starts: the replicas that hold the busiest intervals carrying 1% of
     the requests at 90% prefill load (one replica's prefill work per request, scaled by each
     interval's mean prompt; the load falls as 1/n with an even split)."""
     work = estimate(replica, whole, 1.0).utilization / whole.mean_prompt  # s per prompt token
-    rho = np.array([r * (1.0 + HEADROOM) * m.mean_prompt * work
+    rho = np.array([r * (1.0 + headroom) * m.mean_prompt * work
                     for r, m in zip(rates, mixes, strict=True)])
     count = np.array([r * o.seconds for r, o in zip(rates, window, strict=True)])
     order = np.argsort(-rho)
@@ -150,10 +150,11 @@ def _search(fits: Callable[[int], bool], low: int, high: int, guess: int) -> int
 
 def plan(replica: Replica, window: Sequence[Observation], autoscaling: Autoscaling, *,
          current: int, history: Sequence[tuple[float, int]] = (),
-         startup_s: float | None = None) -> Decision:
+         startup_s: float | None = None, headroom: float = HEADROOM) -> Decision:
     """Replicas and per-chip cap for a service whose requests of `window` (consecutive
     intervals, oldest first) were served by `current` replicas; `history` is the last
-    decision's, and `startup_s` a replica's start-up time (the replica model's by default)."""
+    decision's, `startup_s` a replica's start-up time (the replica model's by default) and
+    `headroom` the load added to the forecast."""
     if not window:
         raise ValueError("the planner needs at least one observed interval")
     a, obj = autoscaling, autoscaling.objective
@@ -170,30 +171,32 @@ def plan(replica: Replica, window: Sequence[Observation], autoscaling: Autoscali
 
         def sized(n: int) -> tuple[bool, float]:
             if n not in cache:
-                load = [(o.seconds, r * (1.0 + HEADROOM) / n)
+                load = [(o.seconds, r * (1.0 + headroom) / n)
                         for o, r in zip(window, rates, strict=True)]
                 cache[n] = meets(replica, load, mixes, obj)
             return cache[n]
 
-        guess = _guess(replica, window, rates, mixes, whole)
+        guess = _guess(replica, window, rates, mixes, whole, headroom)
         rec = _search(lambda n: sized(n)[0], max(a.min_replicas, 1), a.max_replicas, guess)
         attained = sized(rec)[1]
     kept = (*((t, r) for t, r in history if t > end - a.scale_down_delay_s), (end, rec))
     desired = min(max(max(r for _, r in kept), a.min_replicas), a.max_replicas)
-    cap = _cap(replica, window, rates, mixes, obj, current) if seen and current > 0 else None
+    cap = (_cap(replica, window, [r * (1.0 + headroom) for r in rates], mixes, obj, current)
+           if seen and current > 0 else None)
     seconds = sum(o.seconds for o in window)
     forecast = sum(o.seconds * r for o, r in zip(window, rates, strict=True)) / seconds
     return Decision(
-        replicas=desired, cap_watts=cap, forecast_rate=forecast * (1.0 + HEADROOM),
+        replicas=desired, cap_watts=cap, forecast_rate=forecast * (1.0 + headroom),
         attainment=attained, history=kept,
-        reason=_reason(window, a, desired, rec, attained, slope, horizon, cap, current))
+        reason=_reason(window, a, desired, rec, attained, slope, horizon, headroom, cap, current))
 
 
 def _cap(replica: Replica, window: Sequence[Observation], rates: Sequence[float],
          mixes: Sequence[TokenMix], obj: Objective, serving: int) -> float | None:
     """The lowest cap on the ladder at which `serving` replicas meet both objectives on the
-    forecast the replicas were sized for; None when only the uncapped chip does."""
-    load = [(o.seconds, r * (1.0 + HEADROOM) / serving) for o, r in zip(window, rates, strict=True)]
+    forecast the replicas were sized for (`rates`, headroom included); None when only the
+    uncapped chip does."""
+    load = [(o.seconds, r / serving) for o, r in zip(window, rates, strict=True)]
     power = replica.power
     steps = math.ceil((power.peak - power.cap_min) / CAP_STEP_W)
     ladder = [power.cap_min + CAP_STEP_W * k for k in range(steps)]  # all below the peak
@@ -207,7 +210,7 @@ def _cap(replica: Replica, window: Sequence[Observation], rates: Sequence[float]
 
 
 def _reason(window: Sequence[Observation], a: Autoscaling, desired: int, rec: int,
-            attained: float, slope: float, horizon: float, cap: float | None,
+            attained: float, slope: float, horizon: float, headroom: float, cap: float | None,
             current: int) -> str:
     """One sentence for `status` (the replica count, what sized it, and the cap)."""
     obj = a.objective
@@ -225,6 +228,6 @@ def _reason(window: Sequence[Observation], a: Autoscaling, desired: int, rec: in
     capping = (f"; chips capped at {cap:.0f} W, enough on the {current} serving"
                if cap is not None else "; chips uncapped")
     return (f"{count}: the last {minutes:.0f} min (peak {peak:,.0f} req/s{trend}) moved "
-            f"{horizon:.0f} s ahead plus {HEADROOM:.0%} headroom keeps {attained:.1%} of "
+            f"{horizon:.0f} s ahead plus {headroom:.0%} headroom keeps {attained:.1%} of "
             f"requests within p99 TTFT {obj.ttft_ms:.0f} ms and TPOT {obj.tpot_ms:.0f} ms at "
             f"{rec}{capping}")
