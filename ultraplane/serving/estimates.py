@@ -7,13 +7,13 @@ test holds the two within 15% at p99 on the shared Azure trace):
 
 - Prefill is the server. A request's prefill work is `S = p t_lin + p^2/2 t_att` seconds (its
   prompt's tokens at the per-token cost of a full chunked-prefill step, and their attention),
-  so an interval of arrival rate `lam` keeps the replica prefilling `rho = lam E[S]` of its time.
-  Decode tokens ride in the same steps (vLLM V1, Sarathi-Serve) and take `d` of each step's
-  budget, `d = lam E[output - 1] x mean step` by Little's law.
-- Queueing: across intervals, a fluid backlog `V' = max(0, V + (rho - 1) dt)` carries overload
-  from one interval to the next; within one, the wait is M/G/1's, whose tail is Cramer-Lundberg's
-  `P(W > x) ~ C e^(-R x)` with `lam (E[e^(R S)] - 1) = R` and `C = (1 - rho) / (lam E[S e^(R S)] - 1)`
-  (Asmussen, Applied Probability and Queues, XIII.5).
+  plus, with the probability the replica was not prefilling, the fixed cost of a step it
+  starts alone; an interval of arrival rate `lam` keeps the replica prefilling `rho = lam E[S]`
+  of its time. Decode tokens ride in the same steps (vLLM V1, Sarathi-Serve) and take `d` of
+  each step's budget, `d = lam E[output - 1] x mean step` by Little's law.
+- Queueing (`waits`): a fluid backlog carries overload from one interval to the next; within
+  one, a reflected Brownian motion from the inherited backlog whose stationary tail is M/G/1's
+  Cramer-Lundberg one, `P(W > x) ~ C e^(-R x)` (Asmussen, Applied Probability and Queues, XIII.5).
 - TTFT = backlog + wait + own prefill `S` + one step's fixed cost (the first chunk waits for
   the step in flight, the last ends with its step).
 - TPOT: a decoding request's steps are full prefill steps (`T_f`) while the replica prefills
@@ -41,6 +41,7 @@ __all__ = ["Estimate", "Load", "estimate"]
 
 #: A steady arrival rate (requests/s), or intervals of (seconds, requests/s) in time order.
 Load = float | Sequence[tuple[float, float]]
+
 
 @dataclass(frozen=True, eq=False)
 class Estimate:
@@ -134,20 +135,80 @@ def estimate(replica: Replica, mix: TokenMix | Sequence[TokenMix], load: Load,
     mixes = [mix] * secs.size if isinstance(mix, TokenMix) else list(mix)
     if len(mixes) != secs.size:
         raise ValueError(f"{len(mixes)} token mixes for {secs.size} intervals")
+    m = _Mixes(np.stack([x.prompts for x in mixes]), np.stack([x.outputs for x in mixes]),
+               np.stack([x.weights for x in mixes]))
+    c = _price(replica, m, lam, cap)
+    room = np.minimum(replica.figures.max_sequences,
+                      replica.kv_capacity_tokens / (m.w * (m.p + m.out)).sum(axis=1))
+    work, rho = _work(replica, m, c, lam, cap)
+    bound = c.d > room * rho  # sequences, not compute, bind: stretch the work to match
+    stretch = np.where(bound, c.d / room / np.maximum(rho, 1e-12), 1.0)
+    work, rho = work * stretch[:, None], rho * stretch
+    waits, final = wait_classes(secs, lam, rho, work, m.w, backlog_s)
+    idx = waits.interval
+    busy = np.minimum(rho, 1.0)
+    # Draw: prefill steps, decode-only steps while a sequence decodes, idle otherwise.
+    decoding = (1.0 - busy) * (1.0 - np.exp(-c.d))
+    per_chip = busy * c.wf + decoding * c.wd + (1.0 - busy - decoding) * replica.power.idle
+    arrivals = lam * secs
+    per_request = max(float(arrivals.sum()), 1e-12)
+    tpot_w = np.where(m.steps > 0, m.w, 0.0)
+    return Estimate(
+        replica=replica, cap=cap, waits=waits, own_s=(c.service + c.td[:, None])[idx],
+        prompt_w=m.w[idx], rho=np.where(waits.fluid > 0, np.maximum(rho[idx], 1.0), rho[idx]),
+        full_step_s=c.tf[idx], decode_step_s=c.td[idx],
+        phi_sd=np.where(waits.fluid[:, None] > 0, 0.0,  # a backlog: every step prefills
+                        _phi_spread(m, c, lam, rho, work)[idx]),
+        tpot_w=(tpot_w / np.maximum(tpot_w.sum(axis=1, keepdims=True), 1e-12))[idx],
+        utilization=float(rho @ secs) / float(secs.sum()),
+        watts=float(per_chip @ secs) / float(secs.sum()) * replica.chips,
+        decode_batch=float(c.d @ arrivals) / per_request,
+        max_batch=float(room @ arrivals) / per_request if arrivals.sum() > 0 else float(room[0]),
+        final_backlog_s=final)
+
+
+@dataclass(frozen=True)
+class _Mixes:
+    """Every interval's mix as rows: prompt and output points and their weights."""
+
+    p: Floats
+    out: Floats
+    w: Floats
+
+    @property
+    def steps(self) -> Floats:
+        return np.maximum(self.out - 1.0, 0.0)  # decode steps of each output point
+
+
+@dataclass(frozen=True)
+class _Costs:
+    """Per interval: full, attention-free and decode-only step seconds, the two draws, the
+    per-token prefill costs, the decode batch, and each prompt point's fluid prefill work."""
+
+    tf: Floats
+    t0: Floats
+    td: Floats
+    wf: Floats
+    wd: Floats
+    tlin: Floats
+    tatt: Floats
+    d: Floats
+    context: Floats  # tokens a decoding sequence holds, on average over its steps
+    chunk: Floats
+    service: Floats
+
+
+def _price(replica: Replica, m: _Mixes, lam: Floats, cap: float | None) -> _Costs:
+    """The steps of each interval at its decode batch (Little's law, once refined)."""
     f = replica.figures
-    p = np.stack([m.prompts for m in mixes])
-    out = np.stack([m.outputs for m in mixes])
-    w = np.stack([m.weights for m in mixes])
-    steps = np.maximum(out - 1.0, 0.0)  # decode steps of each output point
-    mean_p, mean_p2 = (w * p).sum(axis=1), (w * p * p).sum(axis=1)
+    mean_p, mean_p2 = (m.w * m.p).sum(axis=1), (m.w * m.p * m.p).sum(axis=1)
     attended = mean_p2 / (2.0 * mean_p)  # mean context a prefill token reads
-    mean_steps = (w * steps).sum(axis=1)
-    context = mean_p + (w * steps * out).sum(axis=1) / 2.0 / np.maximum(mean_steps, 1e-12)
-    room = np.minimum(f.max_sequences, replica.kv_capacity_tokens / (w * (p + out)).sum(axis=1))
+    mean_steps = (m.w * m.steps).sum(axis=1)
+    context = mean_p + (m.w * m.steps * m.out).sum(axis=1) / 2.0 / np.maximum(mean_steps, 1e-12)
     n = lam.size
     zero = np.zeros(n)
     d = zero
-    for _ in range(2):  # decode batch <-> step times: Little's law, once refined
+    for _ in range(2):
         chunk = np.maximum(f.chunk_tokens - d, 1.0)
         one = np.maximum(d, 1.0)
         # a full step, the same without attention, and a decode-only step, priced at once
@@ -155,51 +216,41 @@ def estimate(replica: Replica, mix: TokenMix | Sequence[TokenMix], load: Load,
             np.concatenate([chunk, chunk, zero]), np.concatenate([chunk * attended, zero, zero]),
             np.concatenate([d, d, one]), np.concatenate([d, d, one]) * np.tile(context, 3), cap)
         tf, t0, td = seconds[:n], seconds[n:2 * n], seconds[2 * n:]
-        wf, wd = watts[:n], watts[2 * n:]
         tlin, tatt = t0 / chunk, (tf - t0) / (chunk * attended)
         busy = np.minimum(lam * (tlin * mean_p + tatt * mean_p2 / 2.0), 1.0)
         d = lam * mean_steps / (busy / tf + (1.0 - busy) / td)
-    service = p * tlin[:, None] + p * p / 2.0 * tatt[:, None]
-    # A prefill that finds no queue starts a step of its own, whose fixed cost (overhead, the
-    # decodes riding along, the weights' streaming floor) its tokens do not cover: that step's
-    # excess over the fluid share is paid with the probability the replica was not prefilling.
-    first = np.minimum(p, chunk[:, None])
-    alone, _ = replica.steps(first.ravel(), (first * first / 2.0).ravel(),
-                             np.repeat(d, p.shape[1]), np.repeat(d * context, p.shape[1]), cap)
-    excess = np.maximum(alone.reshape(p.shape) - first * tlin[:, None]
-                        - first * first / 2.0 * tatt[:, None], 0.0)
-    work = service
+    service = m.p * tlin[:, None] + m.p * m.p / 2.0 * tatt[:, None]
+    return _Costs(tf, t0, td, watts[:n], watts[2 * n:], tlin, tatt, d, context, chunk, service)
+
+
+def _work(replica: Replica, m: _Mixes, c: _Costs, lam: Floats,
+          cap: float | None) -> tuple[Floats, Floats]:
+    """Each prompt point's prefill work and each interval's load. A prefill that finds no
+    queue starts a step of its own, whose fixed cost (overhead, the decodes riding along, the
+    weights' streaming floor) its tokens do not cover: that excess is paid with the
+    probability the replica was not prefilling."""
+    first = np.minimum(m.p, c.chunk[:, None])
+    k = m.p.shape[1]
+    alone, _ = replica.steps(first.ravel(), (first * first / 2.0).ravel(), np.repeat(c.d, k),
+                             np.repeat(c.d * c.context, k), cap)
+    excess = np.maximum(alone.reshape(m.p.shape) - first * c.tlin[:, None]
+                        - first * first / 2.0 * c.tatt[:, None], 0.0)
+    work = c.service
     for _ in range(2):
-        rho = lam * (w * work).sum(axis=1)
-        work = service + (1.0 - np.minimum(rho, 1.0))[:, None] * excess
-    rho = lam * (w * work).sum(axis=1)
-    bound = d > room * rho  # sequences, not compute, bind: stretch the work to match
-    stretch = np.where(bound, d / room / np.maximum(rho, 1e-12), 1.0)
-    work, rho = work * stretch[:, None], rho * stretch
-    waits, final = wait_classes(secs, lam, rho, work, w, backlog_s)
-    idx = waits.interval
-    # TPOT: busy periods of prefill (M/G/1: mean E[S] / (1 - rho)) against idle ones (mean
-    # 1 / lam) make an on-off process; the spread of its average over a decode window.
+        rho = lam * (m.w * work).sum(axis=1)
+        work = c.service + (1.0 - np.minimum(rho, 1.0))[:, None] * excess
+    return work, lam * (m.w * work).sum(axis=1)
+
+
+def _phi_spread(m: _Mixes, c: _Costs, lam: Floats, rho: Floats, work: Floats) -> Floats:
+    """Per interval and output point, the spread of the prefilling share of a decode window:
+    busy periods of prefill (M/G/1: mean E[S] / (1 - rho)) against idle ones (mean 1 / lam)
+    make an on-off process, whose time average over a window of x correlation times has
+    variance rho (1 - rho) 2 (x - 1 + e^-x) / x^2."""
     r = np.minimum(rho, CRITICAL)
-    corr = 1.0 / ((1.0 - r) / (w * work).sum(axis=1) + np.maximum(lam, 1e-12))
+    corr = 1.0 / ((1.0 - r) / (m.w * work).sum(axis=1) + np.maximum(lam, 1e-12))
     busy = np.minimum(rho, 1.0)
-    x = np.maximum(steps / (busy / tf + (1.0 - busy) / td)[:, None] / corr[:, None], 1e-9)
+    mean_step = 1.0 / (busy / c.tf + (1.0 - busy) / c.td)
+    x = np.maximum(m.steps * (mean_step / corr)[:, None], 1e-9)
     g = np.where(x < 1e-4, 1.0 - x / 3.0, 2.0 * (x - 1.0 + np.exp(-x)) / (x * x))
-    sd = np.sqrt((r * (1.0 - r))[:, None] * g)[idx]
-    sd = np.where(waits.fluid[:, None] > 0, 0.0, sd)  # a backlog: every step prefills
-    tpot_w = np.where(steps > 0, w, 0.0)
-    tpot_w = tpot_w / np.maximum(tpot_w.sum(axis=1, keepdims=True), 1e-12)
-    # Draw: prefill steps, decode-only steps while a sequence decodes, idle otherwise.
-    decoding = (1.0 - busy) * (1.0 - np.exp(-d))
-    per_chip = busy * wf + decoding * wd + (1.0 - busy - decoding) * replica.power.idle
-    arrivals = lam * secs
-    return Estimate(
-        replica=replica, cap=cap, waits=waits, own_s=(service + td[:, None])[idx],
-        prompt_w=w[idx], rho=np.where(waits.fluid > 0, np.maximum(rho[idx], 1.0), rho[idx]),
-        full_step_s=tf[idx], decode_step_s=td[idx], phi_sd=sd, tpot_w=tpot_w[idx],
-        utilization=float(rho @ secs) / float(secs.sum()),
-        watts=float(per_chip @ secs) / float(secs.sum()) * replica.chips,
-        decode_batch=float(d @ arrivals) / max(float(arrivals.sum()), 1e-12),
-        max_batch=float(room @ arrivals) / max(float(arrivals.sum()), 1e-12)
-        if arrivals.sum() > 0 else float(room.mean()),
-        final_backlog_s=final)
+    return np.asarray(np.sqrt((r * (1.0 - r))[:, None] * g), dtype=np.float64)
