@@ -23,6 +23,7 @@ __all__ = [
     "Figure",
     "Precision",
     "Profile",
+    "ServingFigures",
     "UnknownProfileError",
     "load_profile",
     "profile_names",
@@ -84,6 +85,27 @@ class ChipSpec(BaseModel):
     figures: dict[str, Figure] = Field(default_factory=dict, repr=False)
 
 
+class ServingFigures(BaseModel):
+    """How an LLM serving engine uses this chip: the figures of `ultraplane.serving`'s replica
+    model that no public source gives (every shipped profile marks each one `assumption: true`
+    and says why; docs/simulator.md lists them). The defaults are the shipped values, so a
+    profile without a `serving` block still serves."""
+
+    model_config = _FROZEN
+    # shares of dense peak FLOPs a prefill chunk's and decode tokens' matmuls get
+    prefill_mfu: float = Field(default=0.5, gt=0, le=1)
+    decode_mfu: float = Field(default=0.5, gt=0, le=1)
+    hbm_efficiency: float = Field(default=0.8, gt=0, le=1)  # share of HBM bandwidth streamed
+    memory_bound_activity: float = Field(default=0.6, ge=0, le=1)  # power while streaming HBM
+    step_overhead_ms: float = Field(default=2.0, ge=0)  # fixed cost of one engine iteration
+    chunk_tokens: int = Field(default=2048, gt=0)  # token budget of one iteration
+    max_sequences: int = Field(default=256, gt=0)  # sequences an engine runs at once
+    memory_utilization: float = Field(default=0.9, gt=0, le=1)  # HBM for weights + KV cache
+    kv_bytes_per_value: float = Field(default=2.0, gt=0)  # one cached K or V element
+    weight_load_gbytes_per_s: float = Field(default=5.0, gt=0)  # storage -> HBM, per replica
+    startup_overhead_s: float = Field(default=60.0, ge=0)  # pod, runtime, graphs, warm-up
+
+
 class Profile(BaseModel):
     """One UltraServer generation: its layout, its chip and its fabric."""
 
@@ -101,6 +123,7 @@ class Profile(BaseModel):
     bandwidth_gbps: dict[str, float]
     # EFA per UltraServer, in gigabits per second (AWS quotes it that way).
     efa_gbps: float
+    serving: ServingFigures = ServingFigures()
     figures: dict[str, Figure] = Field(default_factory=dict, repr=False)
 
     @property
