@@ -44,7 +44,7 @@ import math
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from contextlib import ExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from dataclasses import replace as dc_replace
 
 from ultraplane.ids import ChipId, JobKey
@@ -58,46 +58,16 @@ from ultraplane.placement.allocator import (
 from ultraplane.placement.preemption import plan_preemption
 from ultraplane.policies.powerbook import NO_POWER, PowerBook
 from ultraplane.policies.quotas import QuotaBook
-from ultraplane.scheduling.predictions import drain_time, earliest_start, split_slowdown
+from ultraplane.scheduling.cycles import DEFERRED, CycleResult, CycleState
+from ultraplane.scheduling.predictions import (
+    drain_time,
+    earliest_start,
+    placed_slowdown,
+    span,
+)
 from ultraplane.workloads import QueuedJob
 
 __all__ = ["DEFERRED", "CycleResult", "Scheduler"]
-
-# A job the cycle did not try because its launch budget was spent (`Scheduler.cycle`).
-DEFERRED = NoFit("Deferred", "Waiting for the pods of the jobs admitted before it to be "
-                 "created (the launch backlog).")
-
-
-@dataclass
-class CycleResult:
-    """What one cycle decided. The caller must persist `preempted` before `admitted`.
-
-    `admitted` holds single-gang jobs; `admitted_replicas` replicated jobs, one placement per
-    replica in index order. `preempted` names whole jobs (victim, preemptor), never replicas.
-    """
-
-    admitted: list[tuple[JobKey, Placement]] = field(default_factory=list)
-    admitted_replicas: list[tuple[JobKey, tuple[Placement, ...]]] = field(default_factory=list)
-    preempted: list[tuple[JobKey, JobKey]] = field(default_factory=list)
-    pending: list[tuple[JobKey, NoFit, int]] = field(default_factory=list)
-    reserved: tuple[JobKey, str, tuple[str, ...]] | None = None
-    # Why an admitted job was placed as it was, when a prediction decided it (a split that
-    # pays, a backfill onto reserved UltraServers); pending jobs carry theirs in the NoFit.
-    notes: dict[JobKey, str] = field(default_factory=dict)
-    reservation_start: float | None = None  # predicted start of the reserved job, if known
-    # A cycle that tried only new arrivals: its first `carried` pending entries are the last
-    # cycle's (the same objects), except those at `changed`, which come after them or were
-    # said anew (the reserved job's). None: a full cycle, where anything may have changed.
-    carried: int | None = None
-    changed: list[int] = field(default_factory=list)
-    deferred: int = 0  # pending entries of kind `Deferred` (the launch budget was spent)
-
-    def held_for(self) -> dict[str, JobKey]:
-        """UltraServer -> the job its chips are reserved for (empty without a reservation)."""
-        if self.reserved is None:
-            return {}
-        return dict.fromkeys(self.reserved[2], self.reserved[0])
-
 
 @dataclass(frozen=True, slots=True)
 class _Standing:
@@ -136,16 +106,13 @@ class Scheduler:
         # How many preemptible running jobs hold each priority: the cycle reads the lowest
         # without a scan of every running job.
         self._preemptible: Counter[int] = Counter()
-        self._failed: dict[PlacementRequest, NoFit] = {}  # requests that did not fit, this cycle
+        self._state = CycleState()  # the clock, launch allowance and no-fit memo
         # Requests no domain can be reserved for (gangs smaller than one UltraServer): this
         # depends on the inventory only, so it holds for the cycle and spares a deep queue of
         # small jobs one reservation attempt (and its scan of every allocation) each.
         self._unreservable: set[PlacementRequest] = set()
         self._ends: dict[JobKey, float] = {}  # predicted end of running jobs
-        self._now: float | None = None  # the clock of the current cycle, when the caller gave one
-        self._budget: int | None = None  # pods this cycle may still launch (None: no limit)
         self._fenced: list[str] = []  # UltraServers held back by this cycle's reservation
-        self._shadow: float | None = None  # predicted start of this cycle's reservation
         # Fenced UltraServer -> predicted start of the reservation holding it (None: unknown);
         # with tenant queues a cycle may hold several (one per queue with guaranteed demand).
         self._shadows: dict[str, float | None] = {}
@@ -216,7 +183,7 @@ class Scheduler:
         if self.quotas is not None:
             self.quotas.unhold(job.key)
         if self.power is not None:
-            self.power.unhold(job.key, self._now)
+            self.power.unhold(job.key, self._state.now)
         if job.preemptible:
             self._preemptible[job.priority] -= 1
             if not self._preemptible[job.priority]:
@@ -245,7 +212,7 @@ class Scheduler:
         if self.power is not None:
             held = self.allocator.allocations()
             self.power.hold(job.key, job.priority,
-                            [held[p] for p in job.parts() if p in held], self._now)
+                            [held[p] for p in job.parts() if p in held], self._state.now)
 
     def restore(
         self,
@@ -343,19 +310,19 @@ class Scheduler:
         full one. The job that spends it is admitted whole, so a budget above 0 always admits
         the first job that fits. None: no limit (the simulator's and the REST API's drivers,
         and the operator without pods)."""
-        self._now = now
-        self._budget = launch_budget
+        self._state.now = now
+        self._state.budget = launch_budget
         if self._queues is not None or self._budgets is not None:  # usage moves the order, or
             self._standing = None  # the headroom: every cycle is a full one
         result = CycleResult()
         carried = False
         if self._standing is not None:
-            self._fenced, self._shadow, self._shadows = [], None, {}
+            self._fenced, self._shadows = [], {}
             with ExitStack() as fences:
                 carried = self._append(result, fences)
         if not carried:
             result = CycleResult()
-            self._fenced, self._shadow, self._reserved_at = [], None, None
+            self._fenced, self._reserved_at = [], None
             self._shadows, self._reserving = {}, set()
             with ExitStack() as fences:
                 self._cycle(result, fences)
@@ -380,7 +347,7 @@ class Scheduler:
         # preemption evicts someone: a request that did not fit still does not, so queues of
         # thousands of same-shaped jobs cost one search per shape, not one per job. Recorded
         # before a job holds any part, dropped on every eviction.
-        self._failed.clear()
+        self._state.failed.clear()
         self._unreservable.clear()
         self._try(queue, result, fences)
         self._last = queue[-1].order() if queue else None
@@ -389,7 +356,7 @@ class Scheduler:
         """Try `queue` in order, appending to `result` (positions continue after its pending)."""
         position = len(result.pending)
         for index, job in enumerate(queue):
-            if self._budget is not None and self._budget <= 0:  # every job after it waits too
+            if self._state.budget is not None and self._state.budget <= 0:  # every job after it waits too
                 position += 1
                 result.pending.append((job.key, DEFERRED, position))
                 result.deferred += 1
@@ -399,7 +366,7 @@ class Scheduler:
                 position += 1
                 result.pending.append((job.key, refused, position))
                 continue
-            known = self._failed.get(job.request)
+            known = self._state.failed.get(job.request)
             if known is not None and self._settled(job, known, result):
                 position += 1  # what the full path below would decide, without its cost
                 result.pending.append((job.key, known, position))
@@ -422,8 +389,8 @@ class Scheduler:
                 continue
             self._hold(job)
             self._predict_end(job, outcome)
-            if job.launches and self._budget is not None:
-                self._budget -= sum(len(p.servers) for p in outcome)
+            if job.launches and self._state.budget is not None:
+                self._state.budget -= sum(len(p.servers) for p in outcome)
             if job.replicas is None:
                 result.admitted.append((job.key, outcome[0]))
             else:
@@ -467,7 +434,7 @@ class Scheduler:
             top = before.top if top is None else max(top, before.top)
         return _Standing(
             pending=result.pending, last=self._last, room=self.allocator.room_epoch,
-            timed=self._now is not None, top=top,
+            timed=self._state.now is not None, top=top,
             volatile=(before is not None and before.volatile)
             or any(j.request.mode == "SplitWhenItPays" for j in waiting),
             reserved=result.reserved, reservation_start=result.reservation_start,
@@ -481,8 +448,8 @@ class Scheduler:
         assert st is not None
         arrivals = sorted((j for k, j in self._arrivals.items() if k in self._queued),
                           key=QueuedJob.order)
-        if (st.room != self.allocator.room_epoch or st.timed != (self._now is not None)
-                or (st.volatile and self._now is not None)
+        if (st.room != self.allocator.room_epoch or st.timed != (self._state.now is not None)
+                or (st.volatile and self._state.now is not None)
                 or (arrivals and st.last is not None and arrivals[0].order() <= st.last)):
             return False
         self._lowest = min(self._preemptible) if self._preemptible else None
@@ -550,7 +517,7 @@ class Scheduler:
         if result.reserved is None:  # the cycle's first: the one it reports
             result.reserved = (job.key, ", ".join(d for d, _ in picked), names)
             if start is not None:
-                self._shadow = result.reservation_start = start
+                result.reservation_start = start
         if len(names) == 1:
             what = f"UltraServer {names[0]}"
         elif len(picked) == 1:
@@ -559,8 +526,8 @@ class Scheduler:
             shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
             what = f"UltraServers {shown}"
         when = ""
-        if start is not None and self._now is not None:
-            when = f" (predicted to start in {_span(start - self._now)})"
+        if start is not None and self._state.now is not None:
+            when = f" (predicted to start in {span(start - self._state.now)})"
         return NoFit(nofit.kind, f"{nofit.message}; {what} reserved for it{when}: jobs queued "
                      "behind it are placed elsewhere until it starts, or there only if they are "
                      "predicted to end before it starts", nofit.blocking)
@@ -585,9 +552,9 @@ class Scheduler:
         when its gang is smaller than one: its tenant's unused quota may be free chips spread
         over many UltraServers, and only a drained one (or one whose remaining jobs it may
         reclaim, counted as ending now) gives it a place."""
-        if self._now is None:
+        if self._state.now is None:
             return None
-        now = self._now
+        now = self._state.now
         domains = self.allocator.reservation_domains(job.request)
         releases = self._releases()
         if not domains and self._queues is not None:
@@ -626,15 +593,11 @@ class Scheduler:
             return None  # nothing predicted: the freest domain, as without a clock
         return best[0], best[3], best[4]
 
-    def _slowdown(self, placement: Placement, chips: int) -> float:
-        profile = self.allocator.profile_of(placement.ultraservers[0])
-        return split_slowdown(profile, placement.level, chips)
-
     def _predict_end(self, job: QueuedJob, placements: tuple[Placement, ...]) -> None:
-        if self._now is None or job.expected_s is None or not placements:
+        if self._state.now is None or job.expected_s is None or not placements:
             return
-        slow = max(self._slowdown(p, job.request.chips) for p in placements)
-        self._ends[job.key] = self._now + job.expected_s * slow
+        slow = max(placed_slowdown(self.allocator, p, job.request.chips) for p in placements)
+        self._ends[job.key] = self._state.now + job.expected_s * slow
 
     def _split_if_it_pays(self, job: QueuedJob, nofit: NoFit, result: CycleResult
                           ) -> tuple[Placement, ...] | NoFit:
@@ -644,27 +607,27 @@ class Scheduler:
         split = self.allocator.place(wide)
         if isinstance(split, NoFit):
             return nofit
-        slow = self._slowdown(split, job.request.chips)
+        slow = placed_slowdown(self.allocator, split, job.request.chips)
         n = len(split.ultraservers)
         wait: float | None = None
-        if self._now is not None:
+        if self._state.now is not None:
             free = self.allocator.free_by_ultraserver(job.request)
             releases = self._releases()
             start = earliest_start({u: (f, releases.get(u, [])) for u, f in free.items()},
-                                   job.request.chips, self._now)
-            wait = None if start == math.inf else start - self._now
+                                   job.request.chips, self._state.now)
+            wait = None if start == math.inf else start - self._state.now
         run = job.expected_s
         if run is None:
             pays = wait is None  # nothing to price the split with: split only if no wait is known
             why = ("no run time is known to price the split"
-                   + ("" if pays else f" and one UltraServer is predicted free in {_span(wait)}"))
+                   + ("" if pays else f" and one UltraServer is predicted free in {span(wait)}"))
         else:
             cost = run * (slow - 1.0)
             pays = wait is None or cost < wait
             shown = "unknown (no running job there has a predicted end)" if wait is None \
-                else _span(wait)
+                else span(wait)
             why = (f"the predicted slowdown {slow:.2f}x over {n} UltraServers costs "
-                   f"{_span(cost)}; the predicted wait for one UltraServer is {shown}")
+                   f"{span(cost)}; the predicted wait for one UltraServer is {shown}")
         if not pays:
             return NoFit(nofit.kind, f"{nofit.message}; waiting for one UltraServer rather than "
                          f"splitting: {why}", nofit.blocking)
@@ -684,24 +647,25 @@ class Scheduler:
         there if it is predicted to end before the reservation starts (with several
         reservations, only on those it ends before)."""
         known = {us: s for us in self._fenced if (s := self._shadows.get(us)) is not None}
-        if not known or self._now is None or job.expected_s is None:
+        if not known or self._state.now is None or job.expected_s is None:
             return nofit
-        unslowed = self._now + job.expected_s
+        unslowed = self._state.now + job.expected_s
         opened = [us for us, s in known.items() if unslowed <= s]
         if not opened:
             # ends after every reservation starts even unslowed: no placement to look for
             return NoFit(nofit.kind, f"{nofit.message}; it is predicted to end "
-                         f"{_span(unslowed - max(known.values()))} after the "
+                         f"{span(unslowed - max(known.values()))} after the "
                          "reservation starts", nofit.blocking)
         with self.allocator.lifted(opened):
             got = self.allocator.place(job.request)
             if isinstance(got, NoFit):
                 return nofit
-            end = self._now + job.expected_s * self._slowdown(got, job.request.chips)
+            slow = placed_slowdown(self.allocator, got, job.request.chips)
+            end = self._state.now + job.expected_s * slow
             shadow = min((known[us] for us in got.ultraservers if us in known), default=math.inf)
             if end > shadow:
                 return NoFit(nofit.kind, f"{nofit.message}; it would fit on the reserved "
-                             f"UltraServers but is predicted to end {_span(end - shadow)} "
+                             f"UltraServers but is predicted to end {span(end - shadow)} "
                              "after the reservation starts", nofit.blocking)
             placed = self.allocator.allocate(job.key, job.request)
         if isinstance(placed, NoFit):
@@ -711,7 +675,7 @@ class Scheduler:
             self.allocator.release(job.key)
             return refused
         result.notes[job.key] = (f"backfilled onto UltraServers reserved for a waiting job: "
-                                 f"predicted to end {_span(shadow - end)} before it starts")
+                                 f"predicted to end {span(shadow - end)} before it starts")
         return (placed,)
 
     def _place(self, job: QueuedJob, result: CycleResult) -> tuple[Placement, ...] | NoFit:
@@ -720,10 +684,10 @@ class Scheduler:
         placed: list[tuple[JobKey, Placement]] = []
         evicted: list[tuple[QueuedJob, dict[JobKey, Placement]]] = []
         for index, part in enumerate(parts):
-            known = self._failed.get(job.request)
+            known = self._state.failed.get(job.request)
             outcome = known if known is not None else self._allocate(part, job)
             if isinstance(outcome, NoFit) and index == 0:
-                self._failed[job.request] = outcome
+                self._state.failed[job.request] = outcome
             if (isinstance(outcome, NoFit) and outcome.kind == "NoCapacity"
                     and self._may_preempt(job)):
                 outcome = self._preempt_for(job, part, outcome, evicted)
@@ -808,9 +772,9 @@ class Scheduler:
         if book is None or not placements:
             return None
         end = None
-        if self._now is not None and job.expected_s is not None:
-            slow = max(self._slowdown(p, job.request.chips) for p in placements)
-            end = self._now + job.expected_s * slow
+        if self._state.now is not None and job.expected_s is not None:
+            slow = max(placed_slowdown(self.allocator, p, job.request.chips) for p in placements)
+            end = self._state.now + job.expected_s * slow
         refused = book.refuse(job.key, job.priority, placements, end)
         if refused is not None and evicted is not None and self._may_preempt(job):
             pool = (self._queues.victims(job) if self._queues is not None else sorted(
@@ -823,15 +787,15 @@ class Scheduler:
                     victim = self._running[key]
                     evicted.append((victim, {p: held[p] for p in victim.parts() if p in held}))
                     self.requeue(key)
-                self._failed.clear()
+                self._state.failed.clear()
                 refused = book.refuse(job.key, job.priority, placements, end)
         if refused is None or not self.reservation or book.reserved is not None:
             return refused
-        start = book.reserve(job.key, job.priority, placements, self._ends, self._now)
+        start = book.reserve(job.key, job.priority, placements, self._ends, self._state.now)
         if book.reserved is None:
             return refused
-        when = "" if start is None or self._now is None else \
-            f" (predicted in {_span(max(start - self._now, 0.0))})"
+        when = "" if start is None or self._state.now is None else \
+            f" (predicted in {span(max(start - self._state.now, 0.0))})"
         return NoFit(refused.kind, f"{refused.message}; the headroom is reserved for it until "
                      f"it frees{when}: jobs queued behind it draw from the budget only if "
                      "predicted to end before it starts", refused.blocking)
@@ -874,7 +838,7 @@ class Scheduler:
                 continue
             evicted.append((victim, {p: held[p] for p in victim.parts() if p in held}))
             self.requeue(owner)
-            self._failed.clear()
+            self._state.failed.clear()
         placed = self.allocator.allocate(part, job.request)
         if isinstance(placed, NoFit):
             # The plan said the domain frees up; if the allocator disagrees, fall back to the
@@ -901,13 +865,3 @@ class Scheduler:
             self._hold(victim)
         return lost
 
-
-def _span(seconds: float | None) -> str:
-    """A duration for a status message: 45 s, 12.5 min, 3.2 h."""
-    if seconds is None:
-        return "unknown"
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.1f} min"
-    return f"{seconds / 3600:.1f} h"
