@@ -41,7 +41,6 @@ next cycle a full one. Pending messages of the jobs carried over are the last fu
 from __future__ import annotations
 
 import math
-from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -65,6 +64,7 @@ from ultraplane.scheduling.predictions import (
     placed_slowdown,
     span,
 )
+from ultraplane.scheduling.rosters import Roster
 from ultraplane.workloads import QueuedJob
 
 __all__ = ["DEFERRED", "CycleResult", "Scheduler"]
@@ -82,6 +82,7 @@ class _Standing:
     reserved: tuple[JobKey, str, tuple[str, ...]] | None
     reservation_start: float | None
     reserved_at: tuple[int, NoFit] | None  # (index in pending, its NoFit before the reservation)
+    epoch: int  # the roster's epoch after it: while unmoved, nothing it tried has changed
 
 
 class Scheduler:
@@ -99,60 +100,34 @@ class Scheduler:
         self.power = power
         if power is not None:
             power.bind(allocator)
-        self._queued: dict[JobKey, QueuedJob] = {}
-        self._running: dict[JobKey, QueuedJob] = {}
-        self._owners: dict[JobKey, JobKey] = {}  # allocator key of a running part -> its job
-        self._lowest: int | None = None  # lowest preemptible running priority, cycle start
-        # How many preemptible running jobs hold each priority: the cycle reads the lowest
-        # without a scan of every running job.
-        self._preemptible: Counter[int] = Counter()
         self._state = CycleState()  # the clock, launch allowance and no-fit memo
+        self._roster = Roster(allocator, self._state, quotas=quotas, power=power)
+        self._lowest: int | None = None  # lowest preemptible running priority, cycle start
         # Requests no domain can be reserved for (gangs smaller than one UltraServer): this
         # depends on the inventory only, so it holds for the cycle and spares a deep queue of
         # small jobs one reservation attempt (and its scan of every allocation) each.
         self._unreservable: set[PlacementRequest] = set()
-        self._ends: dict[JobKey, float] = {}  # predicted end of running jobs
         self._fenced: list[str] = []  # UltraServers held back by this cycle's reservation
         # Fenced UltraServer -> predicted start of the reservation holding it (None: unknown);
         # with tenant queues a cycle may hold several (one per queue with guaranteed demand).
         self._shadows: dict[str, float | None] = {}
         self._reserving: set[str | None] = set()  # tenant queues that reserved this cycle
         self._standing: _Standing | None = None  # what the last cycle left waiting, if valid
-        self._arrivals: dict[JobKey, QueuedJob] = {}  # queued since the last cycle
         self._reserved_at: tuple[int, NoFit] | None = None  # (pending index, NoFit before it)
         self._last: tuple[int, float, int, str] | None = None  # order of the last job tried
 
     # -- observations ------------------------------------------------------------------
     def submit(self, job: QueuedJob) -> None:
         """Queue a job; resubmitting a queued key replaces it (spec edits, repeated events)."""
-        if job.key in self._running:
-            raise ValueError(f"job {job.key} already holds chips; cancel it before resubmitting")
-        if job.key in self._queued and job.key not in self._arrivals:
-            self._standing = None  # an edit of a job the last cycle tried
-        else:
-            self._arrivals[job.key] = job
-        self._queued[job.key] = job
+        self._roster.submit(job)
 
     def cancel(self, key: JobKey) -> frozenset[ChipId]:
         """Forget a job: dequeue it, or release its chips. Returns the chips released."""
-        if self._queued.pop(key, None) is not None and self._arrivals.pop(key, None) is None:
-            self._standing = None  # the positions behind it move
-        job = self._running.pop(key, None)
-        if job is None:
-            return frozenset()
-        self._unhold(job)
-        return self._release(job)
+        return self._roster.cancel(key)
 
     def requeue(self, key: JobKey) -> QueuedJob | None:
         """Release a running job's chips and queue it again with its original rank."""
-        job = self._running.pop(key, None)
-        if job is None:
-            return self._queued.get(key)
-        self._unhold(job)
-        self._release(job)
-        self._queued[key] = job
-        self._standing = None
-        return job
+        return self._roster.requeue(key)
 
     def expect_end(self, key: JobKey, end: float | None) -> None:
         """The caller's prediction of when a running job ends. None (the caller knows
@@ -161,11 +136,11 @@ class Scheduler:
         # Ends reach a waiting job's outcome only through the reservation (recomputed and
         # compared by a cycle that carries the queue over) and SplitWhenItPays (which makes
         # every timed cycle a full one), so a new prediction leaves the last cycle standing.
-        if end is not None and key in self._running:
-            self._ends[key] = end
+        if end is not None and key in self._roster.running:
+            self._roster.ends[key] = end
 
     def expected_end(self, key: JobKey) -> float | None:
-        return self._ends.get(key)
+        return self._roster.ends.get(key)
 
     @property
     def _budgets(self) -> PowerBook | None:
@@ -177,42 +152,6 @@ class Scheduler:
     def _queues(self) -> QuotaBook | None:
         """The tenant queues, while any exist (with none, a cycle is today's cycle)."""
         return self.quotas if self.quotas is not None and self.quotas.active else None
-
-    def _unhold(self, job: QueuedJob) -> None:
-        """`job` left `_running` (the caller popped it)."""
-        if self.quotas is not None:
-            self.quotas.unhold(job.key)
-        if self.power is not None:
-            self.power.unhold(job.key, self._state.now)
-        if job.preemptible:
-            self._preemptible[job.priority] -= 1
-            if not self._preemptible[job.priority]:
-                del self._preemptible[job.priority]
-
-    def _release(self, job: QueuedJob) -> frozenset[ChipId]:
-        self._ends.pop(job.key, None)
-        freed: set[ChipId] = set()
-        for part in job.parts():
-            self._owners.pop(part, None)
-            freed |= self.allocator.release(part)
-        return frozenset(freed)
-
-    def _hold(self, job: QueuedJob) -> None:
-        self._queued.pop(job.key, None)
-        old = self._running.get(job.key)
-        if old is not None:
-            self._unhold(old)
-        self._running[job.key] = job
-        if job.preemptible:
-            self._preemptible[job.priority] += 1
-        for part in job.parts():
-            self._owners[part] = job.key
-        if self.quotas is not None:
-            self.quotas.hold(job, self.allocator)
-        if self.power is not None:
-            held = self.allocator.allocations()
-            self.power.hold(job.key, job.priority,
-                            [held[p] for p in job.parts() if p in held], self._state.now)
 
     def restore(
         self,
@@ -232,12 +171,10 @@ class Scheduler:
         caller can requeue the job instead of double-allocating.
         """
         chips = tuple(chip_ids)
-        self._queued.pop(key, None)
-        self._arrivals.pop(key, None)
-        self._standing = None
+        self._roster.withdraw(key)
         req = request if request is not None else PlacementRequest(chips=len(chips))
         self.allocator.assign(key, chips, req)
-        self._hold(QueuedJob(key, req, priority, seq, preemptible, rank=rank))
+        self._roster.hold(QueuedJob(key, req, priority, seq, preemptible, rank=rank))
 
     def restore_replicas(self, job: QueuedJob, chips: Sequence[Iterable[ChipId]]) -> None:
         """Re-adopt every replica of a replicated job, all or nothing (`chips[i]` for replica
@@ -256,35 +193,33 @@ class Scheduler:
             for part in done:
                 self.allocator.release(part)
             raise
-        self._arrivals.pop(job.key, None)
-        self._standing = None
-        self._hold(job)
+        self._roster.adopt(job)
 
     # -- queries -----------------------------------------------------------------------
     def queued(self) -> list[QueuedJob]:
         """Waiting jobs in admission order."""
-        return sorted(self._queued.values(), key=QueuedJob.order)
+        return sorted(self._roster.queued.values(), key=QueuedJob.order)
 
     def queued_count(self) -> int:
         """How many jobs wait (without sorting them)."""
-        return len(self._queued)
+        return len(self._roster.queued)
 
     def running(self) -> Mapping[JobKey, QueuedJob]:
-        return dict(self._running)
+        return dict(self._roster.running)
 
     def is_queued(self, key: JobKey) -> bool:
-        return key in self._queued
+        return key in self._roster.queued
 
     def is_running(self, key: JobKey) -> bool:
-        return key in self._running
+        return key in self._roster.running
 
     def owner(self, part: JobKey) -> JobKey | None:
         """The running job whose chips the allocator holds under `part` (a replica key)."""
-        return self._owners.get(part)
+        return self._roster.owners.get(part)
 
     def placements(self, key: JobKey) -> tuple[Placement, ...]:
         """Current placement of each part of a running job (replica order); empty if none."""
-        job = self._running.get(key)
+        job = self._roster.running.get(key)
         if job is None:
             return ()
         held = self.allocator.allocations()
@@ -316,7 +251,7 @@ class Scheduler:
             self._standing = None  # the headroom: every cycle is a full one
         result = CycleResult()
         carried = False
-        if self._standing is not None:
+        if self._standing is not None and self._standing.epoch == self._roster.epoch:
             self._fenced, self._shadows = [], {}
             with ExitStack() as fences:
                 carried = self._append(result, fences)
@@ -327,7 +262,7 @@ class Scheduler:
             with ExitStack() as fences:
                 self._cycle(result, fences)
         self._fenced = []
-        self._arrivals.clear()
+        self._roster.arrivals.clear()
         # a deferred job was never tried: the next cycle must try it (a carried one would not)
         self._standing = None if result.preempted or result.deferred else self._stand(result)
         return result
@@ -342,7 +277,7 @@ class Scheduler:
             self._budgets.begin_cycle()
         # Jobs admitted during a cycle rank above the ones after them, so the lowest running
         # priority at its start bounds every later victim: below it, nothing can preempt.
-        self._lowest = min(self._preemptible) if self._preemptible else None
+        self._lowest = self._roster.lowest()
         # Within a cycle the fleet only fills up (admissions, the reservation's hold) until a
         # preemption evicts someone: a request that did not fit still does not, so queues of
         # thousands of same-shaped jobs cost one search per shape, not one per job. Recorded
@@ -387,8 +322,10 @@ class Scheduler:
                 position += 1
                 result.pending.append((job.key, outcome, position))
                 continue
-            self._hold(job)
-            self._predict_end(job, outcome)
+            self._roster.hold(job)
+            end = self._roster.predicted_end(job, outcome)
+            if end is not None:
+                self._roster.ends[job.key] = end
             if job.launches and self._state.budget is not None:
                 self._state.budget -= sum(len(p.servers) for p in outcome)
             if job.replicas is None:
@@ -426,9 +363,11 @@ class Scheduler:
     def _stand(self, result: CycleResult) -> _Standing:
         """What a cycle that tries only later arrivals may carry over from `result`."""
         before = self._standing if result.carried is not None else None
+        if before is not None and before.epoch != self._roster.epoch:
+            before = None  # (a job was requeued during the cycle)
         start = 0 if before is None else len(before.pending)
-        waiting = [self._queued[key] for key, _, _ in result.pending[start:]
-                   if key in self._queued]
+        queued = self._roster.queued
+        waiting = [queued[key] for key, _, _ in result.pending[start:] if key in queued]
         top = max((j.priority for j in waiting), default=None)
         if before is not None and before.top is not None:
             top = before.top if top is None else max(top, before.top)
@@ -438,7 +377,7 @@ class Scheduler:
             volatile=(before is not None and before.volatile)
             or any(j.request.mode == "SplitWhenItPays" for j in waiting),
             reserved=result.reserved, reservation_start=result.reservation_start,
-            reserved_at=self._reserved_at)
+            reserved_at=self._reserved_at, epoch=self._roster.epoch)
 
     def _append(self, result: CycleResult, fences: ExitStack) -> bool:
         """The cycle for new arrivals behind every job the last one tried: the last cycle's
@@ -446,13 +385,13 @@ class Scheduler:
         nothing changed) when a full cycle is needed instead."""
         st = self._standing
         assert st is not None
-        arrivals = sorted((j for k, j in self._arrivals.items() if k in self._queued),
+        arrivals = sorted((j for k, j in self._roster.arrivals.items() if k in self._roster.queued),
                           key=QueuedJob.order)
         if (st.room != self.allocator.room_epoch or st.timed != (self._state.now is not None)
                 or (st.volatile and self._state.now is not None)
                 or (arrivals and st.last is not None and arrivals[0].order() <= st.last)):
             return False
-        self._lowest = min(self._preemptible) if self._preemptible else None
+        self._lowest = self._roster.lowest()
         self._unreservable.clear()
         if (self.preemption and st.top is not None and self._lowest is not None
                 and self._lowest < st.top):
@@ -461,7 +400,7 @@ class Scheduler:
         if st.reserved is not None and st.reserved_at is not None:
             index, base = st.reserved_at
             key, said, position = result.pending[index]
-            outcome = self._reserve(self._queued[key], base, result, fences if arrivals else None)
+            outcome = self._reserve(self._roster.queued[key], base, result, fences if arrivals else None)
             if (result.reserved, result.reservation_start) != (st.reserved, st.reservation_start):
                 return False  # the reservation moved: jobs behind it may fit elsewhere now
             if outcome.message != said.message:  # its predicted start is counted from now
@@ -533,15 +472,6 @@ class Scheduler:
                      "predicted to end before it starts", nofit.blocking)
 
     # -- predictions -------------------------------------------------------------------
-    def _releases(self) -> dict[str, list[tuple[float, int]]]:
-        """UltraServer -> (predicted end, chips) of every job holding chips there."""
-        out: dict[str, list[tuple[float, int]]] = {}
-        for part, placement in self.allocator.allocations().items():
-            end = self._ends.get(self._owners.get(part, part), math.inf)
-            for us, chips in placement.chips_by_ultraserver:  # cached per placement
-                out.setdefault(us, []).append((end, chips))
-        return out
-
     def _soonest_domain(self, job: QueuedJob) -> tuple[float, str, tuple[str, ...]] | None:
         """EASY: among the domains the gang may use, the one whose k UltraServers drain
         soonest by predicted end times, as (start, domain, UltraServers); ties go to the
@@ -556,7 +486,7 @@ class Scheduler:
             return None
         now = self._state.now
         domains = self.allocator.reservation_domains(job.request)
-        releases = self._releases()
+        releases = self._roster.releases()
         if not domains and self._queues is not None:
             domains = self.allocator.preemption_domains(job.request)
             evictable = {p for v in self._queues.victims(job) for p in v.parts()}
@@ -564,7 +494,7 @@ class Scheduler:
             for part in evictable:
                 for us, chips in held[part].chips_by_ultraserver if part in held else ():
                     releases[us] = [*releases.get(us, []), (now, chips)]
-                    releases[us].remove((self._ends.get(self._owners.get(part, part),
+                    releases[us].remove((self._roster.ends.get(self._roster.owners.get(part, part),
                                                         math.inf), chips))
         drains = {us: drain_time(ends, now) for us, ends in releases.items()}  # else: now
         best: tuple[float, int, int, str, tuple[str, ...]] | None = None
@@ -593,12 +523,6 @@ class Scheduler:
             return None  # nothing predicted: the freest domain, as without a clock
         return best[0], best[3], best[4]
 
-    def _predict_end(self, job: QueuedJob, placements: tuple[Placement, ...]) -> None:
-        if self._state.now is None or job.expected_s is None or not placements:
-            return
-        slow = max(placed_slowdown(self.allocator, p, job.request.chips) for p in placements)
-        self._ends[job.key] = self._state.now + job.expected_s * slow
-
     def _split_if_it_pays(self, job: QueuedJob, nofit: NoFit, result: CycleResult
                           ) -> tuple[Placement, ...] | NoFit:
         """SplitWhenItPays: split when the predicted cost of the split (run time x
@@ -612,7 +536,7 @@ class Scheduler:
         wait: float | None = None
         if self._state.now is not None:
             free = self.allocator.free_by_ultraserver(job.request)
-            releases = self._releases()
+            releases = self._roster.releases()
             start = earliest_start({u: (f, releases.get(u, [])) for u, f in free.items()},
                                    job.request.chips, self._state.now)
             wait = None if start == math.inf else start - self._state.now
@@ -771,27 +695,24 @@ class Scheduler:
         book = self._budgets
         if book is None or not placements:
             return None
-        end = None
-        if self._state.now is not None and job.expected_s is not None:
-            slow = max(placed_slowdown(self.allocator, p, job.request.chips) for p in placements)
-            end = self._state.now + job.expected_s * slow
+        end = self._roster.predicted_end(job, placements)
         refused = book.refuse(job.key, job.priority, placements, end)
         if refused is not None and evicted is not None and self._may_preempt(job):
             pool = (self._queues.victims(job) if self._queues is not None else sorted(
-                (j for j in self._running.values() if j.preemptible and j.priority < job.priority),
+                (j for j in self._roster.running.values() if j.preemptible and j.priority < job.priority),
                 key=lambda j: (j.priority, -j.seq)))
             victims = book.to_evict(job.key, job.priority, placements, [j.key for j in pool])
             if victims:
                 held = self.allocator.allocations()
                 for key in victims:
-                    victim = self._running[key]
+                    victim = self._roster.running[key]
                     evicted.append((victim, {p: held[p] for p in victim.parts() if p in held}))
-                    self.requeue(key)
+                    self._roster.requeue(key)
                 self._state.failed.clear()
                 refused = book.refuse(job.key, job.priority, placements, end)
         if refused is None or not self.reservation or book.reserved is not None:
             return refused
-        start = book.reserve(job.key, job.priority, placements, self._ends, self._state.now)
+        start = book.reserve(job.key, job.priority, placements, self._roster.ends, self._state.now)
         if book.reserved is None:
             return refused
         when = "" if start is None or self._state.now is None else \
@@ -819,7 +740,7 @@ class Scheduler:
             victims_pool = {p: i - len(ranked) for i, j in enumerate(ranked) for p in j.parts()}
             priority = 0
         else:
-            victims_pool = {p: j.priority for j in self._running.values() if j.preemptible
+            victims_pool = {p: j.priority for j in self._roster.running.values() if j.preemptible
                             for p in j.parts()}
             priority = job.priority
         if not any(p < priority for p in victims_pool.values()):
@@ -832,12 +753,12 @@ class Scheduler:
             return nofit
         held = self.allocator.allocations()
         for victim_part in plan.victims:
-            owner = self._owners.get(victim_part, victim_part)
-            victim = self._running.get(owner)
+            owner = self._roster.owners.get(victim_part, victim_part)
+            victim = self._roster.running.get(owner)
             if victim is None:  # another replica of a job already evicted by this plan
                 continue
             evicted.append((victim, {p: held[p] for p in victim.parts() if p in held}))
-            self.requeue(owner)
+            self._roster.requeue(owner)
             self._state.failed.clear()
         placed = self.allocator.allocate(part, job.request)
         if isinstance(placed, NoFit):
@@ -862,6 +783,6 @@ class Scheduler:
                     self.allocator.release(part)
                 lost.append(victim.key)
                 continue
-            self._hold(victim)
+            self._roster.hold(victim)
         return lost
 
