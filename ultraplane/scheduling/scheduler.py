@@ -64,6 +64,7 @@ from ultraplane.scheduling.predictions import (
     placed_slowdown,
     span,
 )
+from ultraplane.scheduling.quotagates import QuotaGate
 from ultraplane.scheduling.rosters import Roster
 from ultraplane.workloads import QueuedJob
 
@@ -102,6 +103,7 @@ class Scheduler:
             power.bind(allocator)
         self._state = CycleState()  # the clock, launch allowance and no-fit memo
         self._roster = Roster(allocator, self._state, quotas=quotas, power=power)
+        self._quotas = QuotaGate(quotas, allocator)
         self._lowest: int | None = None  # lowest preemptible running priority, cycle start
         # Requests no domain can be reserved for (gangs smaller than one UltraServer): this
         # depends on the inventory only, so it holds for the cycle and spares a deep queue of
@@ -147,11 +149,6 @@ class Scheduler:
         """The power budgets, while any exist or UltraServers power down (with neither, a
         cycle is today's cycle)."""
         return self.power if self.power is not None and self.power.active else None
-
-    @property
-    def _queues(self) -> QuotaBook | None:
-        """The tenant queues, while any exist (with none, a cycle is today's cycle)."""
-        return self.quotas if self.quotas is not None and self.quotas.active else None
 
     def restore(
         self,
@@ -247,7 +244,7 @@ class Scheduler:
         and the operator without pods)."""
         self._state.now = now
         self._state.budget = launch_budget
-        if self._queues is not None or self._budgets is not None:  # usage moves the order, or
+        if self._quotas.book is not None or self._budgets is not None:  # usage moves the order, or
             self._standing = None  # the headroom: every cycle is a full one
         result = CycleResult()
         carried = False
@@ -268,11 +265,7 @@ class Scheduler:
         return result
 
     def _cycle(self, result: CycleResult, fences: ExitStack) -> None:
-        queue = self.queued()
-        quotas = self._queues
-        if quotas is not None:
-            quotas.begin_cycle(self.allocator)
-            queue = quotas.arrange(queue)
+        queue = self._quotas.order(self.queued())
         if self._budgets is not None:
             self._budgets.begin_cycle()
         # Jobs admitted during a cycle rank above the ones after them, so the lowest running
@@ -290,13 +283,14 @@ class Scheduler:
     def _try(self, queue: Sequence[QueuedJob], result: CycleResult, fences: ExitStack) -> None:
         """Try `queue` in order, appending to `result` (positions continue after its pending)."""
         position = len(result.pending)
+        quotas = self._quotas.book
         for index, job in enumerate(queue):
             if self._state.budget is not None and self._state.budget <= 0:  # every job after it waits too
                 position += 1
                 result.pending.append((job.key, DEFERRED, position))
                 result.deferred += 1
                 continue
-            refused = self._queues.refuse(job) if self._queues is not None else None
+            refused = quotas.refuse(job) if quotas is not None else None
             if refused is not None:
                 position += 1
                 result.pending.append((job.key, refused, position))
@@ -342,11 +336,6 @@ class Scheduler:
                 and not (self._fenced and job.expected_s is not None)
                 and (known.kind != "NoCapacity" or not self._may_reserve(job, result)))
 
-    def _guaranteed(self, job: QueuedJob) -> bool:
-        """Whether `job` fits its tenant queue's unused nominal quota (one gang, queues on)."""
-        return (self._queues is not None and job.replicas is None
-                and self._queues.within_nominal(job))
-
     def _may_reserve(self, job: QueuedJob, result: CycleResult) -> bool:
         """Whether `job`, which does not fit, may try to reserve: the cycle's first
         reservation (for a gang of whole UltraServers, or a guaranteed job), and with tenant
@@ -356,9 +345,10 @@ class Scheduler:
         if not self.reservation:
             return False
         if result.reserved is None:
-            return job.request not in self._unreservable or self._guaranteed(job)
-        return (self._queues is not None and self._queues.queue_of(job) not in self._reserving
-                and self._guaranteed(job))
+            return job.request not in self._unreservable or self._quotas.guaranteed(job)
+        quotas = self._quotas.book
+        return (quotas is not None and quotas.queue_of(job) not in self._reserving
+                and self._quotas.guaranteed(job))
 
     def _stand(self, result: CycleResult) -> _Standing:
         """What a cycle that tries only later arrivals may carry over from `result`."""
@@ -420,7 +410,7 @@ class Scheduler:
         """Hold back, for the rest of this cycle, where `job` would start soonest: one domain
         per gang (each replica of a replicated job gets its own), or nothing unless every gang
         gets one. `fences` None: nothing is queued behind it, so nothing is held back."""
-        guaranteed = self._guaranteed(job)
+        guaranteed = self._quotas.guaranteed(job)
         if job.request in self._unreservable and not guaranteed:
             return nofit
         if not self.allocator.reservation_domains(job.request) and not guaranteed:
@@ -451,8 +441,9 @@ class Scheduler:
                  else None)
         if fences is not None:
             self._shadows.update(dict.fromkeys(fenced_all, start))
-        if guaranteed and self._queues is not None:
-            self._reserving.add(self._queues.queue_of(job))
+        quotas = self._quotas.book
+        if guaranteed and quotas is not None:
+            self._reserving.add(quotas.queue_of(job))
         if result.reserved is None:  # the cycle's first: the one it reports
             result.reserved = (job.key, ", ".join(d for d, _ in picked), names)
             if start is not None:
@@ -487,9 +478,10 @@ class Scheduler:
         now = self._state.now
         domains = self.allocator.reservation_domains(job.request)
         releases = self._roster.releases()
-        if not domains and self._queues is not None:
+        quotas = self._quotas.book
+        if not domains and quotas is not None:
             domains = self.allocator.preemption_domains(job.request)
-            evictable = {p for v in self._queues.victims(job) for p in v.parts()}
+            evictable = {p for v in quotas.victims(job) for p in v.parts()}
             held = self.allocator.allocations()
             for part in evictable:
                 for us, chips in held[part].chips_by_ultraserver if part in held else ():
@@ -673,8 +665,9 @@ class Scheduler:
         """Place a part on powered UltraServers if it fits there, else anywhere (waking a
         powered-down one), so idle UltraServers stay idle and can stay powered down."""
         down = self.power.states.down() if self.power is not None else ()
-        if self._queues is not None:  # borrowers apart from guaranteed jobs, if it fits so
-            kept = self._queues.allocate_apart(job, part, self.allocator, avoid=down)
+        quotas = self._quotas.book
+        if quotas is not None:  # borrowers apart from guaranteed jobs, if it fits so
+            kept = quotas.allocate_apart(job, part, self.allocator, avoid=down)
             if kept is not None:
                 return kept
         if down:
@@ -698,7 +691,8 @@ class Scheduler:
         end = self._roster.predicted_end(job, placements)
         refused = book.refuse(job.key, job.priority, placements, end)
         if refused is not None and evicted is not None and self._may_preempt(job):
-            pool = (self._queues.victims(job) if self._queues is not None else sorted(
+            quotas = self._quotas.book
+            pool = (quotas.victims(job) if quotas is not None else sorted(
                 (j for j in self._roster.running.values() if j.preemptible and j.priority < job.priority),
                 key=lambda j: (j.priority, -j.seq)))
             victims = book.to_evict(job.key, job.priority, placements, [j.key for j in pool])
@@ -725,14 +719,15 @@ class Scheduler:
         """Whether some running job is a victim `job` may take chips from."""
         if not self.preemption:
             return False
-        if self._queues is not None:
-            return self._queues.may_preempt(job)
+        quotas = self._quotas.book
+        if quotas is not None:
+            return quotas.may_preempt(job)
         return self._lowest is not None and self._lowest < job.priority
 
     def _preempt_for(self, job: QueuedJob, part: JobKey, nofit: NoFit,
                      evicted: list[tuple[QueuedJob, dict[JobKey, Placement]]]
                      ) -> Placement | NoFit:
-        quotas = self._queues
+        quotas = self._quotas.book
         if quotas is not None:
             # Tenant queues decide who may be evicted; their best-first order becomes the
             # plan's priorities (all below the preemptor's 0).
