@@ -54,10 +54,10 @@ from ultraplane.placement.allocator import (
     Placement,
     PlacementRequest,
 )
-from ultraplane.placement.preemption import plan_preemption
 from ultraplane.policies.powerbook import NO_POWER, PowerBook
 from ultraplane.policies.quotas import QuotaBook
 from ultraplane.scheduling.cycles import DEFERRED, CycleResult, CycleState
+from ultraplane.scheduling.evictions import Evicted, Evictions
 from ultraplane.scheduling.predictions import (
     drain_time,
     earliest_start,
@@ -93,7 +93,6 @@ class Scheduler:
                  reservation: bool = True, quotas: QuotaBook | None = None,
                  power: PowerBook | None = None) -> None:
         self.allocator = allocator
-        self.preemption = preemption
         self.reservation = reservation
         # Tenant queues: admission within quota, fair-share order, reclaim (ultraplane.policies.quotas)
         self.quotas = quotas
@@ -104,7 +103,8 @@ class Scheduler:
         self._state = CycleState()  # the clock, launch allowance and no-fit memo
         self._roster = Roster(allocator, self._state, quotas=quotas, power=power)
         self._quotas = QuotaGate(quotas, allocator)
-        self._lowest: int | None = None  # lowest preemptible running priority, cycle start
+        self._evictions = Evictions(allocator, self._roster, self._state, self._quotas,
+                                    enabled=preemption)
         # Requests no domain can be reserved for (gangs smaller than one UltraServer): this
         # depends on the inventory only, so it holds for the cycle and spares a deep queue of
         # small jobs one reservation attempt (and its scan of every allocation) each.
@@ -117,6 +117,15 @@ class Scheduler:
         self._standing: _Standing | None = None  # what the last cycle left waiting, if valid
         self._reserved_at: tuple[int, NoFit] | None = None  # (pending index, NoFit before it)
         self._last: tuple[int, float, int, str] | None = None  # order of the last job tried
+
+    @property
+    def preemption(self) -> bool:
+        """Whether a job that does not fit may evict lower-priority jobs (`evictions`)."""
+        return self._evictions.enabled
+
+    @preemption.setter
+    def preemption(self, on: bool) -> None:
+        self._evictions.enabled = on
 
     # -- observations ------------------------------------------------------------------
     def submit(self, job: QueuedJob) -> None:
@@ -268,9 +277,7 @@ class Scheduler:
         queue = self._quotas.order(self.queued())
         if self._budgets is not None:
             self._budgets.begin_cycle()
-        # Jobs admitted during a cycle rank above the ones after them, so the lowest running
-        # priority at its start bounds every later victim: below it, nothing can preempt.
-        self._lowest = self._roster.lowest()
+        self._evictions.begin()
         # Within a cycle the fleet only fills up (admissions, the reservation's hold) until a
         # preemption evicts someone: a request that did not fit still does not, so queues of
         # thousands of same-shaped jobs cost one search per shape, not one per job. Recorded
@@ -332,7 +339,7 @@ class Scheduler:
         no preemption, split, backfill or reservation could change its outcome (a deep queue
         of such jobs then costs a lookup each)."""
         return (job.replicas is None and job.request.mode != "SplitWhenItPays"
-                and not self._may_preempt(job)
+                and not self._evictions.may_preempt(job)
                 and not (self._fenced and job.expected_s is not None)
                 and (known.kind != "NoCapacity" or not self._may_reserve(job, result)))
 
@@ -381,10 +388,9 @@ class Scheduler:
                 or (st.volatile and self._state.now is not None)
                 or (arrivals and st.last is not None and arrivals[0].order() <= st.last)):
             return False
-        self._lowest = self._roster.lowest()
+        self._evictions.begin()
         self._unreservable.clear()
-        if (self.preemption and st.top is not None and self._lowest is not None
-                and self._lowest < st.top):
+        if st.top is not None and self._evictions.outranks(st.top):
             return False  # a job left waiting could preempt what was admitted since
         result.pending, result.carried = list(st.pending), len(st.pending)
         if st.reserved is not None and st.reserved_at is not None:
@@ -598,21 +604,21 @@ class Scheduler:
         """Every part of `job` placed, or nothing held and every victim of this job back."""
         parts = job.parts()
         placed: list[tuple[JobKey, Placement]] = []
-        evicted: list[tuple[QueuedJob, dict[JobKey, Placement]]] = []
+        evicted: Evicted = []
         for index, part in enumerate(parts):
             known = self._state.failed.get(job.request)
             outcome = known if known is not None else self._allocate(part, job)
             if isinstance(outcome, NoFit) and index == 0:
                 self._state.failed[job.request] = outcome
             if (isinstance(outcome, NoFit) and outcome.kind == "NoCapacity"
-                    and self._may_preempt(job)):
-                outcome = self._preempt_for(job, part, outcome, evicted)
+                    and self._evictions.may_preempt(job)):
+                outcome = self._evictions.preempt_for(job, part, outcome, evicted)
             if isinstance(outcome, Placement):
                 placed.append((part, outcome))
                 continue
             for key, _ in placed:
                 self.allocator.release(key)
-            for victim in self._undo(evicted):
+            for victim in self._evictions.undo(evicted):
                 result.preempted.append((victim, job.key))
             if len(parts) > 1:
                 outcome = NoFit(outcome.kind, f"replica {index + 1} of {len(parts)}: "
@@ -625,7 +631,7 @@ class Scheduler:
         if refused is not None:
             for key, _ in placed:
                 self.allocator.release(key)
-            for victim in self._undo(evicted):
+            for victim in self._evictions.undo(evicted):
                 result.preempted.append((victim, job.key))
             return refused
         result.preempted.extend((victim.key, job.key) for victim, _ in evicted)
@@ -678,7 +684,7 @@ class Scheduler:
         return self.allocator.allocate(part, job.request)
 
     def _power_refuses(self, job: QueuedJob, placements: tuple[Placement, ...],
-                       evicted: list[tuple[QueuedJob, dict[JobKey, Placement]]] | None = None
+                       evicted: Evicted | None = None
                        ) -> NoFit | None:
         """A `NoPower` NoFit when a budget covering `placements` cannot hold `job`, or its
         headroom is reserved for a job ahead (EASY: the first job refused for headroom
@@ -690,19 +696,11 @@ class Scheduler:
             return None
         end = self._roster.predicted_end(job, placements)
         refused = book.refuse(job.key, job.priority, placements, end)
-        if refused is not None and evicted is not None and self._may_preempt(job):
-            quotas = self._quotas.book
-            pool = (quotas.victims(job) if quotas is not None else sorted(
-                (j for j in self._roster.running.values() if j.preemptible and j.priority < job.priority),
-                key=lambda j: (j.priority, -j.seq)))
-            victims = book.to_evict(job.key, job.priority, placements, [j.key for j in pool])
+        if refused is not None and evicted is not None and self._evictions.may_preempt(job):
+            pool = [j.key for j in self._evictions.victims(job)]
+            victims = book.to_evict(job.key, job.priority, placements, pool)
             if victims:
-                held = self.allocator.allocations()
-                for key in victims:
-                    victim = self._roster.running[key]
-                    evicted.append((victim, {p: held[p] for p in victim.parts() if p in held}))
-                    self._roster.requeue(key)
-                self._state.failed.clear()
+                self._evictions.evict(victims, evicted)
                 refused = book.refuse(job.key, job.priority, placements, end)
         if refused is None or not self.reservation or book.reserved is not None:
             return refused
@@ -714,70 +712,3 @@ class Scheduler:
         return NoFit(refused.kind, f"{refused.message}; the headroom is reserved for it until "
                      f"it frees{when}: jobs queued behind it draw from the budget only if "
                      "predicted to end before it starts", refused.blocking)
-
-    def _may_preempt(self, job: QueuedJob) -> bool:
-        """Whether some running job is a victim `job` may take chips from."""
-        if not self.preemption:
-            return False
-        quotas = self._quotas.book
-        if quotas is not None:
-            return quotas.may_preempt(job)
-        return self._lowest is not None and self._lowest < job.priority
-
-    def _preempt_for(self, job: QueuedJob, part: JobKey, nofit: NoFit,
-                     evicted: list[tuple[QueuedJob, dict[JobKey, Placement]]]
-                     ) -> Placement | NoFit:
-        quotas = self._quotas.book
-        if quotas is not None:
-            # Tenant queues decide who may be evicted; their best-first order becomes the
-            # plan's priorities (all below the preemptor's 0).
-            ranked = quotas.victims(job)
-            victims_pool = {p: i - len(ranked) for i, j in enumerate(ranked) for p in j.parts()}
-            priority = 0
-        else:
-            victims_pool = {p: j.priority for j in self._roster.running.values() if j.preemptible
-                            for p in j.parts()}
-            priority = job.priority
-        if not any(p < priority for p in victims_pool.values()):
-            return nofit
-        plan = plan_preemption(self.allocator, job.request, priority, victims_pool,
-                               in_order=quotas is not None)
-        if isinstance(plan, NoFit):
-            if quotas is not None:
-                quotas.reclaim_failed(job)
-            return nofit
-        held = self.allocator.allocations()
-        for victim_part in plan.victims:
-            owner = self._roster.owners.get(victim_part, victim_part)
-            victim = self._roster.running.get(owner)
-            if victim is None:  # another replica of a job already evicted by this plan
-                continue
-            evicted.append((victim, {p: held[p] for p in victim.parts() if p in held}))
-            self._roster.requeue(owner)
-            self._state.failed.clear()
-        placed = self.allocator.allocate(part, job.request)
-        if isinstance(placed, NoFit):
-            # The plan said the domain frees up; if the allocator disagrees, fall back to the
-            # planned chips rather than leave the victims evicted for nothing.
-            self.allocator.assign(part, plan.placement.chip_ids, job.request)
-            placed = plan.placement
-        return placed
-
-    def _undo(self, evicted: list[tuple[QueuedJob, dict[JobKey, Placement]]]) -> list[JobKey]:
-        """Put jobs evicted for a job that was not admitted back on their chips; returns the
-        ones that could not be put back (they stay requeued and count as preempted)."""
-        lost: list[JobKey] = []
-        for victim, placements in reversed(evicted):
-            done: list[JobKey] = []
-            try:
-                for part, placement in placements.items():
-                    self.allocator.assign(part, placement.chip_ids, victim.request)
-                    done.append(part)
-            except (AllocationConflict, ValueError, KeyError):
-                for part in done:
-                    self.allocator.release(part)
-                lost.append(victim.key)
-                continue
-            self._roster.hold(victim)
-        return lost
-
