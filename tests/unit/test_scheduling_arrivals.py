@@ -191,24 +191,39 @@ def test_carrying_the_last_cycle_over_decides_what_a_full_cycle_would(
 # -- the per-cycle shortcuts (a request that already failed, one no domain can be reserved
 # for) decide what the full path for every job would ----------------------------------------
 
+class _Unremembering(set):  # type: ignore[type-arg]
+    """A memo of unreservable requests that never remembers one."""
+
+    def add(self, item: object) -> None:
+        pass
+
+
 class EveryJobInFull(Scheduler):
     """A scheduler that takes no per-cycle shortcut: every waiting job goes the whole way
     (placement, split, backfill, reservation attempt) on every cycle."""
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._reservations.unreservable = _Unremembering()
+
     def _settled(self, job: QueuedJob, known: Any, result: Any) -> bool:
         return False
 
-    def _reserve(self, job: QueuedJob, nofit: Any, result: Any, fences: Any) -> Any:
-        self._unreservable.clear()
-        return super()._reserve(job, nofit, result, fences)
-
 
 class CountingReleases(Scheduler):
+    """A scheduler that counts its scans of every allocation for predicted ends."""
+
     scans = 0
 
-    def _releases(self) -> dict[str, list[tuple[float, int]]]:
-        self.scans += 1
-        return super()._releases()
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        releases = self._roster.releases
+
+        def counted() -> dict[str, list[tuple[float, int]]]:
+            self.scans += 1
+            return releases()
+
+        self._roster.releases = counted  # type: ignore[method-assign]
 
 
 def test_a_deep_queue_of_small_jobs_makes_no_reservation_attempt_each() -> None:

@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from contextlib import ExitStack
 from dataclasses import dataclass
 from dataclasses import replace as dc_replace
 
@@ -59,12 +58,12 @@ from ultraplane.policies.quotas import QuotaBook
 from ultraplane.scheduling.cycles import DEFERRED, CycleResult, CycleState
 from ultraplane.scheduling.evictions import Evicted, Evictions
 from ultraplane.scheduling.predictions import (
-    drain_time,
     earliest_start,
     placed_slowdown,
     span,
 )
 from ultraplane.scheduling.quotagates import QuotaGate
+from ultraplane.scheduling.reservations import Reservations
 from ultraplane.scheduling.rosters import Roster
 from ultraplane.workloads import QueuedJob
 
@@ -93,7 +92,6 @@ class Scheduler:
                  reservation: bool = True, quotas: QuotaBook | None = None,
                  power: PowerBook | None = None) -> None:
         self.allocator = allocator
-        self.reservation = reservation
         # Tenant queues: admission within quota, fair-share order, reclaim (ultraplane.policies.quotas)
         self.quotas = quotas
         # Power budgets: admission within headroom, powered UltraServers first (powerbook)
@@ -105,17 +103,9 @@ class Scheduler:
         self._quotas = QuotaGate(quotas, allocator)
         self._evictions = Evictions(allocator, self._roster, self._state, self._quotas,
                                     enabled=preemption)
-        # Requests no domain can be reserved for (gangs smaller than one UltraServer): this
-        # depends on the inventory only, so it holds for the cycle and spares a deep queue of
-        # small jobs one reservation attempt (and its scan of every allocation) each.
-        self._unreservable: set[PlacementRequest] = set()
-        self._fenced: list[str] = []  # UltraServers held back by this cycle's reservation
-        # Fenced UltraServer -> predicted start of the reservation holding it (None: unknown);
-        # with tenant queues a cycle may hold several (one per queue with guaranteed demand).
-        self._shadows: dict[str, float | None] = {}
-        self._reserving: set[str | None] = set()  # tenant queues that reserved this cycle
+        self._reservations = Reservations(allocator, self._roster, self._state, self._quotas,
+                                          enabled=reservation)
         self._standing: _Standing | None = None  # what the last cycle left waiting, if valid
-        self._reserved_at: tuple[int, NoFit] | None = None  # (pending index, NoFit before it)
         self._last: tuple[int, float, int, str] | None = None  # order of the last job tried
 
     @property
@@ -126,6 +116,15 @@ class Scheduler:
     @preemption.setter
     def preemption(self, on: bool) -> None:
         self._evictions.enabled = on
+
+    @property
+    def reservation(self) -> bool:
+        """Whether the first large job that does not fit reserves (`reservations`)."""
+        return self._reservations.enabled
+
+    @reservation.setter
+    def reservation(self, on: bool) -> None:
+        self._reservations.enabled = on
 
     # -- observations ------------------------------------------------------------------
     def submit(self, job: QueuedJob) -> None:
@@ -258,22 +257,18 @@ class Scheduler:
         result = CycleResult()
         carried = False
         if self._standing is not None and self._standing.epoch == self._roster.epoch:
-            self._fenced, self._shadows = [], {}
-            with ExitStack() as fences:
-                carried = self._append(result, fences)
+            with self._reservations.fencing(carried=True):
+                carried = self._append(result)
         if not carried:
             result = CycleResult()
-            self._fenced, self._reserved_at = [], None
-            self._shadows, self._reserving = {}, set()
-            with ExitStack() as fences:
-                self._cycle(result, fences)
-        self._fenced = []
+            with self._reservations.fencing(carried=False):
+                self._cycle(result)
         self._roster.arrivals.clear()
         # a deferred job was never tried: the next cycle must try it (a carried one would not)
         self._standing = None if result.preempted or result.deferred else self._stand(result)
         return result
 
-    def _cycle(self, result: CycleResult, fences: ExitStack) -> None:
+    def _cycle(self, result: CycleResult) -> None:
         queue = self._quotas.order(self.queued())
         if self._budgets is not None:
             self._budgets.begin_cycle()
@@ -283,11 +278,10 @@ class Scheduler:
         # thousands of same-shaped jobs cost one search per shape, not one per job. Recorded
         # before a job holds any part, dropped on every eviction.
         self._state.failed.clear()
-        self._unreservable.clear()
-        self._try(queue, result, fences)
+        self._try(queue, result)
         self._last = queue[-1].order() if queue else None
 
-    def _try(self, queue: Sequence[QueuedJob], result: CycleResult, fences: ExitStack) -> None:
+    def _try(self, queue: Sequence[QueuedJob], result: CycleResult) -> None:
         """Try `queue` in order, appending to `result` (positions continue after its pending)."""
         position = len(result.pending)
         quotas = self._quotas.book
@@ -311,15 +305,13 @@ class Scheduler:
             if isinstance(outcome, NoFit) and outcome.kind == "NoCapacity" and job.replicas is None:
                 if job.request.mode == "SplitWhenItPays":
                     outcome = self._split_if_it_pays(job, outcome, result)
-                if isinstance(outcome, NoFit) and self._fenced:
+                if isinstance(outcome, NoFit) and self._reservations.fenced:
                     outcome = self._backfill(job, outcome, result)
             if isinstance(outcome, NoFit):
-                if outcome.kind == "NoCapacity" and self._may_reserve(job, result):
-                    base, first = outcome, result.reserved is None
-                    outcome = self._reserve(job, outcome, result,
-                                            fences if index + 1 < len(queue) else None)
-                    if first and result.reserved is not None:
-                        self._reserved_at = (len(result.pending), base)
+                if (outcome.kind == "NoCapacity"
+                        and self._reservations.may_reserve(job, result)):
+                    outcome = self._reservations.reserve(job, outcome, result,
+                                                         behind=index + 1 < len(queue))
                 position += 1
                 result.pending.append((job.key, outcome, position))
                 continue
@@ -340,22 +332,9 @@ class Scheduler:
         of such jobs then costs a lookup each)."""
         return (job.replicas is None and job.request.mode != "SplitWhenItPays"
                 and not self._evictions.may_preempt(job)
-                and not (self._fenced and job.expected_s is not None)
-                and (known.kind != "NoCapacity" or not self._may_reserve(job, result)))
-
-    def _may_reserve(self, job: QueuedJob, result: CycleResult) -> bool:
-        """Whether `job`, which does not fit, may try to reserve: the cycle's first
-        reservation (for a gang of whole UltraServers, or a guaranteed job), and with tenant
-        queues one more for the first guaranteed job of each queue that has none yet, so
-        every queue below its nominal quota drains a place for its guarantee, not only the
-        one whose job comes first."""
-        if not self.reservation:
-            return False
-        if result.reserved is None:
-            return job.request not in self._unreservable or self._quotas.guaranteed(job)
-        quotas = self._quotas.book
-        return (quotas is not None and quotas.queue_of(job) not in self._reserving
-                and self._quotas.guaranteed(job))
+                and not (self._reservations.fenced and job.expected_s is not None)
+                and (known.kind != "NoCapacity"
+                     or not self._reservations.may_reserve(job, result)))
 
     def _stand(self, result: CycleResult) -> _Standing:
         """What a cycle that tries only later arrivals may carry over from `result`."""
@@ -374,9 +353,9 @@ class Scheduler:
             volatile=(before is not None and before.volatile)
             or any(j.request.mode == "SplitWhenItPays" for j in waiting),
             reserved=result.reserved, reservation_start=result.reservation_start,
-            reserved_at=self._reserved_at, epoch=self._roster.epoch)
+            reserved_at=self._reservations.first, epoch=self._roster.epoch)
 
-    def _append(self, result: CycleResult, fences: ExitStack) -> bool:
+    def _append(self, result: CycleResult) -> bool:
         """The cycle for new arrivals behind every job the last one tried: the last cycle's
         pending carried over, the reservation recomputed, the arrivals tried. False (and
         nothing changed) when a full cycle is needed instead."""
@@ -389,14 +368,14 @@ class Scheduler:
                 or (arrivals and st.last is not None and arrivals[0].order() <= st.last)):
             return False
         self._evictions.begin()
-        self._unreservable.clear()
         if st.top is not None and self._evictions.outranks(st.top):
             return False  # a job left waiting could preempt what was admitted since
         result.pending, result.carried = list(st.pending), len(st.pending)
         if st.reserved is not None and st.reserved_at is not None:
             index, base = st.reserved_at
             key, said, position = result.pending[index]
-            outcome = self._reserve(self._roster.queued[key], base, result, fences if arrivals else None)
+            outcome = self._reservations.reserve(self._roster.queued[key], base, result,
+                                                 behind=bool(arrivals))
             if (result.reserved, result.reservation_start) != (st.reserved, st.reservation_start):
                 return False  # the reservation moved: jobs behind it may fit elsewhere now
             if outcome.message != said.message:  # its predicted start is counted from now
@@ -404,123 +383,14 @@ class Scheduler:
                 result.changed.append(index)
         elif st.reserved is not None:
             return False
-        self._reserved_at = st.reserved_at
-        self._try(arrivals, result, fences)
+        self._reservations.first = st.reserved_at
+        self._try(arrivals, result)
         result.changed += range(result.carried, len(result.pending))
         if arrivals:
             self._last = arrivals[-1].order()
         return True
 
-    def _reserve(self, job: QueuedJob, nofit: NoFit, result: CycleResult,
-                 fences: ExitStack | None) -> NoFit:
-        """Hold back, for the rest of this cycle, where `job` would start soonest: one domain
-        per gang (each replica of a replicated job gets its own), or nothing unless every gang
-        gets one. `fences` None: nothing is queued behind it, so nothing is held back."""
-        guaranteed = self._quotas.guaranteed(job)
-        if job.request in self._unreservable and not guaranteed:
-            return nofit
-        if not self.allocator.reservation_domains(job.request) and not guaranteed:
-            self._unreservable.add(job.request)
-            return nofit
-        picked: list[tuple[str, tuple[str, ...]]] = []
-        starts: list[float] = []
-        fenced_all: list[str] = []
-        hold = ExitStack()
-        with hold:
-            for _ in range(job.replicas or 1):
-                soonest = self._soonest_domain(job)
-                found = (soonest[1:] if soonest is not None
-                         else self.allocator.reservation(job.request))
-                if found is None:
-                    return nofit
-                picked.append(found)
-                if soonest is not None:
-                    starts.append(soonest[0])
-                fenced = hold.enter_context(self.allocator.held_back(found[1]))
-                fenced_all.extend(fenced)
-                if fences is not None:
-                    self._fenced.extend(fenced)
-            if fences is not None:
-                fences.enter_context(hold.pop_all())
-        names = tuple(n for _, members in picked for n in members)
-        start = (max(starts) if starts and len(starts) == len(picked) and max(starts) < math.inf
-                 else None)
-        if fences is not None:
-            self._shadows.update(dict.fromkeys(fenced_all, start))
-        quotas = self._quotas.book
-        if guaranteed and quotas is not None:
-            self._reserving.add(quotas.queue_of(job))
-        if result.reserved is None:  # the cycle's first: the one it reports
-            result.reserved = (job.key, ", ".join(d for d, _ in picked), names)
-            if start is not None:
-                result.reservation_start = start
-        if len(names) == 1:
-            what = f"UltraServer {names[0]}"
-        elif len(picked) == 1:
-            what = f"the {len(names)} UltraServers of {picked[0][0]}"
-        else:
-            shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
-            what = f"UltraServers {shown}"
-        when = ""
-        if start is not None and self._state.now is not None:
-            when = f" (predicted to start in {span(start - self._state.now)})"
-        return NoFit(nofit.kind, f"{nofit.message}; {what} reserved for it{when}: jobs queued "
-                     "behind it are placed elsewhere until it starts, or there only if they are "
-                     "predicted to end before it starts", nofit.blocking)
-
     # -- predictions -------------------------------------------------------------------
-    def _soonest_domain(self, job: QueuedJob) -> tuple[float, str, tuple[str, ...]] | None:
-        """EASY: among the domains the gang may use, the one whose k UltraServers drain
-        soonest by predicted end times, as (start, domain, UltraServers); ties go to the
-        most free chips, then fleet order. None without a clock (the caller then uses the
-        allocator's freest-domain rule).
-
-        A job within its queue's nominal quota (tenant queues) may drain an UltraServer even
-        when its gang is smaller than one: its tenant's unused quota may be free chips spread
-        over many UltraServers, and only a drained one (or one whose remaining jobs it may
-        reclaim, counted as ending now) gives it a place."""
-        if self._state.now is None:
-            return None
-        now = self._state.now
-        domains = self.allocator.reservation_domains(job.request)
-        releases = self._roster.releases()
-        quotas = self._quotas.book
-        if not domains and quotas is not None:
-            domains = self.allocator.preemption_domains(job.request)
-            evictable = {p for v in quotas.victims(job) for p in v.parts()}
-            held = self.allocator.allocations()
-            for part in evictable:
-                for us, chips in held[part].chips_by_ultraserver if part in held else ():
-                    releases[us] = [*releases.get(us, []), (now, chips)]
-                    releases[us].remove((self._roster.ends.get(self._roster.owners.get(part, part),
-                                                        math.inf), chips))
-        drains = {us: drain_time(ends, now) for us, ends in releases.items()}  # else: now
-        best: tuple[float, int, int, str, tuple[str, ...]] | None = None
-        for order, (name, members) in enumerate(domains):
-            per = self.allocator.chips_of(members[0])
-            k = -(-job.request.chips // per)
-            rem = job.request.chips - (k - 1) * per
-            if len(members) < k:
-                continue
-            size = {m: self.allocator.free_chips([m]) for m in members}
-            index = {m: i for i, m in enumerate(members)}
-            ranked = sorted(members, key=lambda m: (drains.get(m, now), -size[m], index[m]))
-            whole, rest = ranked[:k - 1], ranked[k - 1:]
-            # The last UltraServer needs only the remainder free (searches: idle + partial).
-            starts = {m: earliest_start({m: (size[m], releases.get(m, []))}, rem, now)
-                      for m in rest}
-            last = min(rest, key=lambda m: (starts[m], -size[m], index[m]))
-            ranked = [*whole, last]
-            start = max([drains.get(m, now) for m in whole] + [starts[last]])
-            key = (start, -sum(size[m] for m in ranked), order, name, tuple(ranked))
-            if best is None or key < best:
-                best = key
-        if best is None:
-            return None
-        if best[0] == math.inf:
-            return None  # nothing predicted: the freest domain, as without a clock
-        return best[0], best[3], best[4]
-
     def _split_if_it_pays(self, job: QueuedJob, nofit: NoFit, result: CycleResult
                           ) -> tuple[Placement, ...] | NoFit:
         """SplitWhenItPays: split when the predicted cost of the split (run time x
@@ -568,7 +438,8 @@ class Scheduler:
         """EASY's backfill rule: a job that fits only on the reserved UltraServers may go
         there if it is predicted to end before the reservation starts (with several
         reservations, only on those it ends before)."""
-        known = {us: s for us in self._fenced if (s := self._shadows.get(us)) is not None}
+        shadows = self._reservations.shadows
+        known = {us: s for us in self._reservations.fenced if (s := shadows.get(us)) is not None}
         if not known or self._state.now is None or job.expected_s is None:
             return nofit
         unslowed = self._state.now + job.expected_s
@@ -702,7 +573,7 @@ class Scheduler:
             if victims:
                 self._evictions.evict(victims, evicted)
                 refused = book.refuse(job.key, job.priority, placements, end)
-        if refused is None or not self.reservation or book.reserved is not None:
+        if refused is None or not self._reservations.enabled or book.reserved is not None:
             return refused
         start = book.reserve(job.key, job.priority, placements, self._roster.ends, self._state.now)
         if book.reserved is None:
