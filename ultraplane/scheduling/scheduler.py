@@ -53,10 +53,11 @@ from ultraplane.placement.allocator import (
     Placement,
     PlacementRequest,
 )
-from ultraplane.policies.powerbook import NO_POWER, PowerBook
+from ultraplane.policies.powerbook import PowerBook
 from ultraplane.policies.quotas import QuotaBook
 from ultraplane.scheduling.cycles import DEFERRED, CycleResult, CycleState
 from ultraplane.scheduling.evictions import Evicted, Evictions
+from ultraplane.scheduling.powergates import PowerGate
 from ultraplane.scheduling.predictions import (
     earliest_start,
     placed_slowdown,
@@ -96,8 +97,6 @@ class Scheduler:
         self.quotas = quotas
         # Power budgets: admission within headroom, powered UltraServers first (powerbook)
         self.power = power
-        if power is not None:
-            power.bind(allocator)
         self._state = CycleState()  # the clock, launch allowance and no-fit memo
         self._roster = Roster(allocator, self._state, quotas=quotas, power=power)
         self._quotas = QuotaGate(quotas, allocator)
@@ -105,6 +104,8 @@ class Scheduler:
                                     enabled=preemption)
         self._reservations = Reservations(allocator, self._roster, self._state, self._quotas,
                                           enabled=reservation)
+        self._power = PowerGate(power, allocator, self._roster, self._state, self._quotas,
+                                self._evictions, self._reservations)
         self._standing: _Standing | None = None  # what the last cycle left waiting, if valid
         self._last: tuple[int, float, int, str] | None = None  # order of the last job tried
 
@@ -151,12 +152,6 @@ class Scheduler:
 
     def expected_end(self, key: JobKey) -> float | None:
         return self._roster.ends.get(key)
-
-    @property
-    def _budgets(self) -> PowerBook | None:
-        """The power budgets, while any exist or UltraServers power down (with neither, a
-        cycle is today's cycle)."""
-        return self.power if self.power is not None and self.power.active else None
 
     def restore(
         self,
@@ -252,7 +247,7 @@ class Scheduler:
         and the operator without pods)."""
         self._state.now = now
         self._state.budget = launch_budget
-        if self._quotas.book is not None or self._budgets is not None:  # usage moves the order, or
+        if self._quotas.book is not None or self._power.book is not None:  # usage moves the order, or
             self._standing = None  # the headroom: every cycle is a full one
         result = CycleResult()
         carried = False
@@ -270,8 +265,7 @@ class Scheduler:
 
     def _cycle(self, result: CycleResult) -> None:
         queue = self._quotas.order(self.queued())
-        if self._budgets is not None:
-            self._budgets.begin_cycle()
+        self._power.begin()
         self._evictions.begin()
         # Within a cycle the fleet only fills up (admissions, the reservation's hold) until a
         # preemption evicts someone: a request that did not fit still does not, so queues of
@@ -426,7 +420,7 @@ class Scheduler:
         placed = self.allocator.allocate(job.key, wide)
         if isinstance(placed, NoFit):  # cannot differ from place() on the same state
             return nofit
-        refused = self._power_refuses(job, (placed,))
+        refused = self._power.refuses(job, (placed,))
         if refused is not None:
             self.allocator.release(job.key)
             return refused
@@ -463,7 +457,7 @@ class Scheduler:
             placed = self.allocator.allocate(job.key, job.request)
         if isinstance(placed, NoFit):
             return nofit
-        refused = self._power_refuses(job, (placed,))
+        refused = self._power.refuses(job, (placed,))
         if refused is not None:
             self.allocator.release(job.key)
             return refused
@@ -478,7 +472,7 @@ class Scheduler:
         evicted: Evicted = []
         for index, part in enumerate(parts):
             known = self._state.failed.get(job.request)
-            outcome = known if known is not None else self._allocate(part, job)
+            outcome = known if known is not None else self._power.allocate(part, job)
             if isinstance(outcome, NoFit) and index == 0:
                 self._state.failed[job.request] = outcome
             if (isinstance(outcome, NoFit) and outcome.kind == "NoCapacity"
@@ -495,9 +489,9 @@ class Scheduler:
                 outcome = NoFit(outcome.kind, f"replica {index + 1} of {len(parts)}: "
                                 f"{outcome.message}", outcome.blocking)
             return outcome
-        refused = self._power_refuses(job, tuple(p for _, p in placed), evicted)
+        refused = self._power.refuses(job, tuple(p for _, p in placed), evicted)
         if refused is not None and not evicted:
-            placed = self._place_beside(job, placed, refused)
+            placed = self._power.place_beside(job, placed, refused)
             refused = None if placed else refused
         if refused is not None:
             for key, _ in placed:
@@ -508,78 +502,3 @@ class Scheduler:
         result.preempted.extend((victim.key, job.key) for victim, _ in evicted)
         return tuple(p for _, p in placed)
 
-    def _place_beside(self, job: QueuedJob, placed: list[tuple[JobKey, Placement]],
-                      refused: NoFit) -> list[tuple[JobKey, Placement]]:
-        """A job its first placement's budgets cannot hold, placed once more away from the
-        UltraServers of those budgets (a budget over part of the fleet leaves the rest
-        free to use): every part placed there and held within its budgets, or nothing held
-        (an empty list)."""
-        book = self._budgets
-        if book is None or refused.kind != NO_POWER:
-            return []
-        short = book.short(job.key, job.priority, tuple(p for _, p in placed))
-        for key, _ in placed:
-            self.allocator.release(key)
-        if not short or len(short) >= len(self.allocator.topology.ultraservers):
-            return []  # (a fleet-wide budget: there is nowhere beside it)
-        again: list[tuple[JobKey, Placement]] = []
-        with self.allocator.held_back(short):
-            for part in job.parts():  # (powered UltraServers and queues' rules first, as ever)
-                got = self._allocate(part, job)
-                if not isinstance(got, Placement):
-                    break
-                again.append((part, got))
-        if len(again) == len(job.parts()) and self._power_refuses(
-                job, tuple(p for _, p in again)) is None:
-            if book.reserved is not None and book.reserved.job.key == job.key:
-                book.reserved = None  # it reserved headroom where it no longer goes
-            return again
-        for key, _ in again:
-            self.allocator.release(key)
-        return []
-
-    def _allocate(self, part: JobKey, job: QueuedJob) -> Placement | NoFit:
-        """Place a part on powered UltraServers if it fits there, else anywhere (waking a
-        powered-down one), so idle UltraServers stay idle and can stay powered down."""
-        down = self.power.states.down() if self.power is not None else ()
-        quotas = self._quotas.book
-        if quotas is not None:  # borrowers apart from guaranteed jobs, if it fits so
-            kept = quotas.allocate_apart(job, part, self.allocator, avoid=down)
-            if kept is not None:
-                return kept
-        if down:
-            with self.allocator.held_back(down):
-                got = self.allocator.allocate(part, job.request)
-            if isinstance(got, Placement):
-                return got
-        return self.allocator.allocate(part, job.request)
-
-    def _power_refuses(self, job: QueuedJob, placements: tuple[Placement, ...],
-                       evicted: Evicted | None = None
-                       ) -> NoFit | None:
-        """A `NoPower` NoFit when a budget covering `placements` cannot hold `job`, or its
-        headroom is reserved for a job ahead (EASY: the first job refused for headroom
-        reserves it, with reservations on; `PowerBook.reserve`). With `evicted` (the
-        preemptions of this placement), a job that may preempt first evicts lower-priority
-        jobs from its budgets, lowest first, if that makes it fit (`PowerBook.to_evict`)."""
-        book = self._budgets
-        if book is None or not placements:
-            return None
-        end = self._roster.predicted_end(job, placements)
-        refused = book.refuse(job.key, job.priority, placements, end)
-        if refused is not None and evicted is not None and self._evictions.may_preempt(job):
-            pool = [j.key for j in self._evictions.victims(job)]
-            victims = book.to_evict(job.key, job.priority, placements, pool)
-            if victims:
-                self._evictions.evict(victims, evicted)
-                refused = book.refuse(job.key, job.priority, placements, end)
-        if refused is None or not self._reservations.enabled or book.reserved is not None:
-            return refused
-        start = book.reserve(job.key, job.priority, placements, self._roster.ends, self._state.now)
-        if book.reserved is None:
-            return refused
-        when = "" if start is None or self._state.now is None else \
-            f" (predicted in {span(max(start - self._state.now, 0.0))})"
-        return NoFit(refused.kind, f"{refused.message}; the headroom is reserved for it until "
-                     f"it frees{when}: jobs queued behind it draw from the budget only if "
-                     "predicted to end before it starts", refused.blocking)
