@@ -40,10 +40,8 @@ next cycle a full one. Pending messages of the jobs carried over are the last fu
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from dataclasses import replace as dc_replace
 
 from ultraplane.ids import ChipId, JobKey
 from ultraplane.placement.allocator import (
@@ -55,17 +53,14 @@ from ultraplane.placement.allocator import (
 )
 from ultraplane.policies.powerbook import PowerBook
 from ultraplane.policies.quotas import QuotaBook
+from ultraplane.scheduling.backfills import Backfills
 from ultraplane.scheduling.cycles import DEFERRED, CycleResult, CycleState
 from ultraplane.scheduling.evictions import Evicted, Evictions
 from ultraplane.scheduling.powergates import PowerGate
-from ultraplane.scheduling.predictions import (
-    earliest_start,
-    placed_slowdown,
-    span,
-)
 from ultraplane.scheduling.quotagates import QuotaGate
 from ultraplane.scheduling.reservations import Reservations
 from ultraplane.scheduling.rosters import Roster
+from ultraplane.scheduling.splits import Splits
 from ultraplane.workloads import QueuedJob
 
 __all__ = ["DEFERRED", "CycleResult", "Scheduler"]
@@ -106,6 +101,8 @@ class Scheduler:
                                           enabled=reservation)
         self._power = PowerGate(power, allocator, self._roster, self._state, self._quotas,
                                 self._evictions, self._reservations)
+        self._splits = Splits(allocator, self._roster, self._state, self._power)
+        self._backfills = Backfills(allocator, self._state, self._reservations, self._power)
         self._standing: _Standing | None = None  # what the last cycle left waiting, if valid
         self._last: tuple[int, float, int, str] | None = None  # order of the last job tried
 
@@ -298,9 +295,9 @@ class Scheduler:
             outcome = self._place(job, result)
             if isinstance(outcome, NoFit) and outcome.kind == "NoCapacity" and job.replicas is None:
                 if job.request.mode == "SplitWhenItPays":
-                    outcome = self._split_if_it_pays(job, outcome, result)
+                    outcome = self._splits.split(job, outcome, result)
                 if isinstance(outcome, NoFit) and self._reservations.fenced:
-                    outcome = self._backfill(job, outcome, result)
+                    outcome = self._backfills.backfill(job, outcome, result)
             if isinstance(outcome, NoFit):
                 if (outcome.kind == "NoCapacity"
                         and self._reservations.may_reserve(job, result)):
@@ -385,86 +382,6 @@ class Scheduler:
         return True
 
     # -- predictions -------------------------------------------------------------------
-    def _split_if_it_pays(self, job: QueuedJob, nofit: NoFit, result: CycleResult
-                          ) -> tuple[Placement, ...] | NoFit:
-        """SplitWhenItPays: split when the predicted cost of the split (run time x
-        (slowdown - 1)) is less than the predicted wait for one UltraServer."""
-        wide = dc_replace(job.request, mode="Unconstrained")
-        split = self.allocator.place(wide)
-        if isinstance(split, NoFit):
-            return nofit
-        slow = placed_slowdown(self.allocator, split, job.request.chips)
-        n = len(split.ultraservers)
-        wait: float | None = None
-        if self._state.now is not None:
-            free = self.allocator.free_by_ultraserver(job.request)
-            releases = self._roster.releases()
-            start = earliest_start({u: (f, releases.get(u, [])) for u, f in free.items()},
-                                   job.request.chips, self._state.now)
-            wait = None if start == math.inf else start - self._state.now
-        run = job.expected_s
-        if run is None:
-            pays = wait is None  # nothing to price the split with: split only if no wait is known
-            why = ("no run time is known to price the split"
-                   + ("" if pays else f" and one UltraServer is predicted free in {span(wait)}"))
-        else:
-            cost = run * (slow - 1.0)
-            pays = wait is None or cost < wait
-            shown = "unknown (no running job there has a predicted end)" if wait is None \
-                else span(wait)
-            why = (f"the predicted slowdown {slow:.2f}x over {n} UltraServers costs "
-                   f"{span(cost)}; the predicted wait for one UltraServer is {shown}")
-        if not pays:
-            return NoFit(nofit.kind, f"{nofit.message}; waiting for one UltraServer rather than "
-                         f"splitting: {why}", nofit.blocking)
-        placed = self.allocator.allocate(job.key, wide)
-        if isinstance(placed, NoFit):  # cannot differ from place() on the same state
-            return nofit
-        refused = self._power.refuses(job, (placed,))
-        if refused is not None:
-            self.allocator.release(job.key)
-            return refused
-        result.notes[job.key] = f"split over {n} UltraServers because it pays: {why}"
-        return (placed,)
-
-    def _backfill(self, job: QueuedJob, nofit: NoFit, result: CycleResult
-                  ) -> tuple[Placement, ...] | NoFit:
-        """EASY's backfill rule: a job that fits only on the reserved UltraServers may go
-        there if it is predicted to end before the reservation starts (with several
-        reservations, only on those it ends before)."""
-        shadows = self._reservations.shadows
-        known = {us: s for us in self._reservations.fenced if (s := shadows.get(us)) is not None}
-        if not known or self._state.now is None or job.expected_s is None:
-            return nofit
-        unslowed = self._state.now + job.expected_s
-        opened = [us for us, s in known.items() if unslowed <= s]
-        if not opened:
-            # ends after every reservation starts even unslowed: no placement to look for
-            return NoFit(nofit.kind, f"{nofit.message}; it is predicted to end "
-                         f"{span(unslowed - max(known.values()))} after the "
-                         "reservation starts", nofit.blocking)
-        with self.allocator.lifted(opened):
-            got = self.allocator.place(job.request)
-            if isinstance(got, NoFit):
-                return nofit
-            slow = placed_slowdown(self.allocator, got, job.request.chips)
-            end = self._state.now + job.expected_s * slow
-            shadow = min((known[us] for us in got.ultraservers if us in known), default=math.inf)
-            if end > shadow:
-                return NoFit(nofit.kind, f"{nofit.message}; it would fit on the reserved "
-                             f"UltraServers but is predicted to end {span(end - shadow)} "
-                             "after the reservation starts", nofit.blocking)
-            placed = self.allocator.allocate(job.key, job.request)
-        if isinstance(placed, NoFit):
-            return nofit
-        refused = self._power.refuses(job, (placed,))
-        if refused is not None:
-            self.allocator.release(job.key)
-            return refused
-        result.notes[job.key] = (f"backfilled onto UltraServers reserved for a waiting job: "
-                                 f"predicted to end {span(shadow - end)} before it starts")
-        return (placed,)
-
     def _place(self, job: QueuedJob, result: CycleResult) -> tuple[Placement, ...] | NoFit:
         """Every part of `job` placed, or nothing held and every victim of this job back."""
         parts = job.parts()
