@@ -55,9 +55,10 @@ from ultraplane.policies.powerbook import PowerBook
 from ultraplane.policies.quotas import QuotaBook
 from ultraplane.scheduling.backfills import Backfills
 from ultraplane.scheduling.cycles import DEFERRED, CycleResult, CycleState
-from ultraplane.scheduling.evictions import Evicted, Evictions
+from ultraplane.scheduling.evictions import Evictions
 from ultraplane.scheduling.powergates import PowerGate
 from ultraplane.scheduling.quotagates import QuotaGate
+from ultraplane.scheduling.replicas import Replicas
 from ultraplane.scheduling.reservations import Reservations
 from ultraplane.scheduling.rosters import Roster
 from ultraplane.scheduling.splits import Splits
@@ -103,6 +104,7 @@ class Scheduler:
                                 self._evictions, self._reservations)
         self._splits = Splits(allocator, self._roster, self._state, self._power)
         self._backfills = Backfills(allocator, self._state, self._reservations, self._power)
+        self._replicas = Replicas(allocator, self._state, self._evictions, self._power)
         self._standing: _Standing | None = None  # what the last cycle left waiting, if valid
         self._last: tuple[int, float, int, str] | None = None  # order of the last job tried
 
@@ -292,7 +294,7 @@ class Scheduler:
                 position += 1  # what the full path below would decide, without its cost
                 result.pending.append((job.key, known, position))
                 continue
-            outcome = self._place(job, result)
+            outcome = self._replicas.place(job, result)
             if isinstance(outcome, NoFit) and outcome.kind == "NoCapacity" and job.replicas is None:
                 if job.request.mode == "SplitWhenItPays":
                     outcome = self._splits.split(job, outcome, result)
@@ -382,40 +384,3 @@ class Scheduler:
         return True
 
     # -- predictions -------------------------------------------------------------------
-    def _place(self, job: QueuedJob, result: CycleResult) -> tuple[Placement, ...] | NoFit:
-        """Every part of `job` placed, or nothing held and every victim of this job back."""
-        parts = job.parts()
-        placed: list[tuple[JobKey, Placement]] = []
-        evicted: Evicted = []
-        for index, part in enumerate(parts):
-            known = self._state.failed.get(job.request)
-            outcome = known if known is not None else self._power.allocate(part, job)
-            if isinstance(outcome, NoFit) and index == 0:
-                self._state.failed[job.request] = outcome
-            if (isinstance(outcome, NoFit) and outcome.kind == "NoCapacity"
-                    and self._evictions.may_preempt(job)):
-                outcome = self._evictions.preempt_for(job, part, outcome, evicted)
-            if isinstance(outcome, Placement):
-                placed.append((part, outcome))
-                continue
-            for key, _ in placed:
-                self.allocator.release(key)
-            for victim in self._evictions.undo(evicted):
-                result.preempted.append((victim, job.key))
-            if len(parts) > 1:
-                outcome = NoFit(outcome.kind, f"replica {index + 1} of {len(parts)}: "
-                                f"{outcome.message}", outcome.blocking)
-            return outcome
-        refused = self._power.refuses(job, tuple(p for _, p in placed), evicted)
-        if refused is not None and not evicted:
-            placed = self._power.place_beside(job, placed, refused)
-            refused = None if placed else refused
-        if refused is not None:
-            for key, _ in placed:
-                self.allocator.release(key)
-            for victim in self._evictions.undo(evicted):
-                result.preempted.append((victim, job.key))
-            return refused
-        result.preempted.extend((victim.key, job.key) for victim, _ in evicted)
-        return tuple(p for _, p in placed)
-
