@@ -177,7 +177,7 @@ def test_carrying_the_last_cycle_over_decides_what_a_full_cycle_would(
             clock += 100.0
             # `Admissions.cycle` always takes a clock (no adapter may run without predictions)
             now = clock
-            full.scheduler._standing = None  # the twin always runs the full cycle
+            full.scheduler._carryover.forget()  # the twin always runs the full cycle
             got = carried.cycle(now)
             assert decided(got) == decided(full.cycle(now))
             assert dict(carried.allocator.allocations()) == dict(full.allocator.allocations())
@@ -287,6 +287,6 @@ def test_the_cycles_shortcuts_decide_what_the_whole_path_for_every_job_would(
             clock += 100.0
             # `Admissions.cycle` always takes a clock (no adapter may run without predictions)
             now = clock
-            slow.scheduler._standing = None  # and no carried-over cycle either
+            slow.scheduler._carryover.forget()  # and no carried-over cycle either
             assert decided(fast.cycle(now)) == decided(slow.cycle(now))
             assert dict(fast.allocator.allocations()) == dict(slow.allocator.allocations())

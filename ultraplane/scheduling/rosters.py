@@ -5,7 +5,7 @@ victims among the running ones, reservations and split pricing read their predic
 the carry-over the waiting ones), and every change of a running job must reach the allocator,
 the tenant queues' usage (`QuotaBook.hold`) and the power budgets' draw (`PowerBook.hold`)
 together. The roster is that one place; the policies change it only through `hold` and
-`requeue`, as the caller does through the scheduler's `submit`, `cancel` and `restore`.
+`requeue`, the caller through the scheduler's `submit`, `cancel`, `requeue` and `restore`.
 
 `epoch` moves whenever the queue changes other than by new arrivals behind it (an edit of a
 job a cycle tried, a cancel, a requeue, a restore): what the last cycle decided for the jobs
@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Iterable, Sequence
 
 from ultraplane.ids import ChipId, JobKey
-from ultraplane.placement.allocator import Allocator, Placement
+from ultraplane.placement.allocator import AllocationConflict, Allocator, Placement
 from ultraplane.policies.powerbook import PowerBook
 from ultraplane.policies.quotas import QuotaBook
 from ultraplane.scheduling.cycles import CycleState
@@ -76,14 +77,31 @@ class Roster:
         self.epoch += 1
         return job
 
-    def withdraw(self, key: JobKey) -> None:
-        """Take a job off the queue before its chips are re-adopted (`Scheduler.restore`)."""
-        self.queued.pop(key, None)
-        self.arrivals.pop(key, None)
+    def restore(self, job: QueuedJob, chips: tuple[ChipId, ...]) -> None:
+        """Re-adopt a one-gang job that already holds `chips`; it leaves the queue even when
+        the allocator refuses them (`AllocationConflict`)."""
+        self.queued.pop(job.key, None)
+        self.arrivals.pop(job.key, None)
         self.epoch += 1
+        self._allocator.assign(job.key, chips, job.request)
+        self.hold(job)
 
-    def adopt(self, job: QueuedJob) -> None:
-        """Hold a job whose parts the allocator was just given (`Scheduler.restore`)."""
+    def restore_replicas(self, job: QueuedJob, chips: Sequence[Iterable[ChipId]]) -> None:
+        """Re-adopt every replica of a replicated job, all or nothing (`chips[i]` for replica
+        i): on `AllocationConflict` or `ValueError` nothing is held."""
+        parts = job.parts()
+        if len(chips) != len(parts):
+            raise ValueError(f"job {job.key}: {len(chips)} replica allocations for "
+                             f"{len(parts)} replicas")
+        done: list[JobKey] = []
+        try:
+            for part, ids in zip(parts, chips, strict=True):
+                self._allocator.assign(part, tuple(ids), job.request)
+                done.append(part)
+        except (AllocationConflict, ValueError, KeyError):
+            for part in done:
+                self._allocator.release(part)
+            raise
         self.arrivals.pop(job.key, None)
         self.epoch += 1
         self.hold(job)

@@ -1,59 +1,69 @@
-"""The admission queue and the scheduling cycle, shared by the operator, the API and the simulator.
+"""The scheduling cycle: a short driver that asks the cycle's policies, in a fixed order.
 
-Why a separate, pure module: the operator (Kubernetes), the REST API's embedded fleet and the
-simulator's offline replay must admit jobs in exactly the same order with exactly the same
-preemption rule, so the rule lives once, here, on top of the core allocator. It holds no clock
-and talks to no API; callers persist what a cycle decided (the operator writes job status before
-it trusts an allocation) and feed back what they observe (`cancel`, `restore`).
+Why one driver, shared by the operator, the API and the simulator: the operator (Kubernetes),
+the REST API's embedded fleet and the simulator's offline replay must admit jobs in exactly
+the same order with exactly the same rules, so the rules live once, here, on top of the core
+allocator. It holds no clock and talks to no API; callers persist what a cycle decided (the
+operator writes job status before it trusts an allocation) and feed back what they observe
+(`cancel`, `restore`).
 
-Order: priority descending, then `rank` ascending (a target start: creation plus a multiple of
-the predicted run time, `ultraplane.scheduling.queueorder`), then `seq` (FIFO by creation). The cycle is
-best-effort: a job that does not fit does not block smaller, later jobs that do (Kueue's
-BestEffortFIFO), because a strict head-of-line queue would leave most of a fleet idle behind one
-large gang. A high-priority job that does not fit evicts lower-priority work instead of waiting.
+Order: priority descending, then `rank` ascending (a target start: creation plus a multiple
+of the predicted run time, `ultraplane.scheduling.queueorder`), then `seq` (FIFO by
+creation). The cycle is best-effort: a job that does not fit does not block smaller, later
+jobs that do (Kueue's BestEffortFIFO), because a strict head-of-line queue would leave most
+of a fleet idle behind one large gang. A high-priority job that does not fit evicts
+lower-priority work instead of waiting.
 
-Backfill reservation (`reservation=True`, the default): best-effort FIFO alone starves large
-gangs, because the small jobs behind them keep taking the chips that free up. So the first job
-of a cycle that needs whole UltraServers and still does not fit (after any preemption) reserves
-where it would start soonest: the k UltraServers its gang needs, inside one domain its required
-level allows, with the most free chips between them (`Allocator.reservation`; a replicated job
-gets such a set per replica). For the rest of the cycle, jobs behind it are placed (and
-preempt) only elsewhere. Running jobs there keep their chips; as they end, the UltraServers
-drain and the gang starts. One reservation per cycle (Slurm's backfill reservation for the top
-job); the cost is the reserved UltraServers' free chips while they drain. With tenant queues,
-each queue also reserves for its first job that fits its unused nominal quota and finds no
-place, so one queue's reservation never leaves another's guarantee to be nibbled away.
+The policies, one module each, share the jobs (`rosters.Roster`) and the cycle's clock,
+launch allowance and no-fit memo (`cycles.CycleState`); each module says why its rule is so:
 
-Replicated jobs (an InferenceJob's replicas) are one queue entry with one gang per replica, each
-held in the allocator under `key#i`. They are admitted whole or not at all: if a later replica
-does not fit, the earlier ones are released and any job evicted for them is put back on its own
-chips, so a half-placed job never holds chips and never costs a victim anything.
+- `quotagates`: tenant queues (fair-share order, refusal beyond quota, guarantees);
+- `powergates`: power budgets (powered UltraServers first, admission within headroom);
+- `evictions`: preemption, and putting the victims back when the job is not admitted;
+- `replicas`: every part of a job placed, or none;
+- `splits`: a `SplitWhenItPays` job split over UltraServers when it pays;
+- `reservations`: the first large job that does not fit reserves where it starts soonest;
+- `backfills`: a job onto reserved UltraServers when it ends before they are due;
+- `carryovers`: a deep queue's cycle that tries only the new arrivals.
 
-Deep queues: a cycle that has nothing to try but new arrivals queued behind every job the last
-cycle tried (the usual case: same-priority jobs created while the fleet is full) tries only
-those. Everything the last cycle left waiting still waits, because the fleet has only filled up
-since (`Allocator.room_epoch` has not moved), so a full cycle would decide the same; the
-reservation is recomputed and must come out unchanged. Anything else (chips freed, an edit, a
-cancel, a preemption, a waiting job that could now preempt, a moved reservation) makes the
-next cycle a full one. Pending messages of the jobs carried over are the last full cycle's.
+A cycle, in this fixed order (`cycle`, `_full`, `_carried`, `_try`):
+
+1. The jobs to try. While the last cycle's outcome stands (`CarryOver.stands`), only the
+   arrivals behind it, with its pending carried over and its reservation made again
+   (`CarryOver.resume`); otherwise every waiting job in queue order, in fair-share order
+   with tenant queues (`QuotaGate.order`), with the power book's and the evictions' cycle
+   begun and the no-fit memo cleared.
+2. Each job in turn, until one step decides it:
+   a. the launch allowance is spent: it waits, `Deferred` (so does every job after it);
+   b. its tenant queue has no room for it (`QuotaBook.refuse`): it waits;
+   c. its request already failed this cycle and no step below could change that
+      (`_settled`): it waits for the same reason, at the cost of a lookup;
+   d. placement, every part or none (`Replicas.place`): each part where
+      `PowerGate.allocate` puts it, evicting for it if it may (`Evictions.preempt_for`),
+      then the power budgets' word (`PowerGate.refuses`, `PowerGate.place_beside`);
+   e. no capacity for its one gang: split if it pays (`Splits.split`), else onto reserved
+      UltraServers if it ends before they are due (`Backfills.backfill`);
+   f. still no capacity: it reserves where it would start soonest, if it may
+      (`Reservations.reserve`), and waits; the jobs behind it go elsewhere;
+   g. placed: it holds its chips with its predicted end (`Roster.hold`) and spends its
+      pods from the launch allowance.
+3. What stands for the next cycle (`CarryOver.tried`, `CarryOver.settle`).
+
+A new policy is one module beside these, built in `Scheduler.__init__`, and one line at its
+step in `_try`; if it can change the outcome of a job whose request already failed this
+cycle, also one condition in `_settled`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 
 from ultraplane.ids import ChipId, JobKey
-from ultraplane.placement.allocator import (
-    AllocationConflict,
-    Allocator,
-    NoFit,
-    Placement,
-    PlacementRequest,
-)
+from ultraplane.placement.allocator import Allocator, NoFit, Placement, PlacementRequest
 from ultraplane.policies.powerbook import PowerBook
 from ultraplane.policies.quotas import QuotaBook
 from ultraplane.scheduling.backfills import Backfills
+from ultraplane.scheduling.carryovers import CarryOver
 from ultraplane.scheduling.cycles import DEFERRED, CycleResult, CycleState
 from ultraplane.scheduling.evictions import Evictions
 from ultraplane.scheduling.powergates import PowerGate
@@ -66,21 +76,6 @@ from ultraplane.workloads import QueuedJob
 
 __all__ = ["DEFERRED", "CycleResult", "Scheduler"]
 
-@dataclass(frozen=True, slots=True)
-class _Standing:
-    """What the last cycle left waiting, for a cycle that only has new arrivals to try."""
-
-    pending: list[tuple[JobKey, NoFit, int]]
-    last: tuple[int, float, int, str] | None  # order of the last job it tried
-    room: int  # the allocator's room_epoch after it
-    timed: bool  # it had a clock (predictions on)
-    top: int | None  # highest priority left waiting
-    volatile: bool  # a SplitWhenItPays job waits: its decision moves with every admission
-    reserved: tuple[JobKey, str, tuple[str, ...]] | None
-    reservation_start: float | None
-    reserved_at: tuple[int, NoFit] | None  # (index in pending, its NoFit before the reservation)
-    epoch: int  # the roster's epoch after it: while unmoved, nothing it tried has changed
-
 
 class Scheduler:
     """A priority queue of `QueuedJob`s admitted through one `Allocator`."""
@@ -89,24 +84,22 @@ class Scheduler:
                  reservation: bool = True, quotas: QuotaBook | None = None,
                  power: PowerBook | None = None) -> None:
         self.allocator = allocator
-        # Tenant queues: admission within quota, fair-share order, reclaim (ultraplane.policies.quotas)
+        # Tenant queues: admission within quota, fair-share order, reclaim (policies.quotas)
         self.quotas = quotas
         # Power budgets: admission within headroom, powered UltraServers first (powerbook)
         self.power = power
-        self._state = CycleState()  # the clock, launch allowance and no-fit memo
-        self._roster = Roster(allocator, self._state, quotas=quotas, power=power)
-        self._quotas = QuotaGate(quotas, allocator)
-        self._evictions = Evictions(allocator, self._roster, self._state, self._quotas,
-                                    enabled=preemption)
-        self._reservations = Reservations(allocator, self._roster, self._state, self._quotas,
-                                          enabled=reservation)
-        self._power = PowerGate(power, allocator, self._roster, self._state, self._quotas,
-                                self._evictions, self._reservations)
-        self._splits = Splits(allocator, self._roster, self._state, self._power)
-        self._backfills = Backfills(allocator, self._state, self._reservations, self._power)
-        self._replicas = Replicas(allocator, self._state, self._evictions, self._power)
-        self._standing: _Standing | None = None  # what the last cycle left waiting, if valid
-        self._last: tuple[int, float, int, str] | None = None  # order of the last job tried
+        state = self._state = CycleState()
+        roster = self._roster = Roster(allocator, state, quotas=quotas, power=power)
+        gate = self._quotas = QuotaGate(quotas, allocator)
+        evictions = self._evictions = Evictions(allocator, roster, state, gate,
+                                                enabled=preemption)
+        reservations = self._reservations = Reservations(allocator, roster, state, gate,
+                                                         enabled=reservation)
+        self._power = PowerGate(power, allocator, roster, state, gate, evictions, reservations)
+        self._replicas = Replicas(allocator, state, evictions, self._power)
+        self._splits = Splits(allocator, roster, state, self._power)
+        self._backfills = Backfills(allocator, state, reservations, self._power)
+        self._carryover = CarryOver(allocator, roster, state, evictions, reservations)
 
     @property
     def preemption(self) -> bool:
@@ -170,29 +163,14 @@ class Scheduler:
         caller can requeue the job instead of double-allocating.
         """
         chips = tuple(chip_ids)
-        self._roster.withdraw(key)
         req = request if request is not None else PlacementRequest(chips=len(chips))
-        self.allocator.assign(key, chips, req)
-        self._roster.hold(QueuedJob(key, req, priority, seq, preemptible, rank=rank))
+        self._roster.restore(QueuedJob(key, req, priority, seq, preemptible, rank=rank), chips)
 
     def restore_replicas(self, job: QueuedJob, chips: Sequence[Iterable[ChipId]]) -> None:
         """Re-adopt every replica of a replicated job, all or nothing (`chips[i]` for replica
         i). Raises `AllocationConflict` or `ValueError` and holds nothing when any replica
         cannot be re-adopted."""
-        parts = job.parts()
-        if len(chips) != len(parts):
-            raise ValueError(f"job {job.key}: {len(chips)} replica allocations for "
-                             f"{len(parts)} replicas")
-        done: list[JobKey] = []
-        try:
-            for part, ids in zip(parts, chips, strict=True):
-                self.allocator.assign(part, tuple(ids), job.request)
-                done.append(part)
-        except (AllocationConflict, ValueError, KeyError):
-            for part in done:
-                self.allocator.release(part)
-            raise
-        self._roster.adopt(job)
+        self._roster.restore_replicas(job, chips)
 
     # -- queries -----------------------------------------------------------------------
     def queued(self) -> list[QueuedJob]:
@@ -244,42 +222,49 @@ class Scheduler:
         full one. The job that spends it is admitted whole, so a budget above 0 always admits
         the first job that fits. None: no limit (the simulator's and the REST API's drivers,
         and the operator without pods)."""
-        self._state.now = now
-        self._state.budget = launch_budget
-        if self._quotas.book is not None or self._power.book is not None:  # usage moves the order, or
-            self._standing = None  # the headroom: every cycle is a full one
-        result = CycleResult()
-        carried = False
-        if self._standing is not None and self._standing.epoch == self._roster.epoch:
+        self._state.now, self._state.budget = now, launch_budget
+        if self._quotas.book is not None or self._power.book is not None:
+            self._carryover.forget()  # usage moves the order, or the headroom: always full
+        result = None
+        if self._carryover.stands():
             with self._reservations.fencing(carried=True):
-                carried = self._append(result)
-        if not carried:
-            result = CycleResult()
+                result = self._carried()
+        if result is None:
             with self._reservations.fencing(carried=False):
-                self._cycle(result)
+                result = self._full()
         self._roster.arrivals.clear()
-        # a deferred job was never tried: the next cycle must try it (a carried one would not)
-        self._standing = None if result.preempted or result.deferred else self._stand(result)
+        self._carryover.settle(result)
         return result
 
-    def _cycle(self, result: CycleResult) -> None:
+    def _full(self) -> CycleResult:
+        """A cycle over every waiting job."""
+        result = CycleResult()
         queue = self._quotas.order(self.queued())
         self._power.begin()
         self._evictions.begin()
-        # Within a cycle the fleet only fills up (admissions, the reservation's hold) until a
-        # preemption evicts someone: a request that did not fit still does not, so queues of
-        # thousands of same-shaped jobs cost one search per shape, not one per job. Recorded
-        # before a job holds any part, dropped on every eviction.
         self._state.failed.clear()
         self._try(queue, result)
-        self._last = queue[-1].order() if queue else None
+        self._carryover.tried(queue, result)
+        return result
+
+    def _carried(self) -> CycleResult | None:
+        """A cycle over the new arrivals behind every job the last one tried, or None when
+        a full cycle is needed instead."""
+        result = CycleResult()
+        self._evictions.begin()
+        arrivals = self._carryover.resume(result)
+        if arrivals is None:
+            return None
+        self._try(arrivals, result)
+        self._carryover.tried(arrivals, result)
+        return result
 
     def _try(self, queue: Sequence[QueuedJob], result: CycleResult) -> None:
         """Try `queue` in order, appending to `result` (positions continue after its pending)."""
+        state, quotas = self._state, self._quotas.book
         position = len(result.pending)
-        quotas = self._quotas.book
         for index, job in enumerate(queue):
-            if self._state.budget is not None and self._state.budget <= 0:  # every job after it waits too
+            if state.budget is not None and state.budget <= 0:  # every job after it waits too
                 position += 1
                 result.pending.append((job.key, DEFERRED, position))
                 result.deferred += 1
@@ -289,7 +274,7 @@ class Scheduler:
                 position += 1
                 result.pending.append((job.key, refused, position))
                 continue
-            known = self._state.failed.get(job.request)
+            known = state.failed.get(job.request)
             if known is not None and self._settled(job, known, result):
                 position += 1  # what the full path below would decide, without its cost
                 result.pending.append((job.key, known, position))
@@ -312,8 +297,8 @@ class Scheduler:
             end = self._roster.predicted_end(job, outcome)
             if end is not None:
                 self._roster.ends[job.key] = end
-            if job.launches and self._state.budget is not None:
-                self._state.budget -= sum(len(p.servers) for p in outcome)
+            if job.launches and state.budget is not None:
+                state.budget -= sum(len(p.servers) for p in outcome)
             if job.replicas is None:
                 result.admitted.append((job.key, outcome[0]))
             else:
@@ -328,59 +313,3 @@ class Scheduler:
                 and not (self._reservations.fenced and job.expected_s is not None)
                 and (known.kind != "NoCapacity"
                      or not self._reservations.may_reserve(job, result)))
-
-    def _stand(self, result: CycleResult) -> _Standing:
-        """What a cycle that tries only later arrivals may carry over from `result`."""
-        before = self._standing if result.carried is not None else None
-        if before is not None and before.epoch != self._roster.epoch:
-            before = None  # (a job was requeued during the cycle)
-        start = 0 if before is None else len(before.pending)
-        queued = self._roster.queued
-        waiting = [queued[key] for key, _, _ in result.pending[start:] if key in queued]
-        top = max((j.priority for j in waiting), default=None)
-        if before is not None and before.top is not None:
-            top = before.top if top is None else max(top, before.top)
-        return _Standing(
-            pending=result.pending, last=self._last, room=self.allocator.room_epoch,
-            timed=self._state.now is not None, top=top,
-            volatile=(before is not None and before.volatile)
-            or any(j.request.mode == "SplitWhenItPays" for j in waiting),
-            reserved=result.reserved, reservation_start=result.reservation_start,
-            reserved_at=self._reservations.first, epoch=self._roster.epoch)
-
-    def _append(self, result: CycleResult) -> bool:
-        """The cycle for new arrivals behind every job the last one tried: the last cycle's
-        pending carried over, the reservation recomputed, the arrivals tried. False (and
-        nothing changed) when a full cycle is needed instead."""
-        st = self._standing
-        assert st is not None
-        arrivals = sorted((j for k, j in self._roster.arrivals.items() if k in self._roster.queued),
-                          key=QueuedJob.order)
-        if (st.room != self.allocator.room_epoch or st.timed != (self._state.now is not None)
-                or (st.volatile and self._state.now is not None)
-                or (arrivals and st.last is not None and arrivals[0].order() <= st.last)):
-            return False
-        self._evictions.begin()
-        if st.top is not None and self._evictions.outranks(st.top):
-            return False  # a job left waiting could preempt what was admitted since
-        result.pending, result.carried = list(st.pending), len(st.pending)
-        if st.reserved is not None and st.reserved_at is not None:
-            index, base = st.reserved_at
-            key, said, position = result.pending[index]
-            outcome = self._reservations.reserve(self._roster.queued[key], base, result,
-                                                 behind=bool(arrivals))
-            if (result.reserved, result.reservation_start) != (st.reserved, st.reservation_start):
-                return False  # the reservation moved: jobs behind it may fit elsewhere now
-            if outcome.message != said.message:  # its predicted start is counted from now
-                result.pending[index] = (key, outcome, position)
-                result.changed.append(index)
-        elif st.reserved is not None:
-            return False
-        self._reservations.first = st.reserved_at
-        self._try(arrivals, result)
-        result.changed += range(result.carried, len(result.pending))
-        if arrivals:
-            self._last = arrivals[-1].order()
-        return True
-
-    # -- predictions -------------------------------------------------------------------
