@@ -404,7 +404,8 @@ def test_invariants_hold_under_any_sequence(steps: list[tuple[str, int, int]]) -
 
 
 class _Forgetful(dict):  # type: ignore[type-arg]
-    """A `_failed` memo that never remembers: every request is searched again."""
+    """A no-fit memo (`CycleState.failed`) that never remembers: every request is searched
+    again."""
 
     def __setitem__(self, key: object, value: object) -> None:
         pass
@@ -416,7 +417,7 @@ def test_the_no_fit_memo_changes_no_decision(steps: list[tuple[str, int, int]]) 
     # Within a cycle a request that did not fit is not searched again; with the memo disabled
     # every cycle must decide exactly the same (admissions, placements, preemptions, pending).
     memo, plain = fleet(2), fleet(2)
-    plain._failed = _Forgetful()
+    plain._state.failed = _Forgetful()
     seq = 0
     for op, a, b in steps:
         for sched in (memo, plain):

@@ -178,7 +178,7 @@ def test_carrying_the_last_cycle_over_decides_what_a_full_cycle_would(
             clock += 100.0
             # `Admissions.cycle` always takes a clock (no adapter may run without predictions)
             now = clock
-            full.scheduler._standing = None  # the twin always runs the full cycle
+            full.scheduler._carryover.forget()  # the twin always runs the full cycle
             got = carried.cycle(now)
             assert decided(got) == decided(full.cycle(now))
             assert dict(carried.allocator.allocations()) == dict(full.allocator.allocations())
@@ -192,24 +192,39 @@ def test_carrying_the_last_cycle_over_decides_what_a_full_cycle_would(
 # -- the per-cycle shortcuts (a request that already failed, one no domain can be reserved
 # for) decide what the full path for every job would ----------------------------------------
 
+class _Unremembering(set):  # type: ignore[type-arg]
+    """A memo of unreservable requests that never remembers one."""
+
+    def add(self, item: object) -> None:
+        pass
+
+
 class EveryJobInFull(Scheduler):
     """A scheduler that takes no per-cycle shortcut: every waiting job goes the whole way
     (placement, split, backfill, reservation attempt) on every cycle."""
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._reservations.unreservable = _Unremembering()
+
     def _settled(self, job: QueuedJob, known: Any, result: Any) -> bool:
         return False
 
-    def _reserve(self, job: QueuedJob, nofit: Any, result: Any, fences: Any) -> Any:
-        self._unreservable.clear()
-        return super()._reserve(job, nofit, result, fences)
-
 
 class CountingReleases(Scheduler):
+    """A scheduler that counts its scans of every allocation for predicted ends."""
+
     scans = 0
 
-    def _releases(self) -> dict[str, list[tuple[float, int]]]:
-        self.scans += 1
-        return super()._releases()
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        releases = self._roster.releases
+
+        def counted() -> dict[str, list[tuple[float, int]]]:
+            self.scans += 1
+            return releases()
+
+        self._roster.releases = counted  # type: ignore[method-assign]
 
 
 def test_a_deep_queue_of_small_jobs_makes_no_reservation_attempt_each() -> None:
@@ -273,6 +288,6 @@ def test_the_cycles_shortcuts_decide_what_the_whole_path_for_every_job_would(
             clock += 100.0
             # `Admissions.cycle` always takes a clock (no adapter may run without predictions)
             now = clock
-            slow.scheduler._standing = None  # and no carried-over cycle either
+            slow.scheduler._carryover.forget()  # and no carried-over cycle either
             assert decided(fast.cycle(now)) == decided(slow.cycle(now))
             assert dict(fast.allocator.allocations()) == dict(slow.allocator.allocations())

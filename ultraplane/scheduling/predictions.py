@@ -14,18 +14,23 @@ share `COMM_FRACTION` of it is communication, which stretches with the slowest p
 link the spread crosses (the profile's bandwidth per level; EFA between UltraServers).
 End times come from the callers: the replay knows them; the operator estimates them from a
 job's `work` and progress; a job without one counts as running forever (never drains).
+Status messages show a predicted wait or margin as `span` writes it.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING
 
 from ultraplane.hardware.profiles import load_profile
 
+if TYPE_CHECKING:
+    from ultraplane.placement.allocator import Allocator, Placement
+
 __all__ = [
     "COMM_FRACTION", "bottleneck_gbytes_per_s", "drain_time", "earliest_start", "ideal_level",
-    "split_slowdown", "stretch",
+    "placed_slowdown", "span", "split_slowdown", "stretch",
 ]
 
 #: Share of a trace job's step that is communication (the simulator's `trace_comm_fraction`).
@@ -79,6 +84,12 @@ def split_slowdown(profile: str, level: str, chips: int,
     return stretch(ideal, bottleneck_gbytes_per_s(profile, level), comm_fraction)
 
 
+def placed_slowdown(allocator: Allocator, placement: Placement, chips: int) -> float:
+    """`split_slowdown` of a gang of `chips` where `allocator` placed it."""
+    profile = allocator.profile_of(placement.ultraservers[0])
+    return split_slowdown(profile, placement.level, chips)
+
+
 def drain_time(releases: Iterable[tuple[float, int]], now: float) -> float:
     """When an UltraServer whose jobs end at these (end, chips) times is empty."""
     return max((max(end, now) for end, _ in releases), default=now)
@@ -101,3 +112,14 @@ def earliest_start(free: Mapping[str, tuple[int, list[tuple[float, int]]]], chip
                 best = max(end, now)
                 break
     return best
+
+
+def span(seconds: float | None) -> str:
+    """A duration for a status message: 45 s, 12.5 min, 3.2 h."""
+    if seconds is None:
+        return "unknown"
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"

@@ -1,117 +1,80 @@
-"""The admission queue and the scheduling cycle, shared by the operator, the API and the simulator.
+"""The scheduling cycle: a short driver that asks the cycle's policies, in a fixed order.
 
-Why a separate, pure module: the operator (Kubernetes), the REST API's embedded fleet and the
-simulator's offline replay must admit jobs in exactly the same order with exactly the same
-preemption rule, so the rule lives once, here, on top of the core allocator. It holds no clock
-and talks to no API; callers persist what a cycle decided (the operator writes job status before
-it trusts an allocation) and feed back what they observe (`cancel`, `restore`).
+Why one driver, shared by the operator, the API and the simulator: the operator (Kubernetes),
+the REST API's embedded fleet and the simulator's offline replay must admit jobs in exactly
+the same order with exactly the same rules, so the rules live once, here, on top of the core
+allocator. It holds no clock and talks to no API; callers persist what a cycle decided (the
+operator writes job status before it trusts an allocation) and feed back what they observe
+(`cancel`, `restore`).
 
-Order: priority descending, then `rank` ascending (a target start: creation plus a multiple of
-the predicted run time, `ultraplane.scheduling.queueorder`), then `seq` (FIFO by creation). The cycle is
-best-effort: a job that does not fit does not block smaller, later jobs that do (Kueue's
-BestEffortFIFO), because a strict head-of-line queue would leave most of a fleet idle behind one
-large gang. A high-priority job that does not fit evicts lower-priority work instead of waiting.
+Order: priority descending, then `rank` ascending (a target start: creation plus a multiple
+of the predicted run time, `ultraplane.scheduling.queueorder`), then `seq` (FIFO by
+creation). The cycle is best-effort: a job that does not fit does not block smaller, later
+jobs that do (Kueue's BestEffortFIFO), because a strict head-of-line queue would leave most
+of a fleet idle behind one large gang. A high-priority job that does not fit evicts
+lower-priority work instead of waiting.
 
-Backfill reservation (`reservation=True`, the default): best-effort FIFO alone starves large
-gangs, because the small jobs behind them keep taking the chips that free up. So the first job
-of a cycle that needs whole UltraServers and still does not fit (after any preemption) reserves
-where it would start soonest: the k UltraServers its gang needs, inside one domain its required
-level allows, with the most free chips between them (`Allocator.reservation`; a replicated job
-gets such a set per replica). For the rest of the cycle, jobs behind it are placed (and
-preempt) only elsewhere. Running jobs there keep their chips; as they end, the UltraServers
-drain and the gang starts. One reservation per cycle (Slurm's backfill reservation for the top
-job); the cost is the reserved UltraServers' free chips while they drain. With tenant queues,
-each queue also reserves for its first job that fits its unused nominal quota and finds no
-place, so one queue's reservation never leaves another's guarantee to be nibbled away.
+The policies, one module each, share the jobs (`rosters.Roster`) and the cycle's clock,
+launch allowance and no-fit memo (`cycles.CycleState`); each module says why its rule is so:
 
-Replicated jobs (an InferenceJob's replicas) are one queue entry with one gang per replica, each
-held in the allocator under `key#i`. They are admitted whole or not at all: if a later replica
-does not fit, the earlier ones are released and any job evicted for them is put back on its own
-chips, so a half-placed job never holds chips and never costs a victim anything.
+- `quotagates`: tenant queues (fair-share order, refusal beyond quota, guarantees);
+- `powergates`: power budgets (powered UltraServers first, admission within headroom);
+- `evictions`: preemption, and putting the victims back when the job is not admitted;
+- `replicas`: every part of a job placed, or none;
+- `splits`: a `SplitWhenItPays` job split over UltraServers when it pays;
+- `reservations`: the first large job that does not fit reserves where it starts soonest;
+- `backfills`: a job onto reserved UltraServers when it ends before they are due;
+- `carryovers`: a deep queue's cycle that tries only the new arrivals.
 
-Deep queues: a cycle that has nothing to try but new arrivals queued behind every job the last
-cycle tried (the usual case: same-priority jobs created while the fleet is full) tries only
-those. Everything the last cycle left waiting still waits, because the fleet has only filled up
-since (`Allocator.room_epoch` has not moved), so a full cycle would decide the same; the
-reservation is recomputed and must come out unchanged. Anything else (chips freed, an edit, a
-cancel, a preemption, a waiting job that could now preempt, a moved reservation) makes the
-next cycle a full one. Pending messages of the jobs carried over are the last full cycle's.
+A cycle, in this fixed order (`cycle`, `_full`, `_carried`, `_try`):
+
+1. The jobs to try. While the last cycle's outcome stands (`CarryOver.stands`), only the
+   arrivals behind it, with its pending carried over and its reservation made again
+   (`CarryOver.resume`); otherwise every waiting job in queue order, in fair-share order
+   with tenant queues (`QuotaGate.order`), with the power book's and the evictions' cycle
+   begun and the no-fit memo cleared.
+2. Each job in turn, until one step decides it:
+   a. the launch allowance is spent: it waits, `Deferred` (so does every job after it);
+   b. its tenant queue has no room for it (`QuotaBook.refuse`): it waits;
+   c. its request already failed this cycle and no step below could change that
+      (`_settled`): it waits for the same reason, at the cost of a lookup;
+   d. placement, every part or none (`Replicas.place`): each part where
+      `PowerGate.allocate` puts it, evicting for it if it may (`Evictions.preempt_for`),
+      then the power budgets' word (`PowerGate.refuses`, `PowerGate.place_beside`);
+   e. no capacity for its one gang: split if it pays (`Splits.split`), else onto reserved
+      UltraServers if it ends before they are due (`Backfills.backfill`);
+   f. still no capacity: it reserves where it would start soonest, if it may
+      (`Reservations.reserve`), and waits; the jobs behind it go elsewhere;
+   g. placed: it holds its chips with its predicted end (`Roster.hold`) and spends its
+      pods from the launch allowance.
+3. What stands for the next cycle (`CarryOver.tried`, `CarryOver.settle`).
+
+A new policy is one module beside these, built in `Scheduler.__init__`, and one line at its
+step in `_try`; if it can change the outcome of a job whose request already failed this
+cycle, also one condition in `_settled`.
 """
 
 from __future__ import annotations
 
-import math
-from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from contextlib import ExitStack
-from dataclasses import dataclass, field
-from dataclasses import replace as dc_replace
 
 from ultraplane.ids import ChipId, JobKey
-from ultraplane.placement.allocator import (
-    AllocationConflict,
-    Allocator,
-    NoFit,
-    Placement,
-    PlacementRequest,
-)
-from ultraplane.placement.preemption import plan_preemption
-from ultraplane.policies.powerbook import NO_POWER, PowerBook
+from ultraplane.placement.allocator import Allocator, NoFit, Placement, PlacementRequest
+from ultraplane.policies.powerbook import PowerBook
 from ultraplane.policies.quotas import QuotaBook
-from ultraplane.scheduling.predictions import drain_time, earliest_start, split_slowdown
+from ultraplane.scheduling.backfills import Backfills
+from ultraplane.scheduling.carryovers import CarryOver
+from ultraplane.scheduling.cycles import DEFERRED, CycleResult, CycleState
+from ultraplane.scheduling.evictions import Evictions
+from ultraplane.scheduling.powergates import PowerGate
+from ultraplane.scheduling.quotagates import QuotaGate
+from ultraplane.scheduling.replicas import Replicas
+from ultraplane.scheduling.reservations import Reservations
+from ultraplane.scheduling.rosters import Roster
+from ultraplane.scheduling.splits import Splits
 from ultraplane.workloads import QueuedJob
 
 __all__ = ["DEFERRED", "CycleResult", "Scheduler"]
-
-# A job the cycle did not try because its launch budget was spent (`Scheduler.cycle`).
-DEFERRED = NoFit("Deferred", "Waiting for the pods of the jobs admitted before it to be "
-                 "created (the launch backlog).")
-
-
-@dataclass
-class CycleResult:
-    """What one cycle decided. The caller must persist `preempted` before `admitted`.
-
-    `admitted` holds single-gang jobs; `admitted_replicas` replicated jobs, one placement per
-    replica in index order. `preempted` names whole jobs (victim, preemptor), never replicas.
-    """
-
-    admitted: list[tuple[JobKey, Placement]] = field(default_factory=list)
-    admitted_replicas: list[tuple[JobKey, tuple[Placement, ...]]] = field(default_factory=list)
-    preempted: list[tuple[JobKey, JobKey]] = field(default_factory=list)
-    pending: list[tuple[JobKey, NoFit, int]] = field(default_factory=list)
-    reserved: tuple[JobKey, str, tuple[str, ...]] | None = None
-    # Why an admitted job was placed as it was, when a prediction decided it (a split that
-    # pays, a backfill onto reserved UltraServers); pending jobs carry theirs in the NoFit.
-    notes: dict[JobKey, str] = field(default_factory=dict)
-    reservation_start: float | None = None  # predicted start of the reserved job, if known
-    # A cycle that tried only new arrivals: its first `carried` pending entries are the last
-    # cycle's (the same objects), except those at `changed`, which come after them or were
-    # said anew (the reserved job's). None: a full cycle, where anything may have changed.
-    carried: int | None = None
-    changed: list[int] = field(default_factory=list)
-    deferred: int = 0  # pending entries of kind `Deferred` (the launch budget was spent)
-
-    def held_for(self) -> dict[str, JobKey]:
-        """UltraServer -> the job its chips are reserved for (empty without a reservation)."""
-        if self.reserved is None:
-            return {}
-        return dict.fromkeys(self.reserved[2], self.reserved[0])
-
-
-@dataclass(frozen=True, slots=True)
-class _Standing:
-    """What the last cycle left waiting, for a cycle that only has new arrivals to try."""
-
-    pending: list[tuple[JobKey, NoFit, int]]
-    last: tuple[int, float, int, str] | None  # order of the last job it tried
-    room: int  # the allocator's room_epoch after it
-    timed: bool  # it had a clock (predictions on)
-    top: int | None  # highest priority left waiting
-    volatile: bool  # a SplitWhenItPays job waits: its decision moves with every admission
-    reserved: tuple[JobKey, str, tuple[str, ...]] | None
-    reservation_start: float | None
-    reserved_at: tuple[int, NoFit] | None  # (index in pending, its NoFit before the reservation)
 
 
 class Scheduler:
@@ -121,71 +84,53 @@ class Scheduler:
                  reservation: bool = True, quotas: QuotaBook | None = None,
                  power: PowerBook | None = None) -> None:
         self.allocator = allocator
-        self.preemption = preemption
-        self.reservation = reservation
-        # Tenant queues: admission within quota, fair-share order, reclaim (ultraplane.policies.quotas)
+        # Tenant queues: admission within quota, fair-share order, reclaim (policies.quotas)
         self.quotas = quotas
         # Power budgets: admission within headroom, powered UltraServers first (powerbook)
         self.power = power
-        if power is not None:
-            power.bind(allocator)
-        self._queued: dict[JobKey, QueuedJob] = {}
-        self._running: dict[JobKey, QueuedJob] = {}
-        self._owners: dict[JobKey, JobKey] = {}  # allocator key of a running part -> its job
-        self._lowest: int | None = None  # lowest preemptible running priority, cycle start
-        # How many preemptible running jobs hold each priority: the cycle reads the lowest
-        # without a scan of every running job.
-        self._preemptible: Counter[int] = Counter()
-        self._failed: dict[PlacementRequest, NoFit] = {}  # requests that did not fit, this cycle
-        # Requests no domain can be reserved for (gangs smaller than one UltraServer): this
-        # depends on the inventory only, so it holds for the cycle and spares a deep queue of
-        # small jobs one reservation attempt (and its scan of every allocation) each.
-        self._unreservable: set[PlacementRequest] = set()
-        self._ends: dict[JobKey, float] = {}  # predicted end of running jobs
-        self._now: float | None = None  # the clock of the current cycle, when the caller gave one
-        self._budget: int | None = None  # pods this cycle may still launch (None: no limit)
-        self._fenced: list[str] = []  # UltraServers held back by this cycle's reservation
-        self._shadow: float | None = None  # predicted start of this cycle's reservation
-        # Fenced UltraServer -> predicted start of the reservation holding it (None: unknown);
-        # with tenant queues a cycle may hold several (one per queue with guaranteed demand).
-        self._shadows: dict[str, float | None] = {}
-        self._reserving: set[str | None] = set()  # tenant queues that reserved this cycle
-        self._standing: _Standing | None = None  # what the last cycle left waiting, if valid
-        self._arrivals: dict[JobKey, QueuedJob] = {}  # queued since the last cycle
-        self._reserved_at: tuple[int, NoFit] | None = None  # (pending index, NoFit before it)
-        self._last: tuple[int, float, int, str] | None = None  # order of the last job tried
+        state = self._state = CycleState()
+        roster = self._roster = Roster(allocator, state, quotas=quotas, power=power)
+        gate = self._quotas = QuotaGate(quotas, allocator)
+        evictions = self._evictions = Evictions(allocator, roster, state, gate,
+                                                enabled=preemption)
+        reservations = self._reservations = Reservations(allocator, roster, state, gate,
+                                                         enabled=reservation)
+        self._power = PowerGate(power, allocator, roster, state, gate, evictions, reservations)
+        self._replicas = Replicas(allocator, state, evictions, self._power)
+        self._splits = Splits(allocator, roster, state, self._power)
+        self._backfills = Backfills(allocator, state, reservations, self._power)
+        self._carryover = CarryOver(allocator, roster, state, evictions, reservations)
+
+    @property
+    def preemption(self) -> bool:
+        """Whether a job that does not fit may evict lower-priority jobs (`evictions`)."""
+        return self._evictions.enabled
+
+    @preemption.setter
+    def preemption(self, on: bool) -> None:
+        self._evictions.enabled = on
+
+    @property
+    def reservation(self) -> bool:
+        """Whether the first large job that does not fit reserves (`reservations`)."""
+        return self._reservations.enabled
+
+    @reservation.setter
+    def reservation(self, on: bool) -> None:
+        self._reservations.enabled = on
 
     # -- observations ------------------------------------------------------------------
     def submit(self, job: QueuedJob) -> None:
         """Queue a job; resubmitting a queued key replaces it (spec edits, repeated events)."""
-        if job.key in self._running:
-            raise ValueError(f"job {job.key} already holds chips; cancel it before resubmitting")
-        if job.key in self._queued and job.key not in self._arrivals:
-            self._standing = None  # an edit of a job the last cycle tried
-        else:
-            self._arrivals[job.key] = job
-        self._queued[job.key] = job
+        self._roster.submit(job)
 
     def cancel(self, key: JobKey) -> frozenset[ChipId]:
         """Forget a job: dequeue it, or release its chips. Returns the chips released."""
-        if self._queued.pop(key, None) is not None and self._arrivals.pop(key, None) is None:
-            self._standing = None  # the positions behind it move
-        job = self._running.pop(key, None)
-        if job is None:
-            return frozenset()
-        self._unhold(job)
-        return self._release(job)
+        return self._roster.cancel(key)
 
     def requeue(self, key: JobKey) -> QueuedJob | None:
         """Release a running job's chips and queue it again with its original rank."""
-        job = self._running.pop(key, None)
-        if job is None:
-            return self._queued.get(key)
-        self._unhold(job)
-        self._release(job)
-        self._queued[key] = job
-        self._standing = None
-        return job
+        return self._roster.requeue(key)
 
     def expect_end(self, key: JobKey, end: float | None) -> None:
         """The caller's prediction of when a running job ends. None (the caller knows
@@ -194,58 +139,11 @@ class Scheduler:
         # Ends reach a waiting job's outcome only through the reservation (recomputed and
         # compared by a cycle that carries the queue over) and SplitWhenItPays (which makes
         # every timed cycle a full one), so a new prediction leaves the last cycle standing.
-        if end is not None and key in self._running:
-            self._ends[key] = end
+        if end is not None and key in self._roster.running:
+            self._roster.ends[key] = end
 
     def expected_end(self, key: JobKey) -> float | None:
-        return self._ends.get(key)
-
-    @property
-    def _budgets(self) -> PowerBook | None:
-        """The power budgets, while any exist or UltraServers power down (with neither, a
-        cycle is today's cycle)."""
-        return self.power if self.power is not None and self.power.active else None
-
-    @property
-    def _queues(self) -> QuotaBook | None:
-        """The tenant queues, while any exist (with none, a cycle is today's cycle)."""
-        return self.quotas if self.quotas is not None and self.quotas.active else None
-
-    def _unhold(self, job: QueuedJob) -> None:
-        """`job` left `_running` (the caller popped it)."""
-        if self.quotas is not None:
-            self.quotas.unhold(job.key)
-        if self.power is not None:
-            self.power.unhold(job.key, self._now)
-        if job.preemptible:
-            self._preemptible[job.priority] -= 1
-            if not self._preemptible[job.priority]:
-                del self._preemptible[job.priority]
-
-    def _release(self, job: QueuedJob) -> frozenset[ChipId]:
-        self._ends.pop(job.key, None)
-        freed: set[ChipId] = set()
-        for part in job.parts():
-            self._owners.pop(part, None)
-            freed |= self.allocator.release(part)
-        return frozenset(freed)
-
-    def _hold(self, job: QueuedJob) -> None:
-        self._queued.pop(job.key, None)
-        old = self._running.get(job.key)
-        if old is not None:
-            self._unhold(old)
-        self._running[job.key] = job
-        if job.preemptible:
-            self._preemptible[job.priority] += 1
-        for part in job.parts():
-            self._owners[part] = job.key
-        if self.quotas is not None:
-            self.quotas.hold(job, self.allocator)
-        if self.power is not None:
-            held = self.allocator.allocations()
-            self.power.hold(job.key, job.priority,
-                            [held[p] for p in job.parts() if p in held], self._now)
+        return self._roster.ends.get(key)
 
     def restore(
         self,
@@ -265,59 +163,40 @@ class Scheduler:
         caller can requeue the job instead of double-allocating.
         """
         chips = tuple(chip_ids)
-        self._queued.pop(key, None)
-        self._arrivals.pop(key, None)
-        self._standing = None
         req = request if request is not None else PlacementRequest(chips=len(chips))
-        self.allocator.assign(key, chips, req)
-        self._hold(QueuedJob(key, req, priority, seq, preemptible, rank=rank))
+        self._roster.restore(QueuedJob(key, req, priority, seq, preemptible, rank=rank), chips)
 
     def restore_replicas(self, job: QueuedJob, chips: Sequence[Iterable[ChipId]]) -> None:
         """Re-adopt every replica of a replicated job, all or nothing (`chips[i]` for replica
         i). Raises `AllocationConflict` or `ValueError` and holds nothing when any replica
         cannot be re-adopted."""
-        parts = job.parts()
-        if len(chips) != len(parts):
-            raise ValueError(f"job {job.key}: {len(chips)} replica allocations for "
-                             f"{len(parts)} replicas")
-        done: list[JobKey] = []
-        try:
-            for part, ids in zip(parts, chips, strict=True):
-                self.allocator.assign(part, tuple(ids), job.request)
-                done.append(part)
-        except (AllocationConflict, ValueError, KeyError):
-            for part in done:
-                self.allocator.release(part)
-            raise
-        self._arrivals.pop(job.key, None)
-        self._standing = None
-        self._hold(job)
+        self._roster.restore_replicas(job, chips)
 
     # -- queries -----------------------------------------------------------------------
     def queued(self) -> list[QueuedJob]:
         """Waiting jobs in admission order."""
-        return sorted(self._queued.values(), key=QueuedJob.order)
+        return sorted(self._roster.queued.values(), key=QueuedJob.order)
 
     def queued_count(self) -> int:
         """How many jobs wait (without sorting them)."""
-        return len(self._queued)
+        return len(self._roster.queued)
 
     def running(self) -> Mapping[JobKey, QueuedJob]:
-        return dict(self._running)
+        return dict(self._roster.running)
 
     def is_queued(self, key: JobKey) -> bool:
-        return key in self._queued
+        return key in self._roster.queued
 
     def is_running(self, key: JobKey) -> bool:
-        return key in self._running
+        return key in self._roster.running
 
     def owner(self, part: JobKey) -> JobKey | None:
         """The running job whose chips the allocator holds under `part` (a replica key)."""
-        return self._owners.get(part)
+        return self._roster.owners.get(part)
 
     def placements(self, key: JobKey) -> tuple[Placement, ...]:
         """Current placement of each part of a running job (replica order); empty if none."""
-        job = self._running.get(key)
+        job = self._roster.running.get(key)
         if job is None:
             return ()
         held = self.allocator.allocations()
@@ -343,87 +222,83 @@ class Scheduler:
         full one. The job that spends it is admitted whole, so a budget above 0 always admits
         the first job that fits. None: no limit (the simulator's and the REST API's drivers,
         and the operator without pods)."""
-        self._now = now
-        self._budget = launch_budget
-        if self._queues is not None or self._budgets is not None:  # usage moves the order, or
-            self._standing = None  # the headroom: every cycle is a full one
-        result = CycleResult()
-        carried = False
-        if self._standing is not None:
-            self._fenced, self._shadow, self._shadows = [], None, {}
-            with ExitStack() as fences:
-                carried = self._append(result, fences)
-        if not carried:
-            result = CycleResult()
-            self._fenced, self._shadow, self._reserved_at = [], None, None
-            self._shadows, self._reserving = {}, set()
-            with ExitStack() as fences:
-                self._cycle(result, fences)
-        self._fenced = []
-        self._arrivals.clear()
-        # a deferred job was never tried: the next cycle must try it (a carried one would not)
-        self._standing = None if result.preempted or result.deferred else self._stand(result)
+        self._state.now, self._state.budget = now, launch_budget
+        if self._quotas.book is not None or self._power.book is not None:
+            self._carryover.forget()  # usage moves the order, or the headroom: always full
+        result = None
+        if self._carryover.stands():
+            with self._reservations.fencing(carried=True):
+                result = self._carried()
+        if result is None:
+            with self._reservations.fencing(carried=False):
+                result = self._full()
+        self._roster.arrivals.clear()
+        self._carryover.settle(result)
         return result
 
-    def _cycle(self, result: CycleResult, fences: ExitStack) -> None:
-        queue = self.queued()
-        quotas = self._queues
-        if quotas is not None:
-            quotas.begin_cycle(self.allocator)
-            queue = quotas.arrange(queue)
-        if self._budgets is not None:
-            self._budgets.begin_cycle()
-        # Jobs admitted during a cycle rank above the ones after them, so the lowest running
-        # priority at its start bounds every later victim: below it, nothing can preempt.
-        self._lowest = min(self._preemptible) if self._preemptible else None
-        # Within a cycle the fleet only fills up (admissions, the reservation's hold) until a
-        # preemption evicts someone: a request that did not fit still does not, so queues of
-        # thousands of same-shaped jobs cost one search per shape, not one per job. Recorded
-        # before a job holds any part, dropped on every eviction.
-        self._failed.clear()
-        self._unreservable.clear()
-        self._try(queue, result, fences)
-        self._last = queue[-1].order() if queue else None
+    def _full(self) -> CycleResult:
+        """A cycle over every waiting job."""
+        result = CycleResult()
+        queue = self._quotas.order(self.queued())
+        self._power.begin()
+        self._evictions.begin()
+        self._state.failed.clear()
+        self._try(queue, result)
+        self._carryover.tried(queue, result)
+        return result
 
-    def _try(self, queue: Sequence[QueuedJob], result: CycleResult, fences: ExitStack) -> None:
+    def _carried(self) -> CycleResult | None:
+        """A cycle over the new arrivals behind every job the last one tried, or None when
+        a full cycle is needed instead."""
+        result = CycleResult()
+        self._evictions.begin()
+        arrivals = self._carryover.resume(result)
+        if arrivals is None:
+            return None
+        self._try(arrivals, result)
+        self._carryover.tried(arrivals, result)
+        return result
+
+    def _try(self, queue: Sequence[QueuedJob], result: CycleResult) -> None:
         """Try `queue` in order, appending to `result` (positions continue after its pending)."""
+        state, quotas = self._state, self._quotas.book
         position = len(result.pending)
         for index, job in enumerate(queue):
-            if self._budget is not None and self._budget <= 0:  # every job after it waits too
+            if state.budget is not None and state.budget <= 0:  # every job after it waits too
                 position += 1
                 result.pending.append((job.key, DEFERRED, position))
                 result.deferred += 1
                 continue
-            refused = self._queues.refuse(job) if self._queues is not None else None
+            refused = quotas.refuse(job) if quotas is not None else None
             if refused is not None:
                 position += 1
                 result.pending.append((job.key, refused, position))
                 continue
-            known = self._failed.get(job.request)
+            known = state.failed.get(job.request)
             if known is not None and self._settled(job, known, result):
                 position += 1  # what the full path below would decide, without its cost
                 result.pending.append((job.key, known, position))
                 continue
-            outcome = self._place(job, result)
+            outcome = self._replicas.place(job, result)
             if isinstance(outcome, NoFit) and outcome.kind == "NoCapacity" and job.replicas is None:
                 if job.request.mode == "SplitWhenItPays":
-                    outcome = self._split_if_it_pays(job, outcome, result)
-                if isinstance(outcome, NoFit) and self._fenced:
-                    outcome = self._backfill(job, outcome, result)
+                    outcome = self._splits.split(job, outcome, result)
+                if isinstance(outcome, NoFit) and self._reservations.fenced:
+                    outcome = self._backfills.backfill(job, outcome, result)
             if isinstance(outcome, NoFit):
-                if outcome.kind == "NoCapacity" and self._may_reserve(job, result):
-                    base, first = outcome, result.reserved is None
-                    outcome = self._reserve(job, outcome, result,
-                                            fences if index + 1 < len(queue) else None)
-                    if first and result.reserved is not None:
-                        self._reserved_at = (len(result.pending), base)
+                if (outcome.kind == "NoCapacity"
+                        and self._reservations.may_reserve(job, result)):
+                    outcome = self._reservations.reserve(job, outcome, result,
+                                                         behind=index + 1 < len(queue))
                 position += 1
                 result.pending.append((job.key, outcome, position))
                 continue
-            self._hold(job)
-            self._predict_end(job, outcome)
-            if job.launches and self._budget is not None:
-                self._budget -= sum(len(p.servers) for p in outcome)
+            self._roster.hold(job)
+            end = self._roster.predicted_end(job, outcome)
+            if end is not None:
+                self._roster.ends[job.key] = end
+            if job.launches and state.budget is not None:
+                state.budget -= sum(len(p.servers) for p in outcome)
             if job.replicas is None:
                 result.admitted.append((job.key, outcome[0]))
             else:
@@ -434,480 +309,7 @@ class Scheduler:
         no preemption, split, backfill or reservation could change its outcome (a deep queue
         of such jobs then costs a lookup each)."""
         return (job.replicas is None and job.request.mode != "SplitWhenItPays"
-                and not self._may_preempt(job)
-                and not (self._fenced and job.expected_s is not None)
-                and (known.kind != "NoCapacity" or not self._may_reserve(job, result)))
-
-    def _guaranteed(self, job: QueuedJob) -> bool:
-        """Whether `job` fits its tenant queue's unused nominal quota (one gang, queues on)."""
-        return (self._queues is not None and job.replicas is None
-                and self._queues.within_nominal(job))
-
-    def _may_reserve(self, job: QueuedJob, result: CycleResult) -> bool:
-        """Whether `job`, which does not fit, may try to reserve: the cycle's first
-        reservation (for a gang of whole UltraServers, or a guaranteed job), and with tenant
-        queues one more for the first guaranteed job of each queue that has none yet, so
-        every queue below its nominal quota drains a place for its guarantee, not only the
-        one whose job comes first."""
-        if not self.reservation:
-            return False
-        if result.reserved is None:
-            return job.request not in self._unreservable or self._guaranteed(job)
-        return (self._queues is not None and self._queues.queue_of(job) not in self._reserving
-                and self._guaranteed(job))
-
-    def _stand(self, result: CycleResult) -> _Standing:
-        """What a cycle that tries only later arrivals may carry over from `result`."""
-        before = self._standing if result.carried is not None else None
-        start = 0 if before is None else len(before.pending)
-        waiting = [self._queued[key] for key, _, _ in result.pending[start:]
-                   if key in self._queued]
-        top = max((j.priority for j in waiting), default=None)
-        if before is not None and before.top is not None:
-            top = before.top if top is None else max(top, before.top)
-        return _Standing(
-            pending=result.pending, last=self._last, room=self.allocator.room_epoch,
-            timed=self._now is not None, top=top,
-            volatile=(before is not None and before.volatile)
-            or any(j.request.mode == "SplitWhenItPays" for j in waiting),
-            reserved=result.reserved, reservation_start=result.reservation_start,
-            reserved_at=self._reserved_at)
-
-    def _append(self, result: CycleResult, fences: ExitStack) -> bool:
-        """The cycle for new arrivals behind every job the last one tried: the last cycle's
-        pending carried over, the reservation recomputed, the arrivals tried. False (and
-        nothing changed) when a full cycle is needed instead."""
-        st = self._standing
-        assert st is not None
-        arrivals = sorted((j for k, j in self._arrivals.items() if k in self._queued),
-                          key=QueuedJob.order)
-        if (st.room != self.allocator.room_epoch or st.timed != (self._now is not None)
-                or (st.volatile and self._now is not None)
-                or (arrivals and st.last is not None and arrivals[0].order() <= st.last)):
-            return False
-        self._lowest = min(self._preemptible) if self._preemptible else None
-        self._unreservable.clear()
-        if (self.preemption and st.top is not None and self._lowest is not None
-                and self._lowest < st.top):
-            return False  # a job left waiting could preempt what was admitted since
-        result.pending, result.carried = list(st.pending), len(st.pending)
-        if st.reserved is not None and st.reserved_at is not None:
-            index, base = st.reserved_at
-            key, said, position = result.pending[index]
-            outcome = self._reserve(self._queued[key], base, result, fences if arrivals else None)
-            if (result.reserved, result.reservation_start) != (st.reserved, st.reservation_start):
-                return False  # the reservation moved: jobs behind it may fit elsewhere now
-            if outcome.message != said.message:  # its predicted start is counted from now
-                result.pending[index] = (key, outcome, position)
-                result.changed.append(index)
-        elif st.reserved is not None:
-            return False
-        self._reserved_at = st.reserved_at
-        self._try(arrivals, result, fences)
-        result.changed += range(result.carried, len(result.pending))
-        if arrivals:
-            self._last = arrivals[-1].order()
-        return True
-
-    def _reserve(self, job: QueuedJob, nofit: NoFit, result: CycleResult,
-                 fences: ExitStack | None) -> NoFit:
-        """Hold back, for the rest of this cycle, where `job` would start soonest: one domain
-        per gang (each replica of a replicated job gets its own), or nothing unless every gang
-        gets one. `fences` None: nothing is queued behind it, so nothing is held back."""
-        guaranteed = self._guaranteed(job)
-        if job.request in self._unreservable and not guaranteed:
-            return nofit
-        if not self.allocator.reservation_domains(job.request) and not guaranteed:
-            self._unreservable.add(job.request)
-            return nofit
-        picked: list[tuple[str, tuple[str, ...]]] = []
-        starts: list[float] = []
-        fenced_all: list[str] = []
-        hold = ExitStack()
-        with hold:
-            for _ in range(job.replicas or 1):
-                soonest = self._soonest_domain(job)
-                found = (soonest[1:] if soonest is not None
-                         else self.allocator.reservation(job.request))
-                if found is None:
-                    return nofit
-                picked.append(found)
-                if soonest is not None:
-                    starts.append(soonest[0])
-                fenced = hold.enter_context(self.allocator.held_back(found[1]))
-                fenced_all.extend(fenced)
-                if fences is not None:
-                    self._fenced.extend(fenced)
-            if fences is not None:
-                fences.enter_context(hold.pop_all())
-        names = tuple(n for _, members in picked for n in members)
-        start = (max(starts) if starts and len(starts) == len(picked) and max(starts) < math.inf
-                 else None)
-        if fences is not None:
-            self._shadows.update(dict.fromkeys(fenced_all, start))
-        if guaranteed and self._queues is not None:
-            self._reserving.add(self._queues.queue_of(job))
-        if result.reserved is None:  # the cycle's first: the one it reports
-            result.reserved = (job.key, ", ".join(d for d, _ in picked), names)
-            if start is not None:
-                self._shadow = result.reservation_start = start
-        if len(names) == 1:
-            what = f"UltraServer {names[0]}"
-        elif len(picked) == 1:
-            what = f"the {len(names)} UltraServers of {picked[0][0]}"
-        else:
-            shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
-            what = f"UltraServers {shown}"
-        when = ""
-        if start is not None and self._now is not None:
-            when = f" (predicted to start in {_span(start - self._now)})"
-        return NoFit(nofit.kind, f"{nofit.message}; {what} reserved for it{when}: jobs queued "
-                     "behind it are placed elsewhere until it starts, or there only if they are "
-                     "predicted to end before it starts", nofit.blocking)
-
-    # -- predictions -------------------------------------------------------------------
-    def _releases(self) -> dict[str, list[tuple[float, int]]]:
-        """UltraServer -> (predicted end, chips) of every job holding chips there."""
-        out: dict[str, list[tuple[float, int]]] = {}
-        for part, placement in self.allocator.allocations().items():
-            end = self._ends.get(self._owners.get(part, part), math.inf)
-            for us, chips in placement.chips_by_ultraserver:  # cached per placement
-                out.setdefault(us, []).append((end, chips))
-        return out
-
-    def _soonest_domain(self, job: QueuedJob) -> tuple[float, str, tuple[str, ...]] | None:
-        """EASY: among the domains the gang may use, the one whose k UltraServers drain
-        soonest by predicted end times, as (start, domain, UltraServers); ties go to the
-        most free chips, then fleet order. None without a clock (the caller then uses the
-        allocator's freest-domain rule).
-
-        A job within its queue's nominal quota (tenant queues) may drain an UltraServer even
-        when its gang is smaller than one: its tenant's unused quota may be free chips spread
-        over many UltraServers, and only a drained one (or one whose remaining jobs it may
-        reclaim, counted as ending now) gives it a place."""
-        if self._now is None:
-            return None
-        now = self._now
-        domains = self.allocator.reservation_domains(job.request)
-        releases = self._releases()
-        if not domains and self._queues is not None:
-            domains = self.allocator.preemption_domains(job.request)
-            evictable = {p for v in self._queues.victims(job) for p in v.parts()}
-            held = self.allocator.allocations()
-            for part in evictable:
-                for us, chips in held[part].chips_by_ultraserver if part in held else ():
-                    releases[us] = [*releases.get(us, []), (now, chips)]
-                    releases[us].remove((self._ends.get(self._owners.get(part, part),
-                                                        math.inf), chips))
-        drains = {us: drain_time(ends, now) for us, ends in releases.items()}  # else: now
-        best: tuple[float, int, int, str, tuple[str, ...]] | None = None
-        for order, (name, members) in enumerate(domains):
-            per = self.allocator.chips_of(members[0])
-            k = -(-job.request.chips // per)
-            rem = job.request.chips - (k - 1) * per
-            if len(members) < k:
-                continue
-            size = {m: self.allocator.free_chips([m]) for m in members}
-            index = {m: i for i, m in enumerate(members)}
-            ranked = sorted(members, key=lambda m: (drains.get(m, now), -size[m], index[m]))
-            whole, rest = ranked[:k - 1], ranked[k - 1:]
-            # The last UltraServer needs only the remainder free (searches: idle + partial).
-            starts = {m: earliest_start({m: (size[m], releases.get(m, []))}, rem, now)
-                      for m in rest}
-            last = min(rest, key=lambda m: (starts[m], -size[m], index[m]))
-            ranked = [*whole, last]
-            start = max([drains.get(m, now) for m in whole] + [starts[last]])
-            key = (start, -sum(size[m] for m in ranked), order, name, tuple(ranked))
-            if best is None or key < best:
-                best = key
-        if best is None:
-            return None
-        if best[0] == math.inf:
-            return None  # nothing predicted: the freest domain, as without a clock
-        return best[0], best[3], best[4]
-
-    def _slowdown(self, placement: Placement, chips: int) -> float:
-        profile = self.allocator.profile_of(placement.ultraservers[0])
-        return split_slowdown(profile, placement.level, chips)
-
-    def _predict_end(self, job: QueuedJob, placements: tuple[Placement, ...]) -> None:
-        if self._now is None or job.expected_s is None or not placements:
-            return
-        slow = max(self._slowdown(p, job.request.chips) for p in placements)
-        self._ends[job.key] = self._now + job.expected_s * slow
-
-    def _split_if_it_pays(self, job: QueuedJob, nofit: NoFit, result: CycleResult
-                          ) -> tuple[Placement, ...] | NoFit:
-        """SplitWhenItPays: split when the predicted cost of the split (run time x
-        (slowdown - 1)) is less than the predicted wait for one UltraServer."""
-        wide = dc_replace(job.request, mode="Unconstrained")
-        split = self.allocator.place(wide)
-        if isinstance(split, NoFit):
-            return nofit
-        slow = self._slowdown(split, job.request.chips)
-        n = len(split.ultraservers)
-        wait: float | None = None
-        if self._now is not None:
-            free = self.allocator.free_by_ultraserver(job.request)
-            releases = self._releases()
-            start = earliest_start({u: (f, releases.get(u, [])) for u, f in free.items()},
-                                   job.request.chips, self._now)
-            wait = None if start == math.inf else start - self._now
-        run = job.expected_s
-        if run is None:
-            pays = wait is None  # nothing to price the split with: split only if no wait is known
-            why = ("no run time is known to price the split"
-                   + ("" if pays else f" and one UltraServer is predicted free in {_span(wait)}"))
-        else:
-            cost = run * (slow - 1.0)
-            pays = wait is None or cost < wait
-            shown = "unknown (no running job there has a predicted end)" if wait is None \
-                else _span(wait)
-            why = (f"the predicted slowdown {slow:.2f}x over {n} UltraServers costs "
-                   f"{_span(cost)}; the predicted wait for one UltraServer is {shown}")
-        if not pays:
-            return NoFit(nofit.kind, f"{nofit.message}; waiting for one UltraServer rather than "
-                         f"splitting: {why}", nofit.blocking)
-        placed = self.allocator.allocate(job.key, wide)
-        if isinstance(placed, NoFit):  # cannot differ from place() on the same state
-            return nofit
-        refused = self._power_refuses(job, (placed,))
-        if refused is not None:
-            self.allocator.release(job.key)
-            return refused
-        result.notes[job.key] = f"split over {n} UltraServers because it pays: {why}"
-        return (placed,)
-
-    def _backfill(self, job: QueuedJob, nofit: NoFit, result: CycleResult
-                  ) -> tuple[Placement, ...] | NoFit:
-        """EASY's backfill rule: a job that fits only on the reserved UltraServers may go
-        there if it is predicted to end before the reservation starts (with several
-        reservations, only on those it ends before)."""
-        known = {us: s for us in self._fenced if (s := self._shadows.get(us)) is not None}
-        if not known or self._now is None or job.expected_s is None:
-            return nofit
-        unslowed = self._now + job.expected_s
-        opened = [us for us, s in known.items() if unslowed <= s]
-        if not opened:
-            # ends after every reservation starts even unslowed: no placement to look for
-            return NoFit(nofit.kind, f"{nofit.message}; it is predicted to end "
-                         f"{_span(unslowed - max(known.values()))} after the "
-                         "reservation starts", nofit.blocking)
-        with self.allocator.lifted(opened):
-            got = self.allocator.place(job.request)
-            if isinstance(got, NoFit):
-                return nofit
-            end = self._now + job.expected_s * self._slowdown(got, job.request.chips)
-            shadow = min((known[us] for us in got.ultraservers if us in known), default=math.inf)
-            if end > shadow:
-                return NoFit(nofit.kind, f"{nofit.message}; it would fit on the reserved "
-                             f"UltraServers but is predicted to end {_span(end - shadow)} "
-                             "after the reservation starts", nofit.blocking)
-            placed = self.allocator.allocate(job.key, job.request)
-        if isinstance(placed, NoFit):
-            return nofit
-        refused = self._power_refuses(job, (placed,))
-        if refused is not None:
-            self.allocator.release(job.key)
-            return refused
-        result.notes[job.key] = (f"backfilled onto UltraServers reserved for a waiting job: "
-                                 f"predicted to end {_span(shadow - end)} before it starts")
-        return (placed,)
-
-    def _place(self, job: QueuedJob, result: CycleResult) -> tuple[Placement, ...] | NoFit:
-        """Every part of `job` placed, or nothing held and every victim of this job back."""
-        parts = job.parts()
-        placed: list[tuple[JobKey, Placement]] = []
-        evicted: list[tuple[QueuedJob, dict[JobKey, Placement]]] = []
-        for index, part in enumerate(parts):
-            known = self._failed.get(job.request)
-            outcome = known if known is not None else self._allocate(part, job)
-            if isinstance(outcome, NoFit) and index == 0:
-                self._failed[job.request] = outcome
-            if (isinstance(outcome, NoFit) and outcome.kind == "NoCapacity"
-                    and self._may_preempt(job)):
-                outcome = self._preempt_for(job, part, outcome, evicted)
-            if isinstance(outcome, Placement):
-                placed.append((part, outcome))
-                continue
-            for key, _ in placed:
-                self.allocator.release(key)
-            for victim in self._undo(evicted):
-                result.preempted.append((victim, job.key))
-            if len(parts) > 1:
-                outcome = NoFit(outcome.kind, f"replica {index + 1} of {len(parts)}: "
-                                f"{outcome.message}", outcome.blocking)
-            return outcome
-        refused = self._power_refuses(job, tuple(p for _, p in placed), evicted)
-        if refused is not None and not evicted:
-            placed = self._place_beside(job, placed, refused)
-            refused = None if placed else refused
-        if refused is not None:
-            for key, _ in placed:
-                self.allocator.release(key)
-            for victim in self._undo(evicted):
-                result.preempted.append((victim, job.key))
-            return refused
-        result.preempted.extend((victim.key, job.key) for victim, _ in evicted)
-        return tuple(p for _, p in placed)
-
-    def _place_beside(self, job: QueuedJob, placed: list[tuple[JobKey, Placement]],
-                      refused: NoFit) -> list[tuple[JobKey, Placement]]:
-        """A job its first placement's budgets cannot hold, placed once more away from the
-        UltraServers of those budgets (a budget over part of the fleet leaves the rest
-        free to use): every part placed there and held within its budgets, or nothing held
-        (an empty list)."""
-        book = self._budgets
-        if book is None or refused.kind != NO_POWER:
-            return []
-        short = book.short(job.key, job.priority, tuple(p for _, p in placed))
-        for key, _ in placed:
-            self.allocator.release(key)
-        if not short or len(short) >= len(self.allocator.topology.ultraservers):
-            return []  # (a fleet-wide budget: there is nowhere beside it)
-        again: list[tuple[JobKey, Placement]] = []
-        with self.allocator.held_back(short):
-            for part in job.parts():  # (powered UltraServers and queues' rules first, as ever)
-                got = self._allocate(part, job)
-                if not isinstance(got, Placement):
-                    break
-                again.append((part, got))
-        if len(again) == len(job.parts()) and self._power_refuses(
-                job, tuple(p for _, p in again)) is None:
-            if book.reserved is not None and book.reserved.job.key == job.key:
-                book.reserved = None  # it reserved headroom where it no longer goes
-            return again
-        for key, _ in again:
-            self.allocator.release(key)
-        return []
-
-    def _allocate(self, part: JobKey, job: QueuedJob) -> Placement | NoFit:
-        """Place a part on powered UltraServers if it fits there, else anywhere (waking a
-        powered-down one), so idle UltraServers stay idle and can stay powered down."""
-        down = self.power.states.down() if self.power is not None else ()
-        if self._queues is not None:  # borrowers apart from guaranteed jobs, if it fits so
-            kept = self._queues.allocate_apart(job, part, self.allocator, avoid=down)
-            if kept is not None:
-                return kept
-        if down:
-            with self.allocator.held_back(down):
-                got = self.allocator.allocate(part, job.request)
-            if isinstance(got, Placement):
-                return got
-        return self.allocator.allocate(part, job.request)
-
-    def _power_refuses(self, job: QueuedJob, placements: tuple[Placement, ...],
-                       evicted: list[tuple[QueuedJob, dict[JobKey, Placement]]] | None = None
-                       ) -> NoFit | None:
-        """A `NoPower` NoFit when a budget covering `placements` cannot hold `job`, or its
-        headroom is reserved for a job ahead (EASY: the first job refused for headroom
-        reserves it, with reservations on; `PowerBook.reserve`). With `evicted` (the
-        preemptions of this placement), a job that may preempt first evicts lower-priority
-        jobs from its budgets, lowest first, if that makes it fit (`PowerBook.to_evict`)."""
-        book = self._budgets
-        if book is None or not placements:
-            return None
-        end = None
-        if self._now is not None and job.expected_s is not None:
-            slow = max(self._slowdown(p, job.request.chips) for p in placements)
-            end = self._now + job.expected_s * slow
-        refused = book.refuse(job.key, job.priority, placements, end)
-        if refused is not None and evicted is not None and self._may_preempt(job):
-            pool = (self._queues.victims(job) if self._queues is not None else sorted(
-                (j for j in self._running.values() if j.preemptible and j.priority < job.priority),
-                key=lambda j: (j.priority, -j.seq)))
-            victims = book.to_evict(job.key, job.priority, placements, [j.key for j in pool])
-            if victims:
-                held = self.allocator.allocations()
-                for key in victims:
-                    victim = self._running[key]
-                    evicted.append((victim, {p: held[p] for p in victim.parts() if p in held}))
-                    self.requeue(key)
-                self._failed.clear()
-                refused = book.refuse(job.key, job.priority, placements, end)
-        if refused is None or not self.reservation or book.reserved is not None:
-            return refused
-        start = book.reserve(job.key, job.priority, placements, self._ends, self._now)
-        if book.reserved is None:
-            return refused
-        when = "" if start is None or self._now is None else \
-            f" (predicted in {_span(max(start - self._now, 0.0))})"
-        return NoFit(refused.kind, f"{refused.message}; the headroom is reserved for it until "
-                     f"it frees{when}: jobs queued behind it draw from the budget only if "
-                     "predicted to end before it starts", refused.blocking)
-
-    def _may_preempt(self, job: QueuedJob) -> bool:
-        """Whether some running job is a victim `job` may take chips from."""
-        if not self.preemption:
-            return False
-        if self._queues is not None:
-            return self._queues.may_preempt(job)
-        return self._lowest is not None and self._lowest < job.priority
-
-    def _preempt_for(self, job: QueuedJob, part: JobKey, nofit: NoFit,
-                     evicted: list[tuple[QueuedJob, dict[JobKey, Placement]]]
-                     ) -> Placement | NoFit:
-        quotas = self._queues
-        if quotas is not None:
-            # Tenant queues decide who may be evicted; their best-first order becomes the
-            # plan's priorities (all below the preemptor's 0).
-            ranked = quotas.victims(job)
-            victims_pool = {p: i - len(ranked) for i, j in enumerate(ranked) for p in j.parts()}
-            priority = 0
-        else:
-            victims_pool = {p: j.priority for j in self._running.values() if j.preemptible
-                            for p in j.parts()}
-            priority = job.priority
-        if not any(p < priority for p in victims_pool.values()):
-            return nofit
-        plan = plan_preemption(self.allocator, job.request, priority, victims_pool,
-                               in_order=quotas is not None)
-        if isinstance(plan, NoFit):
-            if quotas is not None:
-                quotas.reclaim_failed(job)
-            return nofit
-        held = self.allocator.allocations()
-        for victim_part in plan.victims:
-            owner = self._owners.get(victim_part, victim_part)
-            victim = self._running.get(owner)
-            if victim is None:  # another replica of a job already evicted by this plan
-                continue
-            evicted.append((victim, {p: held[p] for p in victim.parts() if p in held}))
-            self.requeue(owner)
-            self._failed.clear()
-        placed = self.allocator.allocate(part, job.request)
-        if isinstance(placed, NoFit):
-            # The plan said the domain frees up; if the allocator disagrees, fall back to the
-            # planned chips rather than leave the victims evicted for nothing.
-            self.allocator.assign(part, plan.placement.chip_ids, job.request)
-            placed = plan.placement
-        return placed
-
-    def _undo(self, evicted: list[tuple[QueuedJob, dict[JobKey, Placement]]]) -> list[JobKey]:
-        """Put jobs evicted for a job that was not admitted back on their chips; returns the
-        ones that could not be put back (they stay requeued and count as preempted)."""
-        lost: list[JobKey] = []
-        for victim, placements in reversed(evicted):
-            done: list[JobKey] = []
-            try:
-                for part, placement in placements.items():
-                    self.allocator.assign(part, placement.chip_ids, victim.request)
-                    done.append(part)
-            except (AllocationConflict, ValueError, KeyError):
-                for part in done:
-                    self.allocator.release(part)
-                lost.append(victim.key)
-                continue
-            self._hold(victim)
-        return lost
-
-
-def _span(seconds: float | None) -> str:
-    """A duration for a status message: 45 s, 12.5 min, 3.2 h."""
-    if seconds is None:
-        return "unknown"
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.1f} min"
-    return f"{seconds / 3600:.1f} h"
+                and not self._evictions.may_preempt(job)
+                and not (self._reservations.fenced and job.expected_s is not None)
+                and (known.kind != "NoCapacity"
+                     or not self._reservations.may_reserve(job, result)))
