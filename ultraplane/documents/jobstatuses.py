@@ -338,7 +338,8 @@ def _status_of(current: Mapping[str, Any], decision: StatusDecision, now: dateti
     return finished(current, decision.phase)  # the runtime's message (its write) is kept
 
 
-# In the Pending message of the job a backfill reservation is for (`Scheduler._reserve`).
+# In the Pending message of the job a backfill reservation is for
+# (`ultraplane.scheduling.reservations.Reservations.reserve`).
 RESERVED_MARK = "reserved for it"
 
 
