@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -336,25 +337,13 @@ class JobRunner:
             job.add_usage(day, hours, kwh)
         job.rt_energy_seen_kwh = max(job.rt_energy_seen_kwh, energy)
         job.last_sample_s = now
-        job.checkpointed_steps = max(job.checkpointed_steps,
-                                     int(getattr(status, "checkpointed_steps", 0) or 0))
-        progress = {"completedSteps": int(getattr(status, "completed_steps", 0) or 0),
-                    "checkpointedSteps": job.checkpointed_steps,
-                    "percent": round(float(getattr(status, "progress_percent", 0.0)), 3)}
-        fields: dict[str, Any] = {
-            "progress": progress, "progressPercent": progress["percent"],
-            "utilization": round(float(getattr(status, "utilization", 0.0)), 4),
-            "powerWatts": round(float(getattr(status, "power_watts", 0.0)), 1),
-            "energyKWh": round(job.energy_kwh, 6),
-        }
-        if job.kind == "InferenceJob":
-            for wire, attr in (("tokensPerSecond", "tokens_per_second"),
-                               ("p50LatencyMs", "p50_latency_ms"), ("sloMet", "slo_met"),
-                               ("tokensPerMegawatt", "tokens_per_megawatt")):
-                value = getattr(status, attr, None)
-                if value is not None:
-                    fields[wire] = round(value, 1) if wire == "tokensPerSecond" else value
-        job.status.update(fields)
+        job.checkpointed_steps = max(job.checkpointed_steps, status.checkpointed_steps)
+        # The runtime's figures through the core's one builder (the simulator's kubelet writes
+        # the very same), with the usage this backend keeps across restarts (the runtime's own
+        # energy and chip-hours begin at zero in a new process).
+        figures = replace(status, checkpointed_steps=job.checkpointed_steps,
+                          energy_kwh=job.energy_kwh, chip_hours=job.chip_hours)
+        job.status = jobstatuses.apply(job.status, jobstatuses.measured(job.kind, figures))
 
     def _close_attempt(self, job: JobState, stopped: Any) -> None:
         if stopped is not None:

@@ -119,6 +119,10 @@ class JobState:
         return self.phase == "Running"
 
     @property
+    def chip_hours(self) -> float:
+        return sum(v[0] for v in self.days.values())
+
+    @property
     def energy_kwh(self) -> float:
         return sum(v[1] for v in self.days.values())
 
