@@ -29,8 +29,6 @@ from ultraplane.api.schemas import (
 from ultraplane.api.settings import Settings
 from ultraplane.api.ultraserverpatches import UltraServerPatch
 
-from ultraplane.documents.conversions import InvalidJobError
-from ultraplane.documents.jobspecs import read_job
 from ultraplane.placement.allocator import CapacityReport, NoFit, Placement, PlacementRequest
 from ultraplane.placement.capacities import DomainCapacity
 from ultraplane.placement.placements import request_from_topology
@@ -120,15 +118,6 @@ def nofit_view(nofit: NoFit) -> NoFitView:
     return NoFitView(kind=str(nofit.kind), message=nofit.message)
 
 
-def requests_of(spec: JobSpec) -> list[PlacementRequest]:
-    """One gang request per training job, one per inference replica (the core's reading)."""
-    kind = "InferenceJob" if isinstance(spec, InferenceJobSpec) else "TrainingJob"
-    read = read_job(kind, "", "", spec)
-    if read.queued is None:
-        raise InvalidJobError(read.error or "invalid spec")
-    return [read.queued.request for _ in read.parts]
-
-
 def request_of(body: DryRunRequest) -> PlacementRequest:
     """Validated dry-run body (levels and profile are enums there) -> core request; what
     only the core can judge (a mode with a level) becomes a 422 naming the field."""
@@ -140,18 +129,6 @@ def request_of(body: DryRunRequest) -> PlacementRequest:
         field = str(exc).split(":", 1)[0].removeprefix("topology.")
         raise ApiError(422, "ValidationError", f"body.{field}", str(exc).split(": ", 1)[-1]
                        ) from exc
-
-
-def spec_priority(spec: JobSpec) -> int:
-    return int(spec.model_dump(by_alias=True).get("priority") or 0)
-
-
-def spec_preemptible(spec: JobSpec) -> bool:
-    return bool(spec.model_dump(by_alias=True).get("preemptible", True))
-
-
-def total_chips(spec: JobSpec) -> int:
-    return sum(r.chips for r in requests_of(spec))
 
 
 def refuse_queue(queues: Mapping[str, QueueSpec], namespace: str, queue: str | None,

@@ -301,7 +301,7 @@ class JobRunner:
         chips = [c for key in job.sched_keys for c in job.held[key]]
         resume = job.checkpointed_steps if job.kind == "TrainingJob" else 0
         try:
-            self.b.runtime.start(job.key, job.spec, chips, resume_steps=resume)
+            self.b.runtime.start(job.key, job.spec, chips, resume_steps=resume, kind=job.kind)
         except Exception as exc:  # a spec the runtime cannot run fails that job, not the API
             log.warning("runtime rejected %s: %s", job.key, exc)
             self._release(job)

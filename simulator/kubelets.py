@@ -137,7 +137,8 @@ class VirtualKubelet:
                     resume = max(resume, stopped.checkpointed_steps)
             kind = str(body.get("kind", "TrainingJob"))
             try:
-                self.runtime.start(key, body.get("spec") or {}, chips, resume_steps=resume)
+                self.runtime.start(key, body.get("spec") or {}, chips, resume_steps=resume,
+                                   kind=kind)
             except (ValueError, KeyError) as exc:
                 failed = jobstatuses.ran(body.get("status") or {}, "Failed",
                                          f"simulator cannot run it: {exc}", _moment(self.clock()))

@@ -40,7 +40,6 @@ from ultraplane.scheduling.decisions import (
 
 __all__ = [
     "RESERVED_MARK",
-    "RuntimeFigures",
     "Status",
     "admitted",
     "admitted_replicas",
