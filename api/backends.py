@@ -32,7 +32,7 @@ from ultraplane.api.ultraserverpatches import UltraServerPatch
 from ultraplane.placement.allocator import CapacityReport, NoFit, Placement, PlacementRequest
 from ultraplane.placement.capacities import DomainCapacity
 from ultraplane.placement.placements import request_from_topology
-from ultraplane.policies.queuespecs import refusal
+from ultraplane.policies.queuedocuments import refusal_at_create
 from ultraplane.policies.quotas import QueueSpec
 from ultraplane.resources import InferenceJobSpec, TrainingJobSpec
 
@@ -134,9 +134,9 @@ def request_of(body: DryRunRequest) -> PlacementRequest:
 def refuse_queue(queues: Mapping[str, QueueSpec], namespace: str, queue: str | None,
                  priority: int) -> None:
     """A job its queue would never admit is refused at create, with the core's reason
-    (`queuespecs.refusal`): 403 for a namespace without the right to the queue, 422 for an
-    unknown queue or a priority above the queue's maximum."""
-    why = refusal(queues, namespace, queue, priority)
+    (`queuedocuments.refusal_at_create`): 403 for a namespace without the right to the queue,
+    422 for an unknown queue or a priority above the queue's maximum."""
+    why = refusal_at_create(queues, namespace, queue, priority)
     if why is None:
         return
     if why.rule == "NamespaceNotAllowed":

@@ -45,9 +45,9 @@ from ultraplane.simulator.runtime import JobRuntime
 
 from ultraplane.ids import JobKey, local_ref, parse_chip_id
 from ultraplane.placement.allocator import Allocator
-from ultraplane.policies.budgetspecs import budget_statuses, budget_wire
+from ultraplane.policies.budgetdocuments import budget_statuses, budget_wire
 from ultraplane.policies.powerbook import PowerBook
-from ultraplane.policies.queuespecs import queue_statuses, queue_wire
+from ultraplane.policies.queuedocuments import queue_statuses, queue_wire
 from ultraplane.policies.quotas import QuotaBook
 from ultraplane.scheduling.admissions import Admissions
 

@@ -27,7 +27,7 @@ from ultraplane.documents.jobspecs import expected_end
 from ultraplane.documents.jobstatuses import StatusDecision
 from ultraplane.hardware.topology import UltraServer
 from ultraplane.ids import ChipId, JobKey
-from ultraplane.policies.budgetspecs import job_power
+from ultraplane.policies.budgetdocuments import job_power
 from ultraplane.scheduling.admissions import Requeued
 from ultraplane.scheduling.decisions import (
     Admitted,

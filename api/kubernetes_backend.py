@@ -53,7 +53,7 @@ from ultraplane.hardware.topology import Topology
 from ultraplane.hardware.topology import UltraServer as CoreUltraServer
 from ultraplane.ids import JobKey, UltraServerName
 from ultraplane.placement.allocator import AllocationConflict, Allocator
-from ultraplane.policies.queuespecs import InvalidQueueError, queue_spec, resolve_queue
+from ultraplane.policies.queuedocuments import InvalidQueueError, queue_spec, resolve_queue
 from ultraplane.policies.quotas import QueueSpec
 from ultraplane.resources import UltraServer
 

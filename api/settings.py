@@ -90,14 +90,14 @@ class Settings(BaseSettings):
     @staticmethod
     def read_budgets(path: str) -> list[Any]:
         """The budgets of a `--power-budgets` file, or ValueError with one sentence."""
-        from ultraplane.policies.budgetspecs import budget_file
+        from ultraplane.policies.budgetdocuments import budget_file
 
         return budget_file(path)
 
     @staticmethod
     def read_queues(path: str) -> list[Any]:
         """The queues of a `--queues` file, or ValueError with one sentence."""
-        from ultraplane.policies.queuespecs import queue_file
+        from ultraplane.policies.queuedocuments import queue_file
 
         return queue_file(path)
 

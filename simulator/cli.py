@@ -102,7 +102,7 @@ def _load_traces(paths: tuple[Path, ...], skip_bad: bool,
 def _queues(path: Path | None, jobs: list[TraceJob], topology: Any) -> tuple[Any, ...] | None:
     """The tenant queues of a replay: from --queues, else an equal share per trace tenant
     (None: the trace names no tenant and no --queues was given)."""
-    from ultraplane.policies.queuespecs import queue_file
+    from ultraplane.policies.queuedocuments import queue_file
     from ultraplane.policies.quotas import equal_shares
 
     capacity: dict[str, int] = {}
@@ -139,7 +139,7 @@ def _check_out(out_dir: Path) -> None:
 def _power_budgets(value: str | None, policy: str, topology: Any) -> tuple[Any, ...]:
     """`--power-budget`: watts, N% of the fleet's peak, or a budgets YAML file."""
     from ultraplane.hardware.powermodels import chip_power_of
-    from ultraplane.policies.budgetspecs import budget_file
+    from ultraplane.policies.budgetdocuments import budget_file
     from ultraplane.policies.powerbudgets import BudgetSpec, validate_budgets
 
     if value is None:

@@ -1,6 +1,6 @@
 """Tenants in a replay: what each tenant got while the trace ran.
 
-Its queues are read by the core (`ultraplane.policies.queuespecs.queue_file`, the file
+Its queues are read by the core (`ultraplane.policies.queuedocuments.queue_file`, the file
 `ultraplane serve --queues` reads too); without one, each tenant gets an equal share
 (`quotas.equal_shares`).
 

@@ -22,9 +22,9 @@ from pydantic import BaseModel
 from ultraplane.api.settings import Settings
 
 from ultraplane.cli import main
-from ultraplane.policies.budgetspecs import budget_file
+from ultraplane.policies.budgetdocuments import budget_file
 from ultraplane.policies.policyfiles import named_specs, read_documents
-from ultraplane.policies.queuespecs import queue_file
+from ultraplane.policies.queuedocuments import queue_file
 from ultraplane.resources.budgets import PowerBudget
 from ultraplane.resources.commons import API_VERSION
 from ultraplane.resources.tenantqueues import TenantQueue

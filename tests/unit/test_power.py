@@ -17,7 +17,7 @@ from ultraplane.hardware.powermodels import chip_power_of
 from ultraplane.hardware.topology import build_fleet
 from ultraplane.ids import JobKey
 from ultraplane.placement.allocator import Allocator, PlacementRequest
-from ultraplane.policies.budgetspecs import budget_file
+from ultraplane.policies.budgetdocuments import budget_file
 from ultraplane.policies.powerbook import NO_POWER, JobPower, PowerBook
 from ultraplane.policies.powerbudgets import BudgetSpec, PowerPolicy
 from ultraplane.scheduling.admissions import Admissions

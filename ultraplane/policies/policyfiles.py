@@ -4,7 +4,7 @@ Why one reading: `ultraplane simulate` and `ultraplane serve` each read these fi
 schemas of their own (a bare number of chips for a queue's nominal quota in one, a `budgets:`
 key and top-level selectors in the other), and neither was the schema of the TenantQueue and
 PowerBudget resources. Now a file is read here, and each entry is checked by the resource's
-own spec model (`queuespecs.queue_specs`, `budgetspecs.budget_specs`), so one file works for
+own spec model (`queuedocuments.queue_specs`, `budgetdocuments.budget_specs`), so one file works for
 the simulator, for `serve` and, as manifests, for `kubectl apply`.
 
 A file holds either

@@ -3,7 +3,7 @@
 Why a spec of its own, apart from the book that enforces it: the adapters (a cluster-scoped
 resource, the REST API, the simulator's `--power-budget`) read budgets from different places
 but must mean the same thing by them, so the validation lives once, here (the reading of a
-PowerBudget's spec or a budgets file is `ultraplane.policies.budgetspecs`), and
+PowerBudget's spec or a budgets file is `ultraplane.policies.budgetdocuments`), and
 `ultraplane.policies.powerbook` only ever sees valid, resolved budgets.
 
 A budget covers the UltraServers it selects: named ones, those in given network blocks (an

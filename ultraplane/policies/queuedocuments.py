@@ -1,4 +1,5 @@
-"""TenantQueue objects to the core's `QueueSpec`, and the status document of each queue.
+"""A TenantQueue's documents: its spec read into the core's `QueueSpec` (defined with the
+`QuotaBook` that enforces it, `ultraplane.policies.quotas`), and its status written back.
 
 Why here: the operator (from TenantQueue objects), the embedded API (`serve --queues FILE`,
 the same objects kept in its store) and the replay (`simulate --queues FILE`) all read a
@@ -16,14 +17,19 @@ from typing import Any
 from pydantic import ValidationError
 
 from ultraplane.policies.policyfiles import named_specs, read_documents
-from ultraplane.policies.quotas import QueueRefusal, QueueSpec, QuotaBook, default_queues
-from ultraplane.policies.quotas import refusal as quota_refusal
+from ultraplane.policies.quotas import (
+    QueueRefusal,
+    QueueSpec,
+    QuotaBook,
+    default_queues,
+    queue_refusal,
+)
 from ultraplane.resources.commons import problem_of
 from ultraplane.resources.tenantqueues import TenantQueueSpec
 from ultraplane.workloads import QueuedJob
 
 __all__ = ["InvalidQueueError", "queue_file", "queue_spec", "queue_specs", "queue_status",
-           "queue_statuses", "queue_wire", "refusal", "resolve_queue"]
+           "queue_statuses", "queue_wire", "refusal_at_create", "resolve_queue"]
 
 
 class InvalidQueueError(ValueError):
@@ -124,13 +130,13 @@ def resolve_queue(queues: Mapping[str, QueueSpec], namespace: str,
     return queue if queue is not None else default_queues(queues.values()).get(namespace)
 
 
-def refusal(queues: Mapping[str, QueueSpec], namespace: str, queue: str | None,
-            priority: int) -> QueueRefusal | None:
+def refusal_at_create(queues: Mapping[str, QueueSpec], namespace: str, queue: str | None,
+                      priority: int) -> QueueRefusal | None:
     """Why a job of `namespace` naming `queue` (None: its namespace's default) at `priority`
     may not be created, or None: the check an API runs before it accepts a job, with the
-    rules the core's cycle applies (`quotas.refusal`)."""
+    rules the core's cycle applies (`quotas.queue_refusal`)."""
     queue = resolve_queue(queues, namespace, queue)
-    return None if queue is None else quota_refusal(queues, queue, namespace, priority)
+    return None if queue is None else queue_refusal(queues, queue, namespace, priority)
 
 
 def queue_wire(spec: QueueSpec) -> dict[str, Any]:

@@ -1,9 +1,10 @@
-"""PowerBudget objects to the core's `BudgetSpec`, and the status document of each budget.
+"""A PowerBudget's documents: its spec read into the core's `BudgetSpec` (defined, and
+validated, in `ultraplane.policies.powerbudgets`), and its status written back.
 
 Why here: the operator (from PowerBudget objects), the embedded API (`serve --power-budgets
 FILE`), the replay (`simulate --power-budget FILE`) and the Kubernetes backend read a budget's
-spec, against the resource's own model, and the operator and the API report a
-budget's draw; reading and reporting once keeps them alike, as `queuespecs` does for queues.
+spec, against the resource's own model, and the operator and the API report a budget's draw;
+reading and reporting once keeps them alike, as `queuedocuments` does for queues.
 """
 
 from __future__ import annotations
