@@ -27,7 +27,7 @@ from ultraplane.api.accounting import day_of
 from ultraplane.api.backends import JobSpec, not_found, refuse_queue
 from ultraplane.api.errors import ApiError
 from ultraplane.api.fleets import FleetView, build_topology
-from ultraplane.api.jobruns import JobRunner
+from ultraplane.api.jobruns import DecisionExecutor
 from ultraplane.api.jobstates import JobState
 from ultraplane.api.preemptionplans import Planners
 from ultraplane.api.schemas import (
@@ -94,7 +94,7 @@ class EmbeddedBackend:
         self._fleet_stale = True  # a job started or stopped (or no view yet): refresh the views
         self._cycle_due = True  # set by anything that can change the next cycle's decisions
         self._holders_view: tuple[dict[JobKey, int], dict[str, str]] | None = None
-        self.runner = JobRunner(self)
+        self.runner = DecisionExecutor(self)
         self.planners = Planners(budget_s=settings.dry_run_plan_seconds)
         self.fleet = FleetView(self.topology, self.allocator, preset)
         self._wake = threading.Event()

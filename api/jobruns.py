@@ -49,7 +49,12 @@ def moment(t_s: float) -> datetime:
     return datetime.fromtimestamp(t_s, tz=UTC)
 
 
-class JobRunner:
+class DecisionExecutor:
+    """The embedded fleet's hands: it hands the core its triggers (a job in, a tick's runtime
+    events, chips failed, a job deleted), persists what the core decided on each job's status
+    (through the one status builder), starts and stops the jobs on the runtime, and samples
+    their usage for accounting. It decides nothing itself."""
+
     def __init__(self, backend: EmbeddedBackend) -> None:
         self.b = backend
         self._index: dict[str, JobState] = {}  # job key -> job, kept by register and forget
