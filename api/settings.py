@@ -14,7 +14,7 @@ from pydantic import Field, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 if TYPE_CHECKING:
-    from ultraplane.api.ratelimits import Limits
+    from ultraplane.api.guards.ratelimits import Limits
 
 
 def default_db_url() -> str:
@@ -128,7 +128,7 @@ class Settings(BaseSettings):
 
     def rate_limits(self) -> Limits:
         """The per-client limits, one per class of request."""
-        from ultraplane.api.ratelimits import Limits
+        from ultraplane.api.guards.ratelimits import Limits
 
         return Limits(dryruns=self.rate_limit_dryruns, writes=self.rate_limit_writes,
                       reads=self.rate_limit_reads)

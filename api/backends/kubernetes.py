@@ -21,9 +21,8 @@ from typing import Any
 
 from sqlalchemy import Engine
 from ultraplane.api import store
-from ultraplane.api.accounting import usage_of
 from ultraplane.api.backends import JobSpec, capacity_json, not_found, refuse_queue
-from ultraplane.api.dryruns import dry_run
+from ultraplane.api.backends.dryruns import dry_run
 from ultraplane.api.errors import ApiError
 from ultraplane.api.schemas import (
     DryRunRequest,
@@ -35,6 +34,7 @@ from ultraplane.api.schemas import (
     UltraServerView,
 )
 from ultraplane.api.settings import Settings
+from ultraplane.api.store.accounting import usage_of
 from ultraplane.api.ultraserverpatches import UltraServerPatch, patched
 
 from ultraplane import kubeclients

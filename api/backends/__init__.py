@@ -1,8 +1,8 @@
 """The one interface the routers talk to, and what both backends share.
 
-`EmbeddedBackend` (ultraplane.api.embedded) runs the core scheduler and the
+`EmbeddedBackend` (ultraplane.api.backends.embedded) runs the core scheduler and the
 simulator's JobRuntime in-process; `KubernetesBackend`
-(ultraplane.api.kubernetes_backend) reads and writes the custom resources.
+(ultraplane.api.backends.kubernetes) reads and writes the custom resources.
 Routers never know which one they have.
 """
 
@@ -74,10 +74,10 @@ def make_backend(
     fleet, `background_ticks=False` (ticks only when a test calls `tick()`) are for tests."""
     clock = clock or time.time
     if settings.backend == "kubernetes":
-        from ultraplane.api.kubernetes_backend import KubernetesBackend
+        from ultraplane.api.backends.kubernetes import KubernetesBackend
 
         return KubernetesBackend(settings, engine, clock=clock)
-    from ultraplane.api.embedded import EmbeddedBackend
+    from ultraplane.api.backends.embedded import EmbeddedBackend
 
     return EmbeddedBackend(settings, engine, clock=clock, background=background_ticks)
 

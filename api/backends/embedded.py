@@ -22,14 +22,13 @@ from typing import Any
 from sqlalchemy import Engine
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlmodel import Session
-from ultraplane.api import dryruns, pages, store
-from ultraplane.api.accounting import day_of
-from ultraplane.api.backends import JobSpec, not_found, refuse_queue
+from ultraplane.api import store
+from ultraplane.api.backends import JobSpec, dryruns, not_found, pages, refuse_queue
+from ultraplane.api.backends.embeddedjobs import JobState
+from ultraplane.api.backends.executors import DecisionExecutor
+from ultraplane.api.backends.fleets import FleetView, build_topology
+from ultraplane.api.backends.preemptionplans import Planners
 from ultraplane.api.errors import ApiError
-from ultraplane.api.fleets import FleetView, build_topology
-from ultraplane.api.jobruns import DecisionExecutor
-from ultraplane.api.jobstates import JobState
-from ultraplane.api.preemptionplans import Planners
 from ultraplane.api.schemas import (
     DryRunRequest,
     DryRunResult,
@@ -39,7 +38,8 @@ from ultraplane.api.schemas import (
     UltraServerView,
 )
 from ultraplane.api.settings import Settings
-from ultraplane.api.storeclaims import Claim, check, describe, reason, unavailable
+from ultraplane.api.store.accounting import day_of
+from ultraplane.api.store.claims import Claim, check, describe, reason, unavailable
 from ultraplane.api.ultraserverpatches import UltraServerPatch, patched
 from ultraplane.simulator.runtime import JobRuntime
 
@@ -120,7 +120,7 @@ class EmbeddedBackend:
             raise
         self.demo: Any = None
         if settings.demo:
-            from ultraplane.api.demos import DemoStream
+            from ultraplane.api.backends.demos import DemoStream
 
             self.demo = DemoStream(self, seed=settings.demo_seed)
 

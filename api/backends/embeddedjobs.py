@@ -12,8 +12,8 @@ from functools import cached_property
 from typing import Any
 
 from ultraplane.api.backends import JobSpec
-from ultraplane.api.models import Job
 from ultraplane.api.schemas import JobKind, JobResource, ObjectMeta
+from ultraplane.api.store.tables import Job
 
 from ultraplane.documents.conversions import TERMINAL_PHASES, InvalidJobError
 from ultraplane.documents.jobspecs import JobRead, read_job

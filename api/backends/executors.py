@@ -17,9 +17,9 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from ultraplane.api.accounting import day_of, split_by_day
-from ultraplane.api.jobstates import JobState
-from ultraplane.api.models import AccountingCreate
+from ultraplane.api.backends.embeddedjobs import JobState
+from ultraplane.api.store.accounting import day_of, split_by_day
+from ultraplane.api.store.tables import AccountingCreate
 
 from ultraplane.documents import jobstatuses
 from ultraplane.documents.conversions import TERMINAL_PHASES, InvalidJobError
@@ -39,7 +39,7 @@ from ultraplane.scheduling.decisions import (
 )
 
 if TYPE_CHECKING:
-    from ultraplane.api.embedded import EmbeddedBackend
+    from ultraplane.api.backends.embedded import EmbeddedBackend
 
 log = logging.getLogger("ultraplane.api.embedded")
 
