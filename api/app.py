@@ -11,19 +11,20 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 from fastapi import Depends, FastAPI
-from ultraplane.api import errors, openapi, routers_dashboard, routers_docs
-from ultraplane.api.auth import Guard, load_tokens
+from ultraplane.api import errors, openapi
+from ultraplane.api.access.auth import Guard, load_tokens
 from ultraplane.api.backends import make_backend
-from ultraplane.api.limits import BodySizeLimit, SingleQueryValues
+from ultraplane.api.guards.bodylimits import BodySizeLimit, SingleQueryValues
+from ultraplane.api.guards.ratelimits import RateLimits
 from ultraplane.api.metrics import Metrics, MetricsMiddleware
-from ultraplane.api.ratelimits import RateLimits
-from ultraplane.api.routers_accounting import router as accounting_router
-from ultraplane.api.routers_explanations import router as explanations_router
-from ultraplane.api.routers_health import router as health_router
-from ultraplane.api.routers_jobs import inference_router, training_router
-from ultraplane.api.routers_placements import router as placements_router
-from ultraplane.api.routers_queues import router as queues_router
-from ultraplane.api.routers_ultraservers import router as ultraservers_router
+from ultraplane.api.routers import dashboard, docs
+from ultraplane.api.routers.accounting import router as accounting_router
+from ultraplane.api.routers.explanations import router as explanations_router
+from ultraplane.api.routers.health import router as health_router
+from ultraplane.api.routers.jobs import inference_router, training_router
+from ultraplane.api.routers.placements import router as placements_router
+from ultraplane.api.routers.queues import router as queues_router
+from ultraplane.api.routers.ultraservers import router as ultraservers_router
 from ultraplane.api.settings import Settings
 from ultraplane.api.store import make_engine, migrate
 
@@ -53,7 +54,7 @@ def create_app(
     backend = make_backend(settings, engine, clock=clock, background_ticks=background_ticks)
     reviews = None
     if settings.backend == "kubernetes" and settings.token_review:
-        from ultraplane.api.kube_reviews import KubeReviews
+        from ultraplane.api.access.kubereviews import KubeReviews
 
         reviews = KubeReviews(getattr(backend, "api_client", None))
     guard = Guard(load_tokens(settings), protect_reads=settings.api_protect_reads, reviews=reviews)
@@ -86,7 +87,7 @@ def create_app(
         description=DESCRIPTION,
         lifespan=lifespan,
         dependencies=[Depends(openapi.reject_unknown_query)],
-        docs_url=None,  # served from the package by routers_docs: no CDN
+        docs_url=None,  # served from the package by routers/docs: no CDN
         redoc_url=None,
     )
     app.state.settings = settings
@@ -99,8 +100,8 @@ def create_app(
                    placements_router, accounting_router, explanations_router, queues_router):
         app.include_router(router)
     openapi.install(app, guard, kubernetes=settings.backend == "kubernetes")
-    routers_docs.install(app)
-    routers_dashboard.install(app)
+    docs.install(app)
+    dashboard.install(app)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(SingleQueryValues)
     app.add_middleware(RateLimits, limits=settings.rate_limits())

@@ -77,7 +77,7 @@ def serve(**opts: Any) -> None:
     import uvicorn
 
     shown_host = "127.0.0.1" if opts["host"] in ("0.0.0.0", "::") else opts["host"]
-    from ultraplane.api.connections import server_options
+    from ultraplane.api.guards.connections import server_options
 
     config = uvicorn.Config(app, host=opts["host"], port=opts["port"], log_level=level_name(),
                             access_log=False, lifespan="on",
@@ -116,7 +116,7 @@ def _build(settings: Any) -> Any:
     """create_app with startup problems (bad DB URL, unreadable files) as one-sentence errors."""
     from sqlalchemy.exc import ArgumentError, SQLAlchemyError
     from ultraplane.api.app import create_app
-    from ultraplane.api.storeclaims import StoreError, masked, reason
+    from ultraplane.api.store.claims import StoreError, masked, reason
 
     try:
         return create_app(settings)
@@ -149,7 +149,7 @@ def _print_banner(settings: Any, host: str, port: int) -> None:
     click.echo(f"Ultraplane API ({settings.backend} backend, {where}) on {url}")
     click.echo(f"  ui:    {url}/ (live dashboard)")
     click.echo(f"  docs:  {url}/docs")
-    from ultraplane.api.storeclaims import masked
+    from ultraplane.api.store.claims import masked
 
     click.echo(f"  store: {masked(settings.db)}")
     sys.stdout.flush()

@@ -142,7 +142,7 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(SQLAlchemyError)
     async def _store(request: Request, exc: SQLAlchemyError) -> JSONResponse:
         """The store failed under a request (full, read-only, gone): 503, never a 500."""
-        from ultraplane.api.storeclaims import reason, unavailable
+        from ultraplane.api.store.claims import reason, unavailable
 
         log.warning("store error on %s %s: %s", request.method, request.url.path, reason(exc))
         saving = request.method not in ("GET", "HEAD", "OPTIONS")

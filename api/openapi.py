@@ -15,7 +15,7 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.openapi.utils import get_openapi
-from ultraplane.api.auth import Guard
+from ultraplane.api.access.auth import Guard
 from ultraplane.api.errors import ApiError
 
 ERROR = {"content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}}

@@ -7,7 +7,6 @@ tests can run several apps side by side without touching the environment.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -15,7 +14,7 @@ from pydantic import Field, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 if TYPE_CHECKING:
-    from ultraplane.api.ratelimits import Limits
+    from ultraplane.api.guards.ratelimits import Limits
 
 
 def default_db_url() -> str:
@@ -73,11 +72,13 @@ class Settings(BaseSettings):
 
     queues: str | None = Field(
         default=None, description="Embedded fleet: a YAML list of tenant queues (each a name "
-        "and the fields of a TenantQueue spec), the same file as `ultraplane simulate --queues`.")
+        "and the fields of a TenantQueue spec) or TenantQueue objects, the same file as "
+        "`ultraplane simulate --queues`.")
 
     power_budgets: str | None = Field(
         default=None, description="Embedded fleet: a YAML list of power budgets (each a name "
-        "and the fields of a PowerBudget spec).")
+        "and the fields of a PowerBudget spec) or PowerBudget objects, the same file as "
+        "`ultraplane simulate --power-budget`.")
 
     @field_validator("queues", "power_budgets")
     @classmethod
@@ -89,16 +90,16 @@ class Settings(BaseSettings):
     @staticmethod
     def read_budgets(path: str) -> list[Any]:
         """The budgets of a `--power-budgets` file, or ValueError with one sentence."""
-        from ultraplane.policies.budgetspecs import budget_specs
+        from ultraplane.policies.budgetdocuments import budget_file
 
-        return _read_list(path, budget_specs)
+        return budget_file(path)
 
     @staticmethod
     def read_queues(path: str) -> list[Any]:
         """The queues of a `--queues` file, or ValueError with one sentence."""
-        from ultraplane.policies.queuespecs import queue_specs
+        from ultraplane.policies.queuedocuments import queue_file
 
-        return _read_list(path, queue_specs)
+        return queue_file(path)
 
     @field_validator("fleet")
     @classmethod
@@ -127,7 +128,7 @@ class Settings(BaseSettings):
 
     def rate_limits(self) -> Limits:
         """The per-client limits, one per class of request."""
-        from ultraplane.api.ratelimits import Limits
+        from ultraplane.api.guards.ratelimits import Limits
 
         return Limits(dryruns=self.rate_limit_dryruns, writes=self.rate_limit_writes,
                       reads=self.rate_limit_reads)
@@ -136,20 +137,3 @@ class Settings(BaseSettings):
         """Split `trn3-gen2:8`; a bare profile name means one UltraServer."""
         profile, _, count = self.fleet.partition(":")
         return profile, int(count or 1)
-
-
-def _read_list(path: str, parse: Callable[[Any], list[Any]]) -> list[Any]:
-    """What `parse` (a core reader raising ValueError) makes of a YAML file a flag names, or
-    ValueError with one sentence naming the file."""
-    import yaml
-
-    try:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ValueError(f"cannot read {path}: {exc.strerror or exc}") from None
-    except (yaml.YAMLError, UnicodeDecodeError) as exc:
-        raise ValueError(f"{path} is not valid YAML: {str(exc).splitlines()[0]}") from None
-    try:
-        return parse(data)
-    except ValueError as exc:
-        raise ValueError(f"{path}: {exc}") from None

@@ -27,7 +27,7 @@ from ultraplane.operator.writers import ApiCalls
 
 from ultraplane.documents.jobstatuses import power_cap
 from ultraplane.ids import JobKey, job_key, parse_job_key
-from ultraplane.policies.budgetspecs import budget_spec, budget_statuses, job_power
+from ultraplane.policies.budgetdocuments import budget_spec, budget_statuses, job_power
 from ultraplane.policies.powerbook import PowerBook
 from ultraplane.policies.powerbudgets import BudgetConflict, BudgetSpec, validate_budgets
 from ultraplane.scheduling.admissions import Admissions
@@ -105,7 +105,7 @@ class BudgetViews:
                 log.warning("power budgets not resolved on the fleet: %s", exc)
 
     def describe(self, body: Mapping[str, Any], kind: str) -> None:
-        """What the book predicts a job's draw with (`budgetspecs.job_power`)."""
+        """What the book predicts a job's draw with (`budgetdocuments.job_power`)."""
         book = self._book()
         if book is None:
             return

@@ -33,7 +33,7 @@ from ultraplane.kubeclients import (
 @click.option("--no-events", is_flag=True, help="Do not post Kubernetes Events.")
 @click.option("--event-qps", type=FiniteFloat(0, 10_000), default=None,
               help="Events posted per second at most, after a burst; 0 = no limit. "
-              "Status holds every transition; Events beyond the budget are dropped. [default: 5]")
+              "Status holds every transition; Events beyond the rate are summarised. [default: 5]")
 @click.option("--event-burst", type=click.IntRange(1, 100_000), default=None,
               help="Events posted at once before --event-qps applies. [default: 50]")
 @click.option("--no-reservation", is_flag=True,

@@ -1,9 +1,9 @@
-"""Posting Kubernetes Events through kopf, within the Event budget (`eventbudgets`).
+"""Posting Kubernetes Events through kopf, within the Event rate limit (`eventrates`).
 
 Why an object: kopf's Event poster lives in context variables that are set for handlers only,
 so the first handler call captures that context and everything else (the admission loop, the
 pod data plane, Node discovery) posts through it. Events asked for before that are kept (they
-are already paid for by the budget) and posted once it is captured; past the budget they are
+are already paid for by the rate limit) and posted once it is captured; past it they are
 summarised into digests, posted by one timer when due. This state was module globals of the
 handlers; here it is one object the handlers build and pass as `emit`.
 """
@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import kopf
-from ultraplane.operator.eventbudgets import EventDigests, Notice, TokenBucket
+from ultraplane.operator.eventrates import EventDigests, Notice, TokenBucket
 
 log = logging.getLogger("ultraplane.operator")
 EARLY_LIMIT = 10_000  # Events kept before the first handler call; more are dropped
@@ -39,7 +39,7 @@ class EventPoster:
 
     def post(self, body: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
         """Post now (kopf batches and posts in the background), or count it in a digest once
-        the budget runs dry (`EventDigests`)."""
+        the rate limit's bucket runs dry (`EventDigests`)."""
         if not self.enabled:
             return
         now = self.digests.add(body, type_, reason, message)
@@ -54,7 +54,7 @@ class EventPoster:
             return
         self._context = contextvars.copy_context()
         early, self._early = self._early, []
-        for body, type_, reason, message in early:  # already paid for by the budget
+        for body, type_, reason, message in early:  # already paid for by the rate limit
             self._context.run(kopf.event, body, type=type_, reason=reason,  # type: ignore[arg-type]
                               message=message[:MESSAGE_LIMIT])
 

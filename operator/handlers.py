@@ -104,7 +104,7 @@ def poster() -> EventPoster:
 
 
 def post_event(body: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
-    """A Kubernetes Event on the object, within the Event budget (`EventPoster.post`)."""
+    """A Kubernetes Event on the object, within the Event rate limit (`EventPoster.post`)."""
     poster().post(body, type_, reason, message)
 
 

@@ -19,7 +19,7 @@ from typing import Any
 from ultraplane.operator.policyobjects import PolicyObjects
 from ultraplane.operator.writers import ApiCalls
 
-from ultraplane.policies.queuespecs import queue_spec, queue_statuses
+from ultraplane.policies.queuedocuments import queue_spec, queue_statuses
 from ultraplane.policies.quotas import QueueSpec, QuotaBook
 from ultraplane.scheduling.admissions import Admissions
 

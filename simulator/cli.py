@@ -102,17 +102,18 @@ def _load_traces(paths: tuple[Path, ...], skip_bad: bool,
 def _queues(path: Path | None, jobs: list[TraceJob], topology: Any) -> tuple[Any, ...] | None:
     """The tenant queues of a replay: from --queues, else an equal share per trace tenant
     (None: the trace names no tenant and no --queues was given)."""
-    from ultraplane.simulator.tenants import default_queues, load_queues
+    from ultraplane.policies.queuedocuments import queue_file
+    from ultraplane.policies.quotas import equal_shares
 
     capacity: dict[str, int] = {}
     for us in topology.ultraservers:
         capacity[us.profile] = capacity.get(us.profile, 0) + us.chip_count
     tenants = {j.tenant for j in jobs if j.tenant is not None}
     if path is None:
-        return tuple(default_queues(tenants, capacity)) if tenants else None
-    try:
-        specs = load_queues(path, sorted(capacity))
-    except (ValueError, OSError, UnicodeDecodeError) as exc:
+        return tuple(equal_shares(tenants, capacity)) if tenants else None
+    try:  # the file `ultraplane serve --queues` reads, in the TenantQueue's schema
+        specs = queue_file(path)
+    except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="'--queues'") from None
     missing = sorted(tenants - {s.name for s in specs})
     if missing:
@@ -138,7 +139,8 @@ def _check_out(out_dir: Path) -> None:
 def _power_budgets(value: str | None, policy: str, topology: Any) -> tuple[Any, ...]:
     """`--power-budget`: watts, N% of the fleet's peak, or a budgets YAML file."""
     from ultraplane.hardware.powermodels import chip_power_of
-    from ultraplane.policies.powerbudgets import BudgetSpec, budgets_from_yaml, validate_budgets
+    from ultraplane.policies.budgetdocuments import budget_file
+    from ultraplane.policies.powerbudgets import BudgetSpec, validate_budgets
 
     if value is None:
         return ()
@@ -146,10 +148,7 @@ def _power_budgets(value: str | None, policy: str, topology: Any) -> tuple[Any, 
     text = value.strip()
     try:
         if text.endswith((".yaml", ".yml")) or Path(text).is_file():
-            try:
-                specs = budgets_from_yaml(Path(text).read_text(encoding="utf-8"))
-            except OSError as exc:
-                raise ValueError(f"cannot read {text}: {exc.strerror}") from None
+            specs = budget_file(text)  # the file `ultraplane serve --power-budgets` reads
             validate_budgets(specs, topology)
             return tuple(specs)
         peak = sum(chip_power_of(us.profile).peak * us.chip_count for us in topology.ultraservers)

@@ -9,9 +9,11 @@ the next pass.
 
 Ownership (docs/resources.md): the simulator writes a job's phase Running /
 Succeeded / Failed, startTime, completionTime, progress, progressPercent,
-utilization, powerWatts, energyKWh (and the inference figures), and an
-UltraServer's chips, utilization, powerWatts, energyKWh and heartbeatTime.
-It never writes allocation, queuePosition, attempt, conditions or capacity.
+utilization, powerWatts, energyKWh, chipHours (and the inference figures), its Running and
+Finished conditions, and an UltraServer's chips, utilization, powerWatts, energyKWh and
+heartbeatTime; a job's fields come from the core's one status builder (`jobstatuses.ran`,
+`jobstatuses.measured`). It never writes allocation, queuePosition, attempt, the operator's
+conditions or capacity.
 """
 
 from __future__ import annotations
@@ -23,8 +25,7 @@ from typing import Any
 
 from ultraplane.simulator.runtime import JobRuntime, JobRuntimeStatus
 
-from ultraplane.documents import conversions
-from ultraplane.documents.jobstatuses import runtime_conditions
+from ultraplane.documents import conversions, jobstatuses
 from ultraplane.hardware.topology import Topology, UltraServer
 from ultraplane.ids import job_key, local_ref, parse_chip_id
 
@@ -32,7 +33,11 @@ ACTIVE = conversions.HOLDING_PHASES
 
 
 def _iso(t: float) -> str:
-    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return jobstatuses.stamp(_moment(t))
+
+
+def _moment(t: float) -> datetime:
+    return datetime.fromtimestamp(t, UTC)
 
 
 def _get(body: Mapping[str, Any], *path: str) -> Any:
@@ -55,13 +60,6 @@ def ultraserver_of(body: Mapping[str, Any]) -> UltraServer | None:
         return conversions.ultraserver_from_body(body)[0]
     except ValueError:
         return None
-
-
-def _conditions(current: list[Mapping[str, Any]], s: JobRuntimeStatus, now: float) -> list[dict[str, Any]]:
-    """The operator's conditions as they are, plus the runtime's Running and Finished, from the
-    core's one status builder (the embedded REST backend writes the very same)."""
-    return runtime_conditions({"conditions": current}, s.phase, s.message or None,
-                              datetime.fromtimestamp(now, tz=UTC))
 
 
 @dataclass
@@ -139,11 +137,12 @@ class VirtualKubelet:
                     resume = max(resume, stopped.checkpointed_steps)
             kind = str(body.get("kind", "TrainingJob"))
             try:
-                self.runtime.start(key, body.get("spec") or {}, chips, resume_steps=resume)
+                self.runtime.start(key, body.get("spec") or {}, chips, resume_steps=resume,
+                                   kind=kind)
             except (ValueError, KeyError) as exc:
-                out.append(Patch(kind, meta["namespace"], meta["name"], {"status": {
-                    "phase": "Failed", "message": f"simulator cannot run it: {exc}",
-                    "completionTime": _iso(self.clock())}}))
+                failed = jobstatuses.ran(body.get("status") or {}, "Failed",
+                                         f"simulator cannot run it: {exc}", _moment(self.clock()))
+                out.append(_patch(kind, meta["namespace"], meta["name"], body, failed))
                 continue
             self.runtime.set_cap(key, _cap(body))
             self.jobs[key] = Tracked(kind, meta["namespace"], meta["name"], ident, self.clock(),
@@ -170,33 +169,14 @@ class VirtualKubelet:
         return patches + self._ultraserver_patches(now)
 
     def _job_patch(self, t: Tracked, s: JobRuntimeStatus, now: float) -> Patch:
-        status: dict[str, Any] = {
-            "phase": s.phase, "startTime": _iso(t.start_wall),
-            "progressPercent": round(s.progress_percent, 3), "utilization": round(s.utilization, 4),
-            "powerWatts": round(s.power_watts, 1), "energyKWh": round(s.energy_kwh, 6),
-            "chipHours": round(s.chip_hours, 6),  # simulated time, as energyKWh
-        }
-        if t.kind == "TrainingJob":
-            status["progress"] = {"completedSteps": s.completed_steps,
-                                  "checkpointedSteps": s.checkpointed_steps,
-                                  "percent": round(s.progress_percent, 3)}
-        else:
-            tps = None if s.tokens_per_second is None else round(s.tokens_per_second, 1)
-            status.update({"tokensPerSecond": tps, "p50LatencyMs": s.p50_latency_ms,
-                           "sloMet": s.slo_met, "tokensPerMegawatt": s.tokens_per_megawatt})
-        if s.phase != "Running":
-            status["completionTime"] = _iso(now)
-        if s.message:
-            status["message"] = s.message
-        body: dict[str, Any] = {"status": status}
-        if t.body is not None:
-            # conditions is a list: a merge patch replaces it whole, so write it back with the
-            # operator's entries kept, guarded by resourceVersion (409 -> next heartbeat)
-            status["conditions"] = _conditions(_get(t.body, "status", "conditions") or [], s, now)
-            rv = _get(t.body, "metadata", "resourceVersion")
-            if rv:
-                body["metadata"] = {"resourceVersion": rv}
-        return Patch(t.kind, t.namespace, t.name, body)
+        """What the runtime says of a job, through the core's one status builder (the embedded
+        REST backend writes the very same): its phase and conditions (the operator's kept),
+        since when this attempt runs, and its figures."""
+        current = _get(t.body or {}, "status") or {}
+        status = {**jobstatuses.ran(current, s.phase, s.message or None, _moment(now),
+                                    started=_moment(t.start_wall)),
+                  **jobstatuses.measured(t.kind, s)}
+        return _patch(t.kind, t.namespace, t.name, t.body, status)
 
     def _ultraserver_patches(self, now: float) -> list[Patch]:
         fleet = self.runtime.fleet()
@@ -215,6 +195,18 @@ class VirtualKubelet:
                 "chips": chips, "utilization": round(util, 4), "powerWatts": round(watts, 1),
                 "energyKWh": round(self.us_energy_j[name] / 3.6e6, 6), "heartbeatTime": _iso(now)}}))
         return out
+
+
+def _patch(kind: str, namespace: str, name: str, body: Mapping[str, Any] | None,
+           status: dict[str, Any]) -> Patch:
+    """A job's status patch. Its conditions are a list, which a merge patch replaces whole: it
+    is written back with the operator's entries kept, guarded by the resourceVersion it was
+    built from (409 -> the next heartbeat builds it again)."""
+    patch: dict[str, Any] = {"status": status}
+    rv = _get(body or {}, "metadata", "resourceVersion")
+    if rv:
+        patch["metadata"] = {"resourceVersion": rv}
+    return Patch(kind, namespace, name, patch)
 
 
 def _cap(body: Mapping[str, Any]) -> float | None:

@@ -21,12 +21,13 @@ from ultraplane.simulator.models import (
     spread_slowdown,
     training_step,
 )
-from ultraplane.simulator.specs import JobShape
 
+from ultraplane.documents.jobspecs import JobWork
 from ultraplane.hardware.powermodels import chip_power_of
 from ultraplane.ids import parse_chip_id
 
 DEFAULT_INFERENCE_PARAMS_B = 8.0  # assumption: an inference spec without a model size
+OUTPUT_TOKENS_PER_REQUEST = 256  # assumption: turns a requests/s load into tokens/s
 
 
 def spread_level(chips: Sequence[str], hw: Hardware) -> str:
@@ -87,7 +88,15 @@ class Plan:
         return self._restart(resume) + wall_s(work, self.interval_s, self.checkpoint_s)
 
 
-def plan_job(job: JobShape, chips: Sequence[str], shape: FleetShape, a: Assumptions) -> Plan:
+def offered_tokens_per_s(job: JobWork) -> float | None:
+    """An inference job's offered load in output tokens per second (a load in requests per
+    second at `OUTPUT_TOKENS_PER_REQUEST` each)."""
+    if job.load_tokens_per_s is None and job.load_requests_per_s is not None:
+        return job.load_requests_per_s * OUTPUT_TOKENS_PER_REQUEST
+    return job.load_tokens_per_s
+
+
+def plan_job(job: JobWork, chips: Sequence[str], shape: FleetShape, a: Assumptions) -> Plan:
     per_us = chips_per_ultraserver(chips)
     hw = shape.hardware_of[next(iter(per_us))]
     level = spread_level(chips, hw)
@@ -95,15 +104,16 @@ def plan_job(job: JobShape, chips: Sequence[str], shape: FleetShape, a: Assumpti
     extra: dict[str, float] = {}
     tokens = latency = tpmw = None
     slo = None
-    if job.kind == "inference":
+    if job.replicated:
+        offered = offered_tokens_per_s(job)
         replicas = max(job.replicas, 1)
         r = inference(hw, params_b=job.params_b or DEFAULT_INFERENCE_PARAMS_B, precision=job.precision,
                       chips=max(n // replicas, 1), tpot_slo_ms=job.tpot_slo_ms,
                       ttft_slo_ms=job.ttft_slo_ms, a=a)
         capacity = r.tokens_per_s * replicas
-        load = min(job.load_tokens_per_s, capacity) if job.load_tokens_per_s else capacity
+        load = min(offered, capacity) if offered else capacity
         util = r.utilization * (load / capacity if capacity else 0.0)
-        tokens, latency, slo = load, r.tpot_s * 1e3, r.slo_met and load >= (job.load_tokens_per_s or 0)
+        tokens, latency, slo = load, r.tpot_s * 1e3, r.slo_met and load >= (offered or 0)
         total, step, interval, duration = 0, 1.0, 1.0, job.duration_s
     else:
         interval, duration = job.checkpoint_interval_s, None
@@ -123,7 +133,7 @@ def plan_job(job: JobShape, chips: Sequence[str], shape: FleetShape, a: Assumpti
     busy = idle + sum(extra.values())
     if tokens is not None and busy:
         tpmw = tokens / (busy / 1e6)
-    return Plan(job.precision, job.failure_policy, total, step, interval, a.checkpoint_cost_s,
+    return Plan(job.precision, str(job.failure_policy), total, step, interval, a.checkpoint_cost_s,
                 a.restart_cost_s, duration, util, busy, sum(extra.values()), extra, per_us,
                 tokens, latency, slo, tpmw)
 

@@ -365,8 +365,9 @@ class Replay:
                 return True
             return c <= hole and self._before_shadow(key)
 
-        budget = free - sum(c for k, c in self._waiting.items() if counts(k, c))  # (approx.)
-        for job in self.backlog.take(budget, hole=hole, whole=whole):
+        # chips free and not claimed by a waiting job that could start in them (approx.)
+        unclaimed = free - sum(c for k, c in self._waiting.items() if counts(k, c))
+        for job in self.backlog.take(unclaimed, hole=hole, whole=whole):
             self._wait(job)
         if self.cfg.reservation and self._one_priority:
             # The first whole-UltraServer job must be in the Scheduler even when it cannot fit,

@@ -22,7 +22,9 @@ from typing import Any, Literal
 from ultraplane.simulator.fleets import FleetShape
 from ultraplane.simulator.models import DEFAULT_ASSUMPTIONS, Assumptions
 from ultraplane.simulator.plans import Plan, plan_job, under_cap
-from ultraplane.simulator.specs import read_spec
+
+from ultraplane.documents.jobspecs import read_work
+from ultraplane.ids import kind_of_job_key
 
 Phase = Literal["Running", "Succeeded"]  # a chip failure halts a job; the core decides Failed
 
@@ -113,8 +115,11 @@ class JobRuntime:
         return self._wall0 + (self._clock() - self._wall0) * self._scale
 
     # -- commands --------------------------------------------------------------------
-    def start(self, key: str, spec: Any, chip_ids: Sequence[str], *, resume_steps: int = 0) -> None:
-        """Run `spec` on `chip_ids` from `resume_steps` (a checkpoint); restarts a stopped key."""
+    def start(self, key: str, spec: Any, chip_ids: Sequence[str], *, resume_steps: int = 0,
+              kind: str | None = None) -> None:
+        """Run `spec` (wire form or pydantic model) on `chip_ids` from `resume_steps` (a
+        checkpoint); restarts a stopped key. `kind`: the job's, read from a job key
+        (`tj/...`, `ij/...`) when not given; the spec is read by the core's reader."""
         self._catch_up()
         if key in self._jobs:
             self.stop(key)  # a restart: carry the energy of the earlier attempt
@@ -124,7 +129,8 @@ class JobRuntime:
         for c in chips:
             if c.partition("/")[0] not in self.shape.chips_of:
                 raise ValueError(f"chip {c!r} is not in this fleet")
-        plan = plan_job(read_spec(spec), chips, self.shape, self.assumptions)
+        work = read_work(kind or kind_of_job_key(key), spec)
+        plan = plan_job(work, chips, self.shape, self.assumptions)
         resume = max(0, min(int(resume_steps), plan.total_steps))
         carry = self._carry_j.pop(key, 0.0)
         self._jobs[key] = _Attempt(key, plan, chips, self._last, resume, carry,

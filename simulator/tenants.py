@@ -1,4 +1,8 @@
-"""Tenants in a replay: queue specs from YAML, and what each tenant got while the trace ran.
+"""Tenants in a replay: what each tenant got while the trace ran.
+
+Its queues are read by the core (`ultraplane.policies.queuedocuments.queue_file`, the file
+`ultraplane serve --queues` reads too); without one, each tenant gets an equal share
+(`quotas.equal_shares`).
 
 Why a ledger beside the replay loop: the fleet-wide figures of a shared fleet (was a tenant
 kept out of its own guarantee, was borrowed capacity shared by weight, how much work did
@@ -27,81 +31,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
+from ultraplane.policies.quotas import QueueSpec
 
-from ultraplane.policies.quotas import QueueSpec, equal_shares
-
-__all__ = ["TenantFigures", "TenantLedger", "default_queues", "load_queues", "parse_queues"]
-
-_FIELDS = {"name", "nominal", "cohort", "borrowingLimit", "lendingLimit", "weight",
-           "reclaimWithinCohort", "withinQueue", "maxPriority"}
-
-
-def parse_queues(data: Any, profiles: Sequence[str]) -> list[QueueSpec]:
-    """A YAML list of queue specs -> QueueSpecs; ValueError naming the entry and field.
-    `nominal` is chips (every profile of the fleet) or a mapping profile -> chips."""
-    if not isinstance(data, list) or not data:
-        raise ValueError("the queues file must hold a non-empty YAML list of queue specs")
-    specs: list[QueueSpec] = []
-    for i, raw in enumerate(data, start=1):
-        if not isinstance(raw, dict):
-            raise ValueError(f"queue {i}: expected a mapping with name and nominal")
-        unknown = sorted(set(map(str, raw)) - _FIELDS)
-        if unknown:
-            raise ValueError(f"queue {i}: unknown field(s) {', '.join(unknown)}")
-        name = raw.get("name")
-        if not isinstance(name, str) or not name:
-            raise ValueError(f"queue {i}: name must be a non-empty string")
-        nominal = raw.get("nominal")
-        if isinstance(nominal, int) and not isinstance(nominal, bool):
-            chips = {p: nominal for p in profiles}
-        elif isinstance(nominal, dict) and all(
-                isinstance(v, int) and not isinstance(v, bool) for v in nominal.values()):
-            chips = {str(k): int(v) for k, v in nominal.items()}
-        else:
-            raise ValueError(f"queue {name}: nominal must be chips or a mapping profile -> chips")
-
-        def opt(key: str, kind: type, spec_name: str = name, raw: dict[Any, Any] = raw) -> Any:
-            v = raw.get(key)
-            if v is None:
-                return None
-            ok = (isinstance(v, kind) and not isinstance(v, bool)) or (
-                kind is float and isinstance(v, int) and not isinstance(v, bool))
-            if not ok:
-                raise ValueError(f"queue {spec_name}: {key} must be a {kind.__name__}")
-            return v
-
-        try:
-            specs.append(QueueSpec(
-                name, chips, cohort=opt("cohort", str), borrowing_limit=opt("borrowingLimit", int),
-                lending_limit=opt("lendingLimit", int), weight=float(opt("weight", float) or 1.0),
-                reclaim_within_cohort=raw.get("reclaimWithinCohort", "Any"),
-                within_queue=raw.get("withinQueue", "LowerPriority"),
-                max_priority=opt("maxPriority", int)))
-        except (TypeError, ValueError) as exc:
-            raise ValueError(str(exc)) from None
-        if specs[-1].reclaim_within_cohort not in ("Never", "LowerPriority", "Any"):
-            raise ValueError(f"queue {name}: reclaimWithinCohort must be Never, LowerPriority "
-                             "or Any")
-        if specs[-1].within_queue not in ("Never", "LowerPriority"):
-            raise ValueError(f"queue {name}: withinQueue must be Never or LowerPriority")
-    names = [s.name for s in specs]
-    if len(set(names)) != len(names):
-        raise ValueError("a queue name is listed twice")
-    return specs
-
-
-def load_queues(path: Path, profiles: Sequence[str]) -> list[QueueSpec]:
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        raise ValueError(f"{path} is not valid YAML: {str(exc).splitlines()[0]}") from None
-    return parse_queues(data, profiles)
-
-
-def default_queues(tenants: Iterable[str], capacity: Mapping[str, int]) -> list[QueueSpec]:
-    """Without --queues: every tenant an equal nominal share of the fleet, one cohort."""
-    return equal_shares(tenants, capacity)
+__all__ = ["TenantFigures", "TenantLedger", "tenant_plots", "tenant_rows", "tenant_summary"]
 
 
 @dataclass

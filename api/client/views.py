@@ -10,16 +10,18 @@ from typing import Any
 
 from ultraplane.api.client.tables import age, span
 
+from ultraplane.documents.jobspecs import read_body
+
 Rows = tuple[list[str], list[list[Any]]]
 
 
 def _chips(job: dict[str, Any]) -> int:
-    spec, status = job.get("spec") or {}, job.get("status") or {}
+    """The job's size as its status says it (an InferenceJob's), else as the core reads its
+    spec (every replica together)."""
+    status = job.get("status") or {}
     if status.get("chips"):
         return int(status["chips"])
-    if job.get("kind") == "InferenceJob":
-        return int(spec.get("chipsPerReplica") or 0) * int(spec.get("replicas") or 1)
-    return int(spec.get("chips") or 0)
+    return read_body(job, str(job.get("kind") or "TrainingJob")).size
 
 
 def _ultraservers(status: dict[str, Any]) -> str:

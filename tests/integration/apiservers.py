@@ -16,7 +16,7 @@ from typing import Any
 
 import uvicorn
 from ultraplane.api.app import create_app
-from ultraplane.api.connections import server_options
+from ultraplane.api.guards.connections import server_options
 from ultraplane.api.settings import Settings
 
 from tests.integration.kube_tier import free_port

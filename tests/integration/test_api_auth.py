@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from ultraplane.api.access.auth import Access, Guard, load_tokens
+from ultraplane.api.access.tokens import parse_line
 from ultraplane.api.app import create_app
-from ultraplane.api.auth import Access, Guard, load_tokens
 from ultraplane.api.errors import ApiError
 from ultraplane.api.settings import Settings
-from ultraplane.api.tokens import parse_line
 
 CREATE = ("POST", "/v1/namespaces/a/trainingjobs",
           {"metadata": {"name": "j"}, "spec": {"chips": 4, "work": {"durationSeconds": 60}}})
@@ -102,7 +102,7 @@ def test_unreadable_token_file_is_an_error_not_open_access(tmp_path: Path) -> No
 def test_token_review_accepts_what_the_cluster_accepts() -> None:
     class Reviews:
         def authenticate(self, token: str) -> Any:
-            from ultraplane.api.kube_reviews import UserInfo
+            from ultraplane.api.access.kubereviews import UserInfo
             return UserInfo(username="sa") if token == "sa-token" else None
 
     guard = Guard(load_tokens(Settings(db="sqlite://", api_tokens="static")),

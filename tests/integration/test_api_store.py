@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 from sqlalchemy import Engine, inspect
 from sqlmodel import Session
 from ultraplane.api import store
-from ultraplane.api.accounting import split_by_day, usage_of
-from ultraplane.api.models import Job
+from ultraplane.api.store.accounting import split_by_day, usage_of
+from ultraplane.api.store.tables import Job
 
 _spec = importlib.util.spec_from_file_location("ultraplane_tests_postgres", Path(__file__).with_name("postgres.py"))
 assert _spec and _spec.loader

@@ -27,7 +27,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from ultraplane.api import store
 from ultraplane.api.app import create_app
 from ultraplane.api.settings import Settings
-from ultraplane.api.storeclaims import masked
+from ultraplane.api.store.claims import masked
 
 from tests.integration.served import Served, free_port, new_postgres_db
 from ultraplane.cli import main

@@ -86,7 +86,7 @@ def test_redoc_renders_offline(server: str, browser: Any) -> None:
 
 def test_assets_are_package_files(server: str) -> None:
     """The bundles are the installed package's files, byte for byte: nothing fetched later."""
-    from ultraplane.api.routers_docs import assets_dir
+    from ultraplane.api.routers.docs import assets_dir
 
     for name in ("swagger-ui-bundle.js", "swagger-ui.css", "redoc.standalone.js"):
         local = Path(assets_dir(), name).read_bytes()

@@ -32,7 +32,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from ultraplane.api.embedded import EmbeddedBackend
+from ultraplane.api.backends.embedded import EmbeddedBackend
 from ultraplane.api.settings import Settings
 from ultraplane.api.store import make_engine, migrate
 from ultraplane.api.ultraserverpatches import UltraServerPatch

@@ -22,7 +22,7 @@ import pytest
 from hypothesis import HealthCheck, assume, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
-from ultraplane.api.embedded import EmbeddedBackend
+from ultraplane.api.backends.embedded import EmbeddedBackend
 from ultraplane.api.schemas import JobKind
 from ultraplane.api.settings import Settings
 from ultraplane.api.store import make_engine, migrate

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from ultraplane.api.limits import SingleQueryValues
+from ultraplane.api.guards.bodylimits import SingleQueryValues
 
 
 def call(query: bytes) -> list[dict[str, Any]]:

@@ -6,7 +6,7 @@ import pytest
 
 from ultraplane.hardware.topology import build_fleet
 from ultraplane.placement.allocator import Allocator
-from ultraplane.policies.budgetspecs import (
+from ultraplane.policies.budgetdocuments import (
     InvalidBudgetError,
     budget_spec,
     budget_specs,

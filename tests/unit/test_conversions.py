@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ultraplane.api.kubernetes_backend import KubernetesBackend
+from ultraplane.api.backends.kubernetes import KubernetesBackend
 from ultraplane.api.schemas import DryRunRequest
 from ultraplane.api.settings import Settings
 from ultraplane.api.store import make_engine, migrate

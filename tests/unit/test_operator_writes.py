@@ -9,7 +9,7 @@ import threading
 from typing import Any
 
 from ultraplane.operator.controllers import Controller
-from ultraplane.operator.eventbudgets import EventDigests, TokenBucket
+from ultraplane.operator.eventrates import EventDigests, TokenBucket
 
 from tests.unit.operator_fakes import FakeKube, controller, settle, stopped, until
 from ultraplane.ids import JobKey

@@ -8,14 +8,18 @@ Fleets are Trn3 Gen2 UltraServers (144 chips; assumed 1,000 W peak, 300 W idle, 
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 
 from ultraplane.hardware.powermodels import chip_power_of
 from ultraplane.hardware.topology import build_fleet
 from ultraplane.ids import JobKey
 from ultraplane.placement.allocator import Allocator, PlacementRequest
+from ultraplane.policies.budgetdocuments import budget_file
 from ultraplane.policies.powerbook import NO_POWER, JobPower, PowerBook
-from ultraplane.policies.powerbudgets import BudgetSpec, PowerPolicy, budgets_from_yaml
+from ultraplane.policies.powerbudgets import BudgetSpec, PowerPolicy
 from ultraplane.scheduling.admissions import Admissions
 from ultraplane.workloads import QueuedJob
 
@@ -153,20 +157,26 @@ def test_idle_ultraservers_power_down_and_powered_ones_are_preferred() -> None:
     assert len(states.down()) == 1
 
 
-def test_budgets_yaml_and_its_errors() -> None:
-    specs = budgets_from_yaml("""
-budgets:
-  - {name: dc, watts: 1000000}
-  - {name: row-1, watts: 400000, blocks: [block-000], parent: dc, policy: Peak}
+def test_budgets_yaml_and_its_errors(tmp_path: Path) -> None:
+    path = tmp_path / "budgets.yaml"
+    path.write_text("""
+- {name: dc, watts: 1000000}
+- {name: row-1, watts: 400000, ultraServers: {blocks: [block-000]}, parent: dc, policy: Peak}
 """)
+    specs = budget_file(path)
     assert [s.name for s in specs] == ["dc", "row-1"] and specs[1].policy == PowerPolicy.PEAK
-    for bad, words in [("- {name: a, watts: -1}", "watts must be a positive"),
+    assert specs[1].blocks == ("block-000",)
+    for bad, words in [("- {name: a, watts: -1}", "power budget a: watts"),
                        ("- {name: a, watts: 1, parent: b}", "parent b is not a budget"),
-                       ("- {name: a, watts: 1, policy: Lots}", "policy must be one of"),
-                       ("- {name: a, watts: 1, volts: 3}", "unknown field"),
-                       ("[", "not valid YAML")]:
-        with pytest.raises(ValueError, match=words):
-            budgets_from_yaml(bad)
+                       ("- {name: a, watts: 1, policy: Lots}", "power budget a: policy"),
+                       ("- {name: a, watts: 1, volts: 3}", "volts"),
+                       ("[", "not valid YAML"),
+                       # the simulator's old format: one sentence saying what to write instead
+                       ("budgets:\n  - {name: a, watts: 1}", "without the `budgets:` key"),
+                       ("- {name: a, watts: 1, blocks: [b]}", "ultraServers: {blocks: ...}")]:
+        path.write_text(bad)
+        with pytest.raises(ValueError, match=re.escape(words)):
+            budget_file(path)
 
 
 def test_measured_admits_on_what_was_drawn_and_predicted_never_scales_down() -> None:

@@ -13,7 +13,7 @@ from ultraplane.documents.conversions import queued_job
 from ultraplane.hardware.topology import build_fleet
 from ultraplane.ids import job_key
 from ultraplane.placement.allocator import Allocator, PlacementRequest
-from ultraplane.policies.queuespecs import InvalidQueueError, queue_spec, queue_status
+from ultraplane.policies.queuedocuments import InvalidQueueError, queue_spec, queue_status
 from ultraplane.policies.quotas import INADMISSIBLE, NO_QUOTA, QueueSpec, QuotaBook
 from ultraplane.scheduling.admissions import Admissions
 from ultraplane.workloads import QueuedJob

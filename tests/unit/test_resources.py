@@ -291,8 +291,8 @@ def test_example_validates_with_the_models(path: Path) -> None:
 @pytest.mark.parametrize("path", [p for p in POLICY_EXAMPLES if p.parent.name != "clusters"],
                          ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_policy_example_validates_and_reads_in_the_core(path: Path) -> None:
-    from ultraplane.policies.budgetspecs import budget_specs
-    from ultraplane.policies.queuespecs import queue_specs
+    from ultraplane.policies.budgetdocuments import budget_specs
+    from ultraplane.policies.queuedocuments import queue_specs
 
     docs = _docs(path)
     kinds = {d["kind"] for d in docs}

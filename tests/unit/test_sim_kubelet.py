@@ -174,3 +174,16 @@ def test_chip_hours_are_written_on_the_simulated_clock_like_energy() -> None:
     assert st["train"]["energyKWh"] == pytest.approx(busy_w * 500 / 3.6e6, rel=1e-3)
     tps = st["serve"]["tokensPerSecond"]
     assert tps == round(tps, 1)  # shown as 500.0, not a raw float
+
+
+def test_a_job_the_runtime_cannot_run_fails_through_the_one_status_builder() -> None:
+    k, _ = kubelet()
+    bad = train(conditions=[{"type": "Admitted", "status": "True", "reason": "Admitted",
+                             "message": "placed", "lastTransitionTime": "2026-01-01T00:00:00Z"}])
+    bad["spec"]["work"] = {}
+    bad["metadata"]["resourceVersion"] = "7"
+    [p] = k.sync_jobs([bad])
+    assert p.body["metadata"] == {"resourceVersion": "7"}  # its conditions replace the list
+    conds = {c["type"]: c["status"] for c in p.body["status"]["conditions"]}
+    assert conds == {"Admitted": "True", "Running": "False", "Finished": "True"}
+    assert p.body["status"]["completionTime"]

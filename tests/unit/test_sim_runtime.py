@@ -121,7 +121,7 @@ def test_inference_reports_tokens_and_runs_until_stopped() -> None:
             "model": {"parametersBillions": 70}, "latencySLO": {"timePerOutputTokenMs": 50},
             "load": {"tokensPerSecond": 1000}}
     chips = SERVER0 + [f"gen2-0000/s01/c{c:02d}" for c in range(4)]
-    rt.start("inf", spec, chips)
+    rt.start("inf", spec, chips, kind="InferenceJob")
     clock.t += 10_000
     assert rt.advance() == []
     s = rt.status("inf")

@@ -50,15 +50,18 @@ def test_equal_shares_by_default_and_tenant_figures_in_the_outputs(tmp_path: Pat
 def test_queues_file_and_its_errors(tmp_path: Path) -> None:
     path = trace(tmp_path, ["a1,0,1000,36,a", "b1,0,1000,36,b"])
     queues = tmp_path / "q.yaml"
-    queues.write_text("- {name: a, nominal: 144, cohort: org}\n"
+    queues.write_text("- {name: a, nominal: {trn3-gen2: 144}, cohort: org}\n"
                       "- {name: b, nominal: {trn3-gen2: 144}, cohort: org, weight: 2}\n")
     got = simulate("--fleet", f"{GEN2}:2", "--trace", str(path), "--out", str(tmp_path / "o"),
                    "--queues", str(queues), "--policy", "ultraplane", "--chips-per-gpu", "4")
     assert got.exit_code == 0, got.output
     s = json.loads((tmp_path / "o/summary.json").read_text())["ultraplane"]
     assert s["tenants"]["b"]["weight"] == 2.0
-    for bad, says in (("- {name: a}\n", "nominal"), ("- {name: a, nominal: 1, colour: x}\n",
-                      "colour"), ("[", "YAML"), ("- {name: a, nominal: 144}\n", "b")):
+    for bad, says in (("- {name: a}\n", "nominal"),
+                      ("- {name: a, nominal: {trn3-gen2: 1}, colour: x}\n", "colour"),
+                      ("[", "YAML"), ("- {name: a, nominal: {trn3-gen2: 144}}\n", "b"),
+                      # the simulator's old format: a clear sentence, not a traceback
+                      ("- {name: a, nominal: 144}\n", "nominal must map each hardware profile")):
         queues.write_text(bad)
         got = simulate("--fleet", f"{GEN2}:2", "--trace", str(path), "--out",
                        str(tmp_path / "o"), "--queues", str(queues))

@@ -14,6 +14,9 @@ The rules:
 - The failure policy is a `FailurePolicy`: a TrainingJob's `spec.failurePolicy` (RestartAll when
   absent or unknown); an InferenceJob has none and is `ReplaceAffected`, applied per replica
   (a replica on a failed chip is placed again; the job restarts only when none fits).
+- The work (`read_work`: precision, model size, steps or duration, load and latency objective)
+  is what a runtime models the job's speed and draw from (the simulator's plans). The kind is
+  the caller's, never guessed from which fields a spec has; defaults are docs/resources.md's.
 """
 
 from __future__ import annotations
@@ -36,7 +39,8 @@ from ultraplane.ids import ChipId, JobKey, job_key
 from ultraplane.resources.trainingjobs import FailurePolicy
 from ultraplane.workloads import QueuedJob
 
-__all__ = ["JobRead", "expected_end", "failure_policy_of", "read_body", "read_job", "wire_spec"]
+__all__ = ["JobRead", "JobWork", "expected_end", "failure_policy_of", "read_body", "read_job",
+           "read_work", "wire_spec"]
 
 Spec = Mapping[str, Any] | BaseModel
 
@@ -60,6 +64,27 @@ class JobRead:
     @property
     def replicated(self) -> bool:
         return self.kind == "InferenceJob"
+
+    @property
+    def priority(self) -> int:
+        """Its priority (0 for a spec the core cannot queue: it holds nothing to protect)."""
+        return self.queued.priority if self.queued is not None else 0
+
+    @property
+    def preemptible(self) -> bool:
+        return self.queued.preemptible if self.queued is not None else True
+
+    @property
+    def queue(self) -> str | None:
+        """The tenant queue it names (None: its namespace's default, if any)."""
+        return self.queued.queue if self.queued is not None else None
+
+    @property
+    def size(self) -> int:
+        """Chips it asks for, every replica together (0 for a spec the core cannot queue)."""
+        if self.queued is None:
+            return 0
+        return self.queued.request.chips * len(self.parts)
 
 
 def wire_spec(spec: Spec) -> Mapping[str, Any]:
@@ -107,6 +132,65 @@ def read_body(body: Mapping[str, Any], kind: str) -> JobRead:
     return read_job(kind, str(meta.get("namespace", "")), str(meta.get("name", "")),
                     body.get("spec") or {}, seq=creation_seq(meta),
                     created_s=creation_seconds(meta), status=body.get("status") or {})
+
+
+@dataclass(frozen=True, slots=True)
+class JobWork:
+    """What a job asks the hardware to do, as a runtime models it: a TrainingJob's steps (of
+    `tokens_per_step` tokens) or duration, between checkpoints; an InferenceJob's replicas
+    serving a load (tokens or requests per second) under a latency objective."""
+
+    kind: str  # TrainingJob | InferenceJob
+    precision: str
+    params_b: float | None  # model.parametersBillions
+    steps: int  # a TrainingJob's steps to run (0: work by duration, and every InferenceJob)
+    tokens_per_step: float | None
+    duration_s: float | None  # a TrainingJob's work by duration, or an inference run's length
+    checkpoint_interval_s: float  # 0 for an InferenceJob
+    failure_policy: FailurePolicy
+    replicas: int
+    load_tokens_per_s: float | None = None
+    load_requests_per_s: float | None = None
+    tpot_slo_ms: float | None = None
+    ttft_slo_ms: float | None = None
+
+    @property
+    def replicated(self) -> bool:
+        return self.kind == "InferenceJob"
+
+
+def read_work(kind: str, spec: Spec) -> JobWork:
+    """The work of a `kind` job's spec (wire form or pydantic model); InvalidJobError naming
+    the field when a TrainingJob's work gives neither steps nor a duration."""
+    wire = wire_spec(spec)
+    precision = str(wire.get("precision") or "BF16").upper()
+    params_b = _number(_block(wire, "model").get("parametersBillions"))
+    policy = failure_policy_of(kind, wire)
+    if kind == "InferenceJob":
+        load, slo = _block(wire, "load"), _block(wire, "latencySLO")
+        return JobWork(kind, precision, params_b, 0, None, _number(wire.get("durationSeconds")),
+                       0.0, policy, int(wire.get("replicas") or 1),
+                       load_tokens_per_s=_number(load.get("tokensPerSecond")),
+                       load_requests_per_s=_number(load.get("requestsPerSecond")),
+                       tpot_slo_ms=_number(slo.get("timePerOutputTokenMs")),
+                       ttft_slo_ms=_number(slo.get("timeToFirstTokenMs")))
+    work = _block(wire, "work")
+    steps, duration = work.get("steps"), work.get("durationSeconds")
+    if steps is None and duration is None:
+        raise InvalidJobError("spec.work needs steps or durationSeconds")
+    interval = wire.get("checkpointIntervalSeconds")
+    return JobWork(kind, precision, params_b, int(steps or 0),
+                   _number(work.get("tokensPerStep")), _number(duration),
+                   600.0 if interval is None else float(interval), policy, 1)
+
+
+def _block(wire: Mapping[str, Any], name: str) -> Mapping[str, Any]:
+    value = wire.get(name)
+    return value if isinstance(value, Mapping) else {}
+
+
+def _number(value: Any) -> float | None:
+    return None if value is None else float(value)
 
 
 def expected_end(status: Mapping[str, Any], now: datetime) -> float | None:

@@ -13,6 +13,9 @@ body after a 409 conflict, so they return the new status from the one in hand an
 other writers own (the runtime's `Running`/`Finished` conditions, `progress`) as they are. A
 None value means "remove the field" (a JSON merge patch), which is how the embedded backend
 applies it too (`apply`).
+
+The runtime half (what a job's runtime says: its phase `ran`, its figures `measured`) is built
+here as well, so the simulator's kubelet and the embedded REST backend write one shape.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from ultraplane.placement.allocator import Placement
 from ultraplane.resources.inferencejobs import InferenceJobStatus
@@ -53,6 +56,7 @@ __all__ = [
     "ended",
     "failed",
     "finished",
+    "measured",
     "moved",
     "pending",
     "pending_changed",
@@ -233,18 +237,73 @@ def runtime_conditions(current: Mapping[str, Any], phase: str, message: str | No
     return condition({"conditions": conditions}, "Finished", done, reason, finished_says, now)
 
 
-def ran(current: Mapping[str, Any], phase: str, message: str | None, now: datetime) -> Status:
+def ran(current: Mapping[str, Any], phase: str, message: str | None, now: datetime, *,
+        started: datetime | None = None) -> Status:
     """What a job's runtime says (the simulator's kubelet, the embedded backend's runtime):
-    its phase and its conditions; the admission's reason and message stay, a final message
-    replaces the message."""
+    its phase and its conditions; the admission's reason stays, the runtime's message (a
+    halted job's, a final one) replaces the message. `started`: when the running attempt
+    began, if the runtime tracks it (the kubelet does); else the written startTime stays."""
     status: Status = {"phase": phase,
                       "conditions": runtime_conditions(current, phase, message, now)}
     if phase == "Running":
-        status["startTime"] = current.get("startTime") or stamp(now)
+        status["startTime"] = stamp(started) if started is not None else (
+            current.get("startTime") or stamp(now))
     else:
+        if started is not None:
+            status["startTime"] = stamp(started)
         status["completionTime"] = stamp(now)
-        if message:
-            status["message"] = message
+    if message:
+        status["message"] = message
+    return status
+
+
+class RuntimeFigures(Protocol):
+    """What a job's runtime measured (the simulator's `JobRuntimeStatus` is one)."""
+
+    @property
+    def progress_percent(self) -> float: ...
+    @property
+    def completed_steps(self) -> int: ...
+    @property
+    def checkpointed_steps(self) -> int: ...
+    @property
+    def utilization(self) -> float: ...
+    @property
+    def power_watts(self) -> float: ...
+    @property
+    def energy_kwh(self) -> float: ...
+    @property
+    def chip_hours(self) -> float: ...
+    @property
+    def tokens_per_second(self) -> float | None: ...
+    @property
+    def p50_latency_ms(self) -> float | None: ...
+    @property
+    def slo_met(self) -> bool | None: ...
+    @property
+    def tokens_per_megawatt(self) -> float | None: ...
+
+
+def measured(kind: str, figures: RuntimeFigures) -> Status:
+    """A running job's figures as status fields: progress (a TrainingJob's steps), utilization,
+    power, energy and chip-hours, and an InferenceJob's serving figures (None removes one the
+    runtime does not report)."""
+    status: Status = {
+        "progressPercent": round(figures.progress_percent, 3),
+        "utilization": round(figures.utilization, 4),
+        "powerWatts": round(figures.power_watts, 1),
+        "energyKWh": round(figures.energy_kwh, 6),
+        "chipHours": round(figures.chip_hours, 6),
+    }
+    if kind == "TrainingJob":
+        status["progress"] = {"completedSteps": figures.completed_steps,
+                              "checkpointedSteps": figures.checkpointed_steps,
+                              "percent": status["progressPercent"]}
+    else:
+        tps = figures.tokens_per_second
+        status.update({"tokensPerSecond": None if tps is None else round(tps, 1),
+                       "p50LatencyMs": figures.p50_latency_ms, "sloMet": figures.slo_met,
+                       "tokensPerMegawatt": figures.tokens_per_megawatt})
     return status
 
 

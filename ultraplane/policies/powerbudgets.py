@@ -2,7 +2,8 @@
 
 Why a spec of its own, apart from the book that enforces it: the adapters (a cluster-scoped
 resource, the REST API, the simulator's `--power-budget`) read budgets from different places
-but must mean the same thing by them, so the reading and the validation live once, here, and
+but must mean the same thing by them, so the validation lives once, here (the reading of a
+PowerBudget's spec or a budgets file is `ultraplane.policies.budgetdocuments`), and
 `ultraplane.policies.powerbook` only ever sees valid, resolved budgets.
 
 A budget covers the UltraServers it selects: named ones, those in given network blocks (an
@@ -15,17 +16,13 @@ margin it adds to the predicted (or measured) dynamic draw.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
-
-import yaml
 
 from ultraplane.hardware.topology import Topology
 
-__all__ = ["BudgetConflict", "BudgetSpec", "PowerPolicy", "budgets_from_yaml", "members_of",
-           "validate_budgets"]
+__all__ = ["BudgetConflict", "BudgetSpec", "PowerPolicy", "members_of", "validate_budgets"]
 
 
 class PowerPolicy(StrEnum):
@@ -129,61 +126,3 @@ def validate_budgets(specs: Sequence[BudgetSpec], topology: Topology | None = No
         if outside:
             raise BudgetConflict(s.name, f"power budget {s.name} covers {sorted(outside)[0]}, "
                                          f"which its parent {s.parent} does not")
-
-
-def _names(value: Any, where: str) -> tuple[str, ...] | None:
-    if value is None:
-        return None
-    if isinstance(value, str) or not isinstance(value, Iterable):
-        raise ValueError(f"{where}: must be a list of names")
-    return tuple(str(v) for v in value)
-
-
-def budgets_from_yaml(text: str) -> list[BudgetSpec]:
-    """Budgets from YAML: a list (or `{budgets: [...]}`) of mappings with `name`, `watts`,
-    optional `ultraservers`, `blocks`, `labels` (or the PowerBudget resource's `ultraServers:
-    {names, blocks, matchLabels}`), `parent`, `policy`, `margin`."""
-    try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ValueError(f"power budgets are not valid YAML: {str(exc).splitlines()[0]}") from None
-    if isinstance(raw, dict) and "budgets" in raw:
-        raw = raw["budgets"]
-    if not isinstance(raw, list) or not raw:
-        raise ValueError("power budgets YAML must be a non-empty list of budgets")
-    allowed = {"name", "watts", "ultraservers", "blocks", "labels", "parent", "policy", "margin"}
-    out: list[BudgetSpec] = []
-    for i, item in enumerate(raw):
-        if not isinstance(item, dict):
-            raise ValueError(f"power budget {i + 1}: must be a mapping")
-        chosen = item.get("ultraServers")  # the PowerBudget resource's selector, as well
-        if chosen is not None:
-            if not isinstance(chosen, dict) or set(chosen) - {"names", "blocks", "matchLabels"}:
-                raise ValueError(f"power budget {item.get('name', i + 1)}: ultraServers takes "
-                                 "names, blocks and matchLabels")
-            item = {k: v for k, v in item.items() if k != "ultraServers"}
-            item.update({k: v for k, v in (("ultraservers", chosen.get("names")),
-                                           ("blocks", chosen.get("blocks")),
-                                           ("labels", chosen.get("matchLabels")))
-                         if v is not None})
-        extra = set(item) - allowed
-        if extra:
-            raise ValueError(f"power budget {item.get('name', i + 1)}: unknown field "
-                             f"{sorted(extra)[0]!r} (allowed: {', '.join(sorted(allowed))})")
-        name = str(item.get("name", ""))
-        labels = item.get("labels")
-        if labels is not None and not isinstance(labels, dict):
-            raise ValueError(f"power budget {name}: labels must be a mapping")
-        margin = item.get("margin", 0.05)
-        if isinstance(margin, bool) or not isinstance(margin, int | float):
-            raise ValueError(f"power budget {name}: margin must be a number")
-        out.append(BudgetSpec(
-            name=name, watts=item.get("watts"),  # type: ignore[arg-type]  # validated
-            ultraservers=_names(item.get("ultraservers"), f"power budget {name}: ultraservers"),
-            blocks=_names(item.get("blocks"), f"power budget {name}: blocks"),
-            labels={str(k): str(v) for k, v in labels.items()} if labels else None,
-            parent=None if item.get("parent") is None else str(item["parent"]),
-            policy=item.get("policy", PowerPolicy.PREDICTED),
-            margin=float(margin)))
-    validate_budgets(out)
-    return out

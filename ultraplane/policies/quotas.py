@@ -64,7 +64,7 @@ if TYPE_CHECKING:
     from ultraplane.workloads import QueuedJob
 
 __all__ = ["INADMISSIBLE", "NO_QUOTA", "QueueRefusal", "QueueSpec", "QuotaBook", "default_queues",
-           "equal_shares", "refusal"]
+           "equal_shares", "queue_refusal"]
 
 NO_QUOTA: Final = "NoQuota"  # the NoFit kind of a job its queue's quota does not admit now
 INADMISSIBLE: Final = "Inadmissible"  # its queue refuses it (namespace, priority, no queue)
@@ -82,8 +82,8 @@ class QueueRefusal:
     message: str
 
 
-def refusal(queues: Mapping[str, QueueSpec], queue: str, namespace: str,
-            priority: int) -> QueueRefusal | None:
+def queue_refusal(queues: Mapping[str, QueueSpec], queue: str, namespace: str,
+                  priority: int) -> QueueRefusal | None:
     """Why a job of `namespace` at `priority` may not use `queue`, or None."""
     spec = queues.get(queue)
     if spec is None:
@@ -247,7 +247,7 @@ class QuotaBook(QueueUsage, Reclaims):
         queue = self.queue_of(job)
         if queue is None:
             return None
-        refused = refusal(self.queues, queue, namespace_of_job_key(job.key), job.priority)
+        refused = queue_refusal(self.queues, queue, namespace_of_job_key(job.key), job.priority)
         if refused is not None:
             return NoFit(INADMISSIBLE, refused.message)
         spec = self.queues[queue]

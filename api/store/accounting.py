@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from ultraplane.api.models import AccountingCreate
+from ultraplane.api.store.tables import AccountingCreate
 
 DAY_S = 86_400.0
 

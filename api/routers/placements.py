@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Response
 from starlette.concurrency import run_in_threadpool
-from ultraplane.api.auth import DryRunReader, Reader
-from ultraplane.api.deps import BackendDep
-from ultraplane.api.fleets import redact
+from ultraplane.api.access.auth import DryRunReader, Reader
+from ultraplane.api.backends.fleets import redact
+from ultraplane.api.routers.deps import BackendDep
 from ultraplane.api.schemas import DryRunRequest, DryRunResult
 
 router = APIRouter(prefix="/v1", tags=["placements"])

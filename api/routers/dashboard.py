@@ -19,11 +19,11 @@ from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.concurrency import run_in_threadpool
-from ultraplane.api.auth import Credentials, Guard
+from ultraplane.api.access.auth import Credentials, Guard
 
 from ultraplane.hardware.profiles import load_profile, profile_names
 
-ASSETS = Path(__file__).resolve().parent / "dashboard"
+ASSETS = Path(__file__).resolve().parents[1] / "dashboard"  # api/dashboard/, beside routers/
 # The page loads only its own files and talks only to this server; no inline script.
 CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
        "connect-src 'self'; frame-ancestors 'self'; form-action 'self'")

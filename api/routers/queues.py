@@ -6,9 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter, Depends
-from ultraplane.api.auth import require_fleet_read
-from ultraplane.api.deps import BackendDep, NamePath
+from ultraplane.api.access.auth import require_fleet_read
 from ultraplane.api.errors import ApiError, ErrorBody
+from ultraplane.api.routers.deps import BackendDep, NamePath
 
 from ultraplane.resources.budgets import PowerBudget
 from ultraplane.resources.tenantqueues import TenantQueue

@@ -22,14 +22,13 @@ from typing import Any
 from sqlalchemy import Engine
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlmodel import Session
-from ultraplane.api import dryruns, pages, store
-from ultraplane.api.accounting import day_of
-from ultraplane.api.backends import JobSpec, not_found, refuse_queue
+from ultraplane.api import store
+from ultraplane.api.backends import JobSpec, dryruns, not_found, pages, refuse_queue
+from ultraplane.api.backends.embeddedjobs import JobState
+from ultraplane.api.backends.executors import DecisionExecutor
+from ultraplane.api.backends.fleets import FleetView, build_topology
+from ultraplane.api.backends.preemptionplans import Planners
 from ultraplane.api.errors import ApiError
-from ultraplane.api.fleets import FleetView, build_topology
-from ultraplane.api.jobruns import JobRunner
-from ultraplane.api.jobstates import JobState
-from ultraplane.api.preemptionplans import Planners
 from ultraplane.api.schemas import (
     DryRunRequest,
     DryRunResult,
@@ -39,15 +38,16 @@ from ultraplane.api.schemas import (
     UltraServerView,
 )
 from ultraplane.api.settings import Settings
-from ultraplane.api.storeclaims import Claim, check, describe, reason, unavailable
+from ultraplane.api.store.accounting import day_of
+from ultraplane.api.store.claims import Claim, check, describe, reason, unavailable
 from ultraplane.api.ultraserverpatches import UltraServerPatch, patched
 from ultraplane.simulator.runtime import JobRuntime
 
 from ultraplane.ids import JobKey, local_ref, parse_chip_id
 from ultraplane.placement.allocator import Allocator
-from ultraplane.policies.budgetspecs import budget_statuses, budget_wire
+from ultraplane.policies.budgetdocuments import budget_statuses, budget_wire
 from ultraplane.policies.powerbook import PowerBook
-from ultraplane.policies.queuespecs import queue_statuses, queue_wire
+from ultraplane.policies.queuedocuments import queue_statuses, queue_wire
 from ultraplane.policies.quotas import QuotaBook
 from ultraplane.scheduling.admissions import Admissions
 
@@ -93,7 +93,7 @@ class EmbeddedBackend:
         self._fleet_stale = True  # a job started or stopped (or no view yet): refresh the views
         self._cycle_due = True  # set by anything that can change the next cycle's decisions
         self._holders_view: tuple[dict[JobKey, int], dict[str, str]] | None = None
-        self.runner = JobRunner(self)
+        self.runner = DecisionExecutor(self)
         self.planners = Planners(budget_s=settings.dry_run_plan_seconds)
         self.fleet = FleetView(self.topology, self.allocator, preset)
         self._wake = threading.Event()
@@ -119,7 +119,7 @@ class EmbeddedBackend:
             raise
         self.demo: Any = None
         if settings.demo:
-            from ultraplane.api.demos import DemoStream
+            from ultraplane.api.backends.demos import DemoStream
 
             self.demo = DemoStream(self, seed=settings.demo_seed)
 

@@ -7,10 +7,10 @@ from typing import Any
 from fastapi import APIRouter, Depends, Response
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
-from ultraplane.api.auth import FleetReader, Reader, require_access, require_fleet_read
-from ultraplane.api.deps import BackendDep, NamePath
+from ultraplane.api.access.auth import FleetReader, Reader, require_access, require_fleet_read
+from ultraplane.api.backends.fleets import redact_view
 from ultraplane.api.errors import ApiError, ErrorBody
-from ultraplane.api.fleets import redact_view
+from ultraplane.api.routers.deps import BackendDep, NamePath
 from ultraplane.api.schemas import CapacityView, UltraServerList, UltraServerView
 from ultraplane.api.ultraserverpatches import UltraServerPatch
 

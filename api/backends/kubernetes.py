@@ -21,9 +21,8 @@ from typing import Any
 
 from sqlalchemy import Engine
 from ultraplane.api import store
-from ultraplane.api.accounting import usage_of
-from ultraplane.api.backends import JobSpec, capacity_json, not_found, refuse_queue, total_chips
-from ultraplane.api.dryruns import dry_run
+from ultraplane.api.backends import JobSpec, capacity_json, not_found, refuse_queue
+from ultraplane.api.backends.dryruns import dry_run
 from ultraplane.api.errors import ApiError
 from ultraplane.api.schemas import (
     DryRunRequest,
@@ -35,6 +34,7 @@ from ultraplane.api.schemas import (
     UltraServerView,
 )
 from ultraplane.api.settings import Settings
+from ultraplane.api.store.accounting import usage_of
 from ultraplane.api.ultraserverpatches import UltraServerPatch, patched
 
 from ultraplane import kubeclients
@@ -48,14 +48,14 @@ from ultraplane.documents.conversions import (
     held_parts,
     ultraserver_from_spec,
 )
-from ultraplane.documents.jobspecs import read_body
+from ultraplane.documents.jobspecs import JobRead, read_body
 from ultraplane.hardware.topology import Topology
 from ultraplane.hardware.topology import UltraServer as CoreUltraServer
 from ultraplane.ids import JobKey, UltraServerName
 from ultraplane.placement.allocator import AllocationConflict, Allocator
-from ultraplane.policies.queuespecs import InvalidQueueError, queue_spec, resolve_queue
+from ultraplane.policies.queuedocuments import InvalidQueueError, queue_spec, resolve_queue
 from ultraplane.policies.quotas import QueueSpec
-from ultraplane.resources import InferenceJobSpec, TrainingJobSpec, UltraServer
+from ultraplane.resources import UltraServer
 
 log = logging.getLogger("ultraplane.api.kubernetes")
 
@@ -162,8 +162,7 @@ class KubernetesBackend:
             job, status = read_body(obj, kind), obj.get("status") or {}
             key, phase = job.key, str(status.get("phase") or "Pending")
             # A spec the core cannot queue holds nothing it could be preempted from.
-            priority = job.queued.priority if job.queued is not None else 0
-            preemptible = job.queued.preemptible if job.queued is not None else True
+            priority, preemptible = job.priority, job.preemptible
             phases[(kind, phase)] = phases.get((kind, phase), 0) + 1
             if phase in ("Pending", "Preempted"):
                 waiting[key] = priority
@@ -182,7 +181,7 @@ class KubernetesBackend:
                     placed.clear()
                 if placed and preemptible:
                     priorities.update(dict.fromkeys(placed, priority))
-            records.append(self._usage(kind, obj, phase))
+            records.append(self._usage(job, obj, phase))
         # The operator's backfill reservation, from UltraServer.status.reservedFor.
         reserved_by: dict[str, list[str]] = {}
         for us, st in views:
@@ -199,13 +198,11 @@ class KubernetesBackend:
             store.write_accounting(conn, records=records)
         self._error = ""
 
-    def _usage(self, kind: str, obj: dict[str, Any], phase: str) -> Any:
-        meta, spec, status = obj["metadata"], obj.get("spec") or {}, obj.get("status") or {}
-        model = TrainingJobSpec if kind == "TrainingJob" else InferenceJobSpec
-        try:
-            chips = total_chips(model.model_validate(spec))
-        except ValueError:
-            chips = len(allocated_chips(status))
+    def _usage(self, job: JobRead, obj: dict[str, Any], phase: str) -> Any:
+        """The job's accounting row, from the core's reading of it (`read_body`): a spec it
+        cannot read counts the chips its status names."""
+        meta, status, kind = obj["metadata"], obj.get("status") or {}, job.kind
+        chips = job.size or len(allocated_chips(status))
         finished = _ts(status.get("completionTime")) if phase in TERMINAL_PHASES else None
         return usage_of(
             job_uid=meta.get("uid") or f"{meta['namespace']}/{meta['name']}", kind=kind,
@@ -215,8 +212,7 @@ class KubernetesBackend:
             energy_kwh=float(status.get("energyKWh") or 0.0),
             # the simulator's figure, on the clock of energyKWh; absent: from the timestamps
             chip_hours=None if status.get("chipHours") is None else float(status["chipHours"]),
-            queue=resolve_queue(self.queue_specs, meta["namespace"],
-                                (obj.get("spec") or {}).get("queueName")),
+            queue=resolve_queue(self.queue_specs, meta["namespace"], job.queue),
         )
 
     @staticmethod

@@ -20,7 +20,16 @@ from sqlalchemy import select as sa_select
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 from sqlmodel import Session, SQLModel, col, create_engine, select
-from ultraplane.api.models import (
+from ultraplane.api.store.claims import (
+    StoreError,
+    describe,
+    failed,
+    masked,
+    parse_url,
+    reason,
+    sqlite_file,
+)
+from ultraplane.api.store.tables import (
     AccountingCreate,
     AccountingRecord,
     DailyUsage,
@@ -29,15 +38,6 @@ from ultraplane.api.models import (
     KeyValue,
     NamespaceUsage,
     QueueUsage,
-)
-from ultraplane.api.storeclaims import (
-    StoreError,
-    describe,
-    failed,
-    masked,
-    parse_url,
-    reason,
-    sqlite_file,
 )
 
 MIGRATIONS = Path(__file__).with_name("migrations")

@@ -1,8 +1,8 @@
 """The one interface the routers talk to, and what both backends share.
 
-`EmbeddedBackend` (ultraplane.api.embedded) runs the core scheduler and the
+`EmbeddedBackend` (ultraplane.api.backends.embedded) runs the core scheduler and the
 simulator's JobRuntime in-process; `KubernetesBackend`
-(ultraplane.api.kubernetes_backend) reads and writes the custom resources.
+(ultraplane.api.backends.kubernetes) reads and writes the custom resources.
 Routers never know which one they have.
 """
 
@@ -29,12 +29,10 @@ from ultraplane.api.schemas import (
 from ultraplane.api.settings import Settings
 from ultraplane.api.ultraserverpatches import UltraServerPatch
 
-from ultraplane.documents.conversions import InvalidJobError
-from ultraplane.documents.jobspecs import read_job
 from ultraplane.placement.allocator import CapacityReport, NoFit, Placement, PlacementRequest
 from ultraplane.placement.capacities import DomainCapacity
 from ultraplane.placement.placements import request_from_topology
-from ultraplane.policies.queuespecs import refusal
+from ultraplane.policies.queuedocuments import refusal_at_create
 from ultraplane.policies.quotas import QueueSpec
 from ultraplane.resources import InferenceJobSpec, TrainingJobSpec
 
@@ -76,10 +74,10 @@ def make_backend(
     fleet, `background_ticks=False` (ticks only when a test calls `tick()`) are for tests."""
     clock = clock or time.time
     if settings.backend == "kubernetes":
-        from ultraplane.api.kubernetes_backend import KubernetesBackend
+        from ultraplane.api.backends.kubernetes import KubernetesBackend
 
         return KubernetesBackend(settings, engine, clock=clock)
-    from ultraplane.api.embedded import EmbeddedBackend
+    from ultraplane.api.backends.embedded import EmbeddedBackend
 
     return EmbeddedBackend(settings, engine, clock=clock, background=background_ticks)
 
@@ -120,15 +118,6 @@ def nofit_view(nofit: NoFit) -> NoFitView:
     return NoFitView(kind=str(nofit.kind), message=nofit.message)
 
 
-def requests_of(spec: JobSpec) -> list[PlacementRequest]:
-    """One gang request per training job, one per inference replica (the core's reading)."""
-    kind = "InferenceJob" if isinstance(spec, InferenceJobSpec) else "TrainingJob"
-    read = read_job(kind, "", "", spec)
-    if read.queued is None:
-        raise InvalidJobError(read.error or "invalid spec")
-    return [read.queued.request for _ in read.parts]
-
-
 def request_of(body: DryRunRequest) -> PlacementRequest:
     """Validated dry-run body (levels and profile are enums there) -> core request; what
     only the core can judge (a mode with a level) becomes a 422 naming the field."""
@@ -142,24 +131,12 @@ def request_of(body: DryRunRequest) -> PlacementRequest:
                        ) from exc
 
 
-def spec_priority(spec: JobSpec) -> int:
-    return int(spec.model_dump(by_alias=True).get("priority") or 0)
-
-
-def spec_preemptible(spec: JobSpec) -> bool:
-    return bool(spec.model_dump(by_alias=True).get("preemptible", True))
-
-
-def total_chips(spec: JobSpec) -> int:
-    return sum(r.chips for r in requests_of(spec))
-
-
 def refuse_queue(queues: Mapping[str, QueueSpec], namespace: str, queue: str | None,
                  priority: int) -> None:
     """A job its queue would never admit is refused at create, with the core's reason
-    (`queuespecs.refusal`): 403 for a namespace without the right to the queue, 422 for an
-    unknown queue or a priority above the queue's maximum."""
-    why = refusal(queues, namespace, queue, priority)
+    (`queuedocuments.refusal_at_create`): 403 for a namespace without the right to the queue,
+    422 for an unknown queue or a priority above the queue's maximum."""
+    why = refusal_at_create(queues, namespace, queue, priority)
     if why is None:
         return
     if why.rule == "NamespaceNotAllowed":

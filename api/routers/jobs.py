@@ -10,10 +10,10 @@ from typing import Annotated, Any, cast
 
 from fastapi import APIRouter, Depends, Query, status
 from starlette.concurrency import run_in_threadpool
-from ultraplane.api.auth import require_access
+from ultraplane.api.access.auth import require_access
 from ultraplane.api.backends import Backend
-from ultraplane.api.deps import NAME_PATTERN, BackendDep, NamePath, NamespacePath
 from ultraplane.api.errors import ApiError, ErrorBody
+from ultraplane.api.routers.deps import NAME_PATTERN, BackendDep, NamePath, NamespacePath
 from ultraplane.api.schemas import (
     LIST_LIMIT_DEFAULT,
     LIST_LIMIT_MAX,

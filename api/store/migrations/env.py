@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import ultraplane.api.models  # noqa: F401  (registers the tables on SQLModel.metadata)
+import ultraplane.api.store.tables  # noqa: F401  (registers the tables on SQLModel.metadata)
 from alembic import context
 from sqlalchemy import create_engine
 from sqlmodel import SQLModel

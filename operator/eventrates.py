@@ -1,6 +1,6 @@
-"""Write budgets: how many informative writes (Events) the operator may spend per second.
+"""Event rates: how many informative writes (Events) the operator may post per second.
 
-Why a budget: every admission already costs the API server two writes (the user's create and
+Why a rate limit: every admission already costs the API server two writes (the user's create and
 our status write). An Event per admission would add a third, and on a small control plane the
 API server's intake, not the scheduler, bounds admissions per second. Kubernetes treats Events
 as best effort for the same reason (the kubelet's `--event-qps`/`--event-burst`): status is the
@@ -54,7 +54,7 @@ class TokenBucket:
             return False
         self.dropped += 1
         if now - self._reported >= 60.0:
-            log.info("%d Events dropped by the Event budget (%.1f/s, burst %d) in the last "
+            log.info("%d Events dropped by the Event rate limit (%.1f/s, burst %d) in the last "
                      "minute; job status holds every transition", self.dropped, self.qps,
                      self.burst)
             self.dropped, self._reported = 0, now
@@ -139,5 +139,5 @@ def summary(digest: _Digest, kind: str, type_: str, reason: str, seconds: float)
     names = ", ".join(digest.names) + (f" and {more} more" if more > 0 else "")
     return (digest.body, type_, reason,
             f"{digest.count} {kind or 'object'}s {reason} in {seconds:.0f}s, posted as one Event "
-            f"(the Event budget): {names}. Each job's status holds its own transition; this "
+            f"(the Event rate limit): {names}. Each job's status holds its own transition; this "
             f"one's: {digest.message}")

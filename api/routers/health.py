@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from ultraplane.api.deps import BackendDep
+from ultraplane.api.routers.deps import BackendDep
 from ultraplane.api.schemas import Health
 
 router = APIRouter(tags=["health"])

@@ -15,10 +15,10 @@ from typing import Any
 from fastapi import APIRouter, Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials
 from starlette.concurrency import run_in_threadpool
-from ultraplane.api.auth import Access, Credentials, Guard, require_access
+from ultraplane.api.access.auth import Access, Credentials, Guard, require_access
 from ultraplane.api.backends import Backend
-from ultraplane.api.deps import BackendDep, NamePath, NamespacePath
 from ultraplane.api.errors import ApiError, ErrorBody
+from ultraplane.api.routers.deps import BackendDep, NamePath, NamespacePath
 from ultraplane.api.schemas import JobKind
 
 from ultraplane.documents.conversions import PLURALS

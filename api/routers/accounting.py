@@ -6,9 +6,9 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query
 from ultraplane.api import store
-from ultraplane.api.auth import require_access
-from ultraplane.api.deps import SessionDep
-from ultraplane.api.models import AccountingPublic, DayUsage, NamespaceUsage, QueueUsage
+from ultraplane.api.access.auth import require_access
+from ultraplane.api.routers.deps import SessionDep
+from ultraplane.api.store.tables import AccountingPublic, DayUsage, NamespaceUsage, QueueUsage
 
 router = APIRouter(prefix="/v1/accounting", tags=["accounting"], dependencies=[Depends(require_access("list", "trainingjobs", "inferencejobs"))])
 

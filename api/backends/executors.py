@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from ultraplane.api.accounting import day_of, split_by_day
-from ultraplane.api.jobstates import JobState
-from ultraplane.api.models import AccountingCreate
+from ultraplane.api.backends.embeddedjobs import JobState
+from ultraplane.api.store.accounting import day_of, split_by_day
+from ultraplane.api.store.tables import AccountingCreate
 
 from ultraplane.documents import jobstatuses
 from ultraplane.documents.conversions import TERMINAL_PHASES, InvalidJobError
@@ -26,7 +27,7 @@ from ultraplane.documents.jobspecs import expected_end
 from ultraplane.documents.jobstatuses import StatusDecision
 from ultraplane.hardware.topology import UltraServer
 from ultraplane.ids import ChipId, JobKey
-from ultraplane.policies.budgetspecs import job_power
+from ultraplane.policies.budgetdocuments import job_power
 from ultraplane.scheduling.admissions import Requeued
 from ultraplane.scheduling.decisions import (
     Admitted,
@@ -38,7 +39,7 @@ from ultraplane.scheduling.decisions import (
 )
 
 if TYPE_CHECKING:
-    from ultraplane.api.embedded import EmbeddedBackend
+    from ultraplane.api.backends.embedded import EmbeddedBackend
 
 log = logging.getLogger("ultraplane.api.embedded")
 
@@ -48,7 +49,12 @@ def moment(t_s: float) -> datetime:
     return datetime.fromtimestamp(t_s, tz=UTC)
 
 
-class JobRunner:
+class DecisionExecutor:
+    """The embedded fleet's hands: it hands the core its triggers (a job in, a tick's runtime
+    events, chips failed, a job deleted), persists what the core decided on each job's status
+    (through the one status builder), starts and stops the jobs on the runtime, and samples
+    their usage for accounting. It decides nothing itself."""
+
     def __init__(self, backend: EmbeddedBackend) -> None:
         self.b = backend
         self._index: dict[str, JobState] = {}  # job key -> job, kept by register and forget
@@ -299,7 +305,7 @@ class JobRunner:
         chips = [c for key in job.sched_keys for c in job.held[key]]
         resume = job.checkpointed_steps if job.kind == "TrainingJob" else 0
         try:
-            self.b.runtime.start(job.key, job.spec, chips, resume_steps=resume)
+            self.b.runtime.start(job.key, job.spec, chips, resume_steps=resume, kind=job.kind)
         except Exception as exc:  # a spec the runtime cannot run fails that job, not the API
             log.warning("runtime rejected %s: %s", job.key, exc)
             self._release(job)
@@ -335,25 +341,13 @@ class JobRunner:
             job.add_usage(day, hours, kwh)
         job.rt_energy_seen_kwh = max(job.rt_energy_seen_kwh, energy)
         job.last_sample_s = now
-        job.checkpointed_steps = max(job.checkpointed_steps,
-                                     int(getattr(status, "checkpointed_steps", 0) or 0))
-        progress = {"completedSteps": int(getattr(status, "completed_steps", 0) or 0),
-                    "checkpointedSteps": job.checkpointed_steps,
-                    "percent": round(float(getattr(status, "progress_percent", 0.0)), 3)}
-        fields: dict[str, Any] = {
-            "progress": progress, "progressPercent": progress["percent"],
-            "utilization": round(float(getattr(status, "utilization", 0.0)), 4),
-            "powerWatts": round(float(getattr(status, "power_watts", 0.0)), 1),
-            "energyKWh": round(job.energy_kwh, 6),
-        }
-        if job.kind == "InferenceJob":
-            for wire, attr in (("tokensPerSecond", "tokens_per_second"),
-                               ("p50LatencyMs", "p50_latency_ms"), ("sloMet", "slo_met"),
-                               ("tokensPerMegawatt", "tokens_per_megawatt")):
-                value = getattr(status, attr, None)
-                if value is not None:
-                    fields[wire] = round(value, 1) if wire == "tokensPerSecond" else value
-        job.status.update(fields)
+        job.checkpointed_steps = max(job.checkpointed_steps, status.checkpointed_steps)
+        # The runtime's figures through the core's one builder (the simulator's kubelet writes
+        # the very same), with the usage this backend keeps across restarts (the runtime's own
+        # energy and chip-hours begin at zero in a new process).
+        figures = replace(status, checkpointed_steps=job.checkpointed_steps,
+                          energy_kwh=job.energy_kwh, chip_hours=job.chip_hours)
+        job.status = jobstatuses.apply(job.status, jobstatuses.measured(job.kind, figures))
 
     def _close_attempt(self, job: JobState, stopped: Any) -> None:
         if stopped is not None:

@@ -13,13 +13,13 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from ultraplane.api.backends import JobSpec
-from ultraplane.api.jobstates import JobState
+from ultraplane.api.backends.embeddedjobs import JobState
 from ultraplane.api.schemas import JobKind
 
 from ultraplane.resources import InferenceJobSpec, TrainingJobSpec
 
 if TYPE_CHECKING:
-    from ultraplane.api.embedded import EmbeddedBackend
+    from ultraplane.api.backends.embedded import EmbeddedBackend
 
 NAMESPACE = "demo"
 TARGET_DEMAND = 0.75  # fraction of the fleet's chips the stream keeps asked for

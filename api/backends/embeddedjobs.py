@@ -11,9 +11,9 @@ from datetime import UTC, datetime
 from functools import cached_property
 from typing import Any
 
-from ultraplane.api.backends import JobSpec, requests_of, spec_preemptible, spec_priority
-from ultraplane.api.models import Job
+from ultraplane.api.backends import JobSpec
 from ultraplane.api.schemas import JobKind, JobResource, ObjectMeta
+from ultraplane.api.store.tables import Job
 
 from ultraplane.documents.conversions import TERMINAL_PHASES, InvalidJobError
 from ultraplane.documents.jobspecs import JobRead, read_job
@@ -58,7 +58,9 @@ class JobState:
 
     @cached_property
     def requests(self) -> list[PlacementRequest]:
-        return requests_of(self.spec)  # the spec never changes after creation
+        """One gang request per training job, one per inference replica (the core's reading;
+        the spec never changes after creation)."""
+        return [self.queued.request for _ in self.read.parts]
 
     @cached_property
     def spec_wire(self) -> dict[str, Any]:
@@ -96,15 +98,15 @@ class JobState:
 
     @property
     def chips(self) -> int:
-        return sum(r.chips for r in self.requests)
+        return self.read.size
 
     @cached_property
     def priority(self) -> int:
-        return spec_priority(self.spec)
+        return self.read.priority
 
     @cached_property
     def preemptible(self) -> bool:
-        return spec_preemptible(self.spec)
+        return self.read.preemptible
 
     @property
     def phase(self) -> str:
@@ -117,6 +119,10 @@ class JobState:
     @property
     def running(self) -> bool:
         return self.phase == "Running"
+
+    @property
+    def chip_hours(self) -> float:
+        return sum(v[0] for v in self.days.values())
 
     @property
     def energy_kwh(self) -> float:

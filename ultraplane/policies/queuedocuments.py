@@ -1,26 +1,35 @@
-"""TenantQueue objects to the core's `QueueSpec`, and the status document of each queue.
+"""A TenantQueue's documents: its spec read into the core's `QueueSpec` (defined with the
+`QuotaBook` that enforces it, `ultraplane.policies.quotas`), and its status written back.
 
-Why here: the operator (from TenantQueue objects), the embedded API (from the same objects
-kept in its store) and the replay (`--queues FILE`) all read a queue's spec, and the operator
-and the API both report a queue's usage; reading and reporting once keeps them alike, the way
-`jobreads` and `jobstatuses` do for jobs.
+Why here: the operator (from TenantQueue objects), the embedded API (`serve --queues FILE`,
+the same objects kept in its store) and the replay (`simulate --queues FILE`) all read a
+queue's spec through `queue_spec`, against the resource's own model, and the operator and the
+API both report a queue's usage; reading and reporting once keeps them alike, the way
+`jobspecs` and `jobstatuses` do for jobs.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
-from ultraplane.policies.quotas import QueueRefusal, QueueSpec, QuotaBook, default_queues
-from ultraplane.policies.quotas import refusal as quota_refusal
+from ultraplane.policies.policyfiles import named_specs, read_documents
+from ultraplane.policies.quotas import (
+    QueueRefusal,
+    QueueSpec,
+    QuotaBook,
+    default_queues,
+    queue_refusal,
+)
 from ultraplane.resources.commons import problem_of
 from ultraplane.resources.tenantqueues import TenantQueueSpec
 from ultraplane.workloads import QueuedJob
 
-__all__ = ["InvalidQueueError", "queue_spec", "queue_specs", "queue_status", "queue_statuses",
-           "queue_wire", "refusal", "resolve_queue"]
+__all__ = ["InvalidQueueError", "queue_file", "queue_spec", "queue_specs", "queue_status",
+           "queue_statuses", "queue_wire", "refusal_at_create", "resolve_queue"]
 
 
 class InvalidQueueError(ValueError):
@@ -81,22 +90,37 @@ def queue_status(book: QuotaBook, name: str, *, pending: int, admitted: int,
 
 
 def queue_specs(data: Any) -> list[QueueSpec]:
-    """A list of queues, each its `name` and the fields of a TenantQueue's spec (the YAML of
-    `ultraplane serve --queues FILE`); InvalidQueueError names the entry and the field."""
+    """The queues of a `--queues` file (`ultraplane simulate`, `ultraplane serve`): a list of
+    entries, each a `name` and the fields of a TenantQueue's spec, or TenantQueue objects
+    (`policyfiles`); InvalidQueueError names the entry and the field."""
     if not isinstance(data, list):
         raise InvalidQueueError("the queues must be a YAML list, each entry a name and the "
                                 "fields of a TenantQueue spec")
     specs: list[QueueSpec] = []
-    for i, entry in enumerate(data, start=1):
-        if not isinstance(entry, Mapping) or not isinstance(entry.get("name"), str):
-            raise InvalidQueueError(f"queue {i}: expected a mapping with a name")
-        fields = {k: v for k, v in entry.items() if k != "name"}
-        specs.append(queue_spec(str(entry["name"]), fields))
+    for name, fields in named_specs(data, "TenantQueue", "queue", InvalidQueueError):
+        nominal = fields.get("nominal")
+        if isinstance(nominal, int) and not isinstance(nominal, bool):
+            # the simulator's old file format: chips on every profile of the fleet
+            raise InvalidQueueError(
+                f"queue {name}: nominal must map each hardware profile to its chips, as a "
+                f"TenantQueue's spec does (e.g. nominal: {{trn3-gen2: {nominal}}}); a bare "
+                "number of chips is no longer read")
+        specs.append(queue_spec(name, fields))
     names = [s.name for s in specs]
     twice = sorted({n for n in names if names.count(n) > 1})
     if twice:
         raise InvalidQueueError(f"queue {twice[0]} is listed twice")
     return specs
+
+
+def queue_file(path: str | Path) -> list[QueueSpec]:
+    """The queues of the file `path` (`queue_specs`); ValueError with one sentence, naming the
+    file."""
+    data = read_documents(path)
+    try:
+        return queue_specs(data)
+    except InvalidQueueError as exc:
+        raise InvalidQueueError(f"{path}: {exc}") from None
 
 
 def resolve_queue(queues: Mapping[str, QueueSpec], namespace: str,
@@ -106,13 +130,13 @@ def resolve_queue(queues: Mapping[str, QueueSpec], namespace: str,
     return queue if queue is not None else default_queues(queues.values()).get(namespace)
 
 
-def refusal(queues: Mapping[str, QueueSpec], namespace: str, queue: str | None,
-            priority: int) -> QueueRefusal | None:
+def refusal_at_create(queues: Mapping[str, QueueSpec], namespace: str, queue: str | None,
+                      priority: int) -> QueueRefusal | None:
     """Why a job of `namespace` naming `queue` (None: its namespace's default) at `priority`
     may not be created, or None: the check an API runs before it accepts a job, with the
-    rules the core's cycle applies (`quotas.refusal`)."""
+    rules the core's cycle applies (`quotas.queue_refusal`)."""
     queue = resolve_queue(queues, namespace, queue)
-    return None if queue is None else quota_refusal(queues, queue, namespace, priority)
+    return None if queue is None else queue_refusal(queues, queue, namespace, priority)
 
 
 def queue_wire(spec: QueueSpec) -> dict[str, Any]:

@@ -1,24 +1,28 @@
-"""PowerBudget objects to the core's `BudgetSpec`, and the status document of each budget.
+"""A PowerBudget's documents: its spec read into the core's `BudgetSpec` (defined, and
+validated, in `ultraplane.policies.powerbudgets`), and its status written back.
 
 Why here: the operator (from PowerBudget objects), the embedded API (`serve --power-budgets
-FILE`) and the Kubernetes backend read a budget's spec, and the operator and the API report a
-budget's draw; reading and reporting once keeps them alike, as `queuespecs` does for queues.
+FILE`), the replay (`simulate --power-budget FILE`) and the Kubernetes backend read a budget's
+spec, against the resource's own model, and the operator and the API report a budget's draw;
+reading and reporting once keeps them alike, as `queuedocuments` does for queues.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
 from ultraplane.hardware.powermodels import chip_power_of
+from ultraplane.policies.policyfiles import named_specs, read_documents
 from ultraplane.policies.powerbook import DEFAULT_ACTIVITY, BudgetStatus, JobPower, PowerBook
 from ultraplane.policies.powerbudgets import BudgetSpec, PowerPolicy, validate_budgets
 from ultraplane.resources.budgets import PowerBudgetSpec
 from ultraplane.resources.commons import problem_of
 
-__all__ = ["InvalidBudgetError", "budget_spec", "budget_specs", "budget_status",
+__all__ = ["InvalidBudgetError", "budget_file", "budget_spec", "budget_specs", "budget_status",
            "budget_statuses", "budget_wire", "job_power"]
 
 
@@ -44,23 +48,46 @@ def budget_spec(name: str, spec: Mapping[str, Any] | PowerBudgetSpec) -> BudgetS
         raise InvalidBudgetError(str(exc)) from None
 
 
+# The simulator's old file format chose UltraServers at the top level of an entry.
+_OLD_SELECTORS = {"ultraservers": "names", "blocks": "blocks", "labels": "matchLabels"}
+
+
 def budget_specs(data: Any) -> list[BudgetSpec]:
-    """A list of budgets, each its `name` and the fields of a PowerBudget's spec (the YAML of
-    `ultraplane serve --power-budgets FILE`); InvalidBudgetError names the entry and field."""
+    """The budgets of a `--power-budgets` / `--power-budget` file (`ultraplane serve`,
+    `ultraplane simulate`): a list of entries, each a `name` and the fields of a PowerBudget's
+    spec, or PowerBudget objects (`policyfiles`); InvalidBudgetError names the entry and the
+    field."""
+    if isinstance(data, Mapping) and "budgets" in data:
+        raise InvalidBudgetError("the power budgets must be a YAML list, without the "
+                                 "`budgets:` key of the old simulator format, each entry a "
+                                 "name and the fields of a PowerBudget spec")
     if not isinstance(data, list) or not data:
         raise InvalidBudgetError("the power budgets must be a non-empty YAML list, each entry a "
                                  "name and the fields of a PowerBudget spec")
     specs: list[BudgetSpec] = []
-    for i, entry in enumerate(data, start=1):
-        if not isinstance(entry, Mapping) or not isinstance(entry.get("name"), str):
-            raise InvalidBudgetError(f"power budget {i}: expected a mapping with a name")
-        specs.append(budget_spec(str(entry["name"]), {k: v for k, v in entry.items()
-                                                      if k != "name"}))
+    for name, fields in named_specs(data, "PowerBudget", "power budget", InvalidBudgetError):
+        old = sorted(set(fields) & set(_OLD_SELECTORS))
+        if old:
+            raise InvalidBudgetError(
+                f"power budget {name}: {old[0]} is the old simulator format; choose "
+                f"UltraServers as a PowerBudget spec does, ultraServers: "
+                f"{{{_OLD_SELECTORS[old[0]]}: ...}} (names, blocks, matchLabels)")
+        specs.append(budget_spec(name, fields))
     try:
         validate_budgets(specs)
     except ValueError as exc:
         raise InvalidBudgetError(str(exc)) from None
     return specs
+
+
+def budget_file(path: str | Path) -> list[BudgetSpec]:
+    """The budgets of the file `path` (`budget_specs`); ValueError with one sentence, naming
+    the file."""
+    data = read_documents(path)
+    try:
+        return budget_specs(data)
+    except InvalidBudgetError as exc:
+        raise InvalidBudgetError(f"{path}: {exc}") from None
 
 
 def budget_wire(spec: BudgetSpec) -> dict[str, Any]:

@@ -9,7 +9,7 @@ The preemption plan is the expensive part (on a full fleet of small jobs it trie
 of what-if placements). It is first tried on the live allocator under the lock for at most
 INLINE_BUDGET_S (most plans take a few milliseconds); past that, `pending` copies what it
 needs under the lock, and `preempt` searches that copy after the lock is released, in a
-child process with a deadline (`ultraplane.api.preemptionplans`). A plan that would
+child process with a deadline (`ultraplane.api.backends.preemptionplans`). A plan that would
 take longer is a 503 with Retry-After, and only a few plans run at once, so one tenant's
 worst-case request cannot stall the fleet's ticks or the other tenants' requests.
 """
@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from ultraplane.api.backends import nofit_view, placement_view, request_of
+from ultraplane.api.backends.preemptionplans import Planners, PlanTooLong, snapshot
 from ultraplane.api.errors import ApiError
-from ultraplane.api.preemptionplans import Planners, PlanTooLong, snapshot
 from ultraplane.api.schemas import DryRunRequest, DryRunResult, PreemptionView
 
 from ultraplane.hardware.topology import level_problem, parse_level

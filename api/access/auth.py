@@ -1,7 +1,7 @@
 """Who is calling (authentication) and whether they may do this (authorization).
 
 Authentication: a bearer token is a static token (`ULTRAPLANE_API_TOKENS`,
-`--token-file`, see `ultraplane.api.tokens`) or, in Kubernetes mode with
+`--token-file`, see `ultraplane.api.access.tokens`) or, in Kubernetes mode with
 `ULTRAPLANE_TOKEN_REVIEW=1`, any token the cluster's TokenReview accepts. With
 no token configured and no TokenReview the API is open, which is what a
 newcomer's `ultraplane serve` on loopback wants.
@@ -27,9 +27,9 @@ from typing import Annotated
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.concurrency import run_in_threadpool
+from ultraplane.api.access.kubereviews import KubeReviews, UserInfo
+from ultraplane.api.access.tokens import Grant, StaticToken, load_tokens
 from ultraplane.api.errors import ApiError
-from ultraplane.api.kube_reviews import KubeReviews, UserInfo
-from ultraplane.api.tokens import Grant, StaticToken, load_tokens
 
 __all__ = ["Access", "Caller", "FleetReader", "Guard", "Reader", "load_tokens", "require_access",
            "require_dry_run", "require_fleet_read"]
