@@ -95,6 +95,7 @@ def main() -> None:
     print(f"{'policy':<12} {'useful':>7} {'JCT mean h':>10} {'wait mean h':>11} "
           f"{'guar p99 s':>11} {'fair':>5} {'short':>6} {'lost':>6} {'split':>5} {'s':>6}")
     s: dict[str, dict[str, float]] = {}
+    held_vs_fair: dict[str, dict[str, float]] = {}
     for name, cfg in policies.items():
         started = time.process_time()
         result = Replay(topo, jobs, cfg).run()
@@ -102,6 +103,9 @@ def main() -> None:
         summary = summarize(result, large_job_chips=US_CHIPS, one_domain_chips=US_CHIPS)
         assert result.tenants is not None
         summary.update(result.tenants.fleet())
+        f = result.tenants
+        held_vs_fair[name] = {t: round(f.held_contended_cs[t] / f.fair_cs[t], 2)
+                              for t in sorted(f.fair_cs) if f.fair_cs[t]}
         s[name] = summary
         print(f"{name:<12} {summary['useful_utilization']:>7.1%} "
               f"{summary['jct_mean_s'] / 3600:>10.2f} {summary['queue_delay_mean_s'] / 3600:>11.2f} "
@@ -109,6 +113,8 @@ def main() -> None:
               f"{summary['fair_share_shortfall']:>6.3f} "
               f"{summary['reclaim_lost_fraction']:>6.3f} "
               f"{summary['split_jobs_that_fit_one_ultraserver']:>5} {took:>6.1f}", flush=True)
+    for name, ratios in held_vs_fair.items():
+        print(f"{name}: chips held / fair share while contended, per tenant: {ratios}")
     u = s["ultraplane"]
     line = {
         "useful_util_vs_shared": round(u["useful_utilization"] / s["shared"]["useful_utilization"], 3),

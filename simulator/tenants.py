@@ -129,6 +129,9 @@ class TenantFigures:
     contended_s: float = 0.0  # time the tenants together wanted more than the fleet
     maxmin_jain_s: float = 0.0  # the integral of the max-min Jain index over that time
     shortfall_s: float = 0.0  # the integral of the shortfall (a fraction of the fleet)
+    # per tenant, over that time: chip-time held, and chip-time of its fair share
+    held_contended_cs: defaultdict[str, float] = field(default_factory=lambda: defaultdict(float))
+    fair_cs: defaultdict[str, float] = field(default_factory=lambda: defaultdict(float))
     guarantee_s: dict[str, float] = field(default_factory=dict)  # job -> time kept out
     t: list[float] = field(default_factory=list)
     used: dict[str, list[int]] = field(default_factory=dict)  # samples for the plot
@@ -205,6 +208,9 @@ class TenantLedger:
         fair = fair_shares(demand, f.weight, self._fleet)
         owed = [t for t, share in fair.items() if share > 0]
         f.contended_s += dt
+        for t, share in fair.items():
+            f.fair_cs[t] += share * dt
+            f.held_contended_cs[t] += self.used[t] * dt
         f.maxmin_jain_s += jain([self.used[t] / fair[t] for t in owed]) * dt
         short = sum(max(0.0, fair[t] - self.used[t]) for t in owed)
         f.shortfall_s += short / self._fleet * dt
@@ -265,6 +271,9 @@ def tenant_summary(result: Any) -> dict[str, Any]:
             "jct_mean_s": sum(x.jct_s for x in done) / len(done) if done else None,
             "queue_delay_mean_s": sum(waits) / len(waits) if waits else None,
             "chip_hours_lost_to_reclaim": f.lost_cs[tenant] / 3600.0,
+            # chips held over its fair share while the tenants wanted more than the fleet
+            "held_vs_fair_share": (f.held_contended_cs[tenant] / f.fair_cs[tenant]
+                                   if f.fair_cs[tenant] else None),
             "jobs": sum(x.tenant == tenant for x in result.records),
         }
     return {**f.fleet(), "tenants": per}

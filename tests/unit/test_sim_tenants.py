@@ -99,6 +99,8 @@ def test_max_min_fairness_counts_held_chips_against_fair_shares_while_contended(
     f = ledger.close(400.0, ())
     got = f.fleet()
     assert f.contended_s == 300.0
+    assert f.fair_cs["b"] == pytest.approx(144 * 300)  # held 0, then 144 for 200 s
+    assert f.held_contended_cs["b"] / f.fair_cs["b"] == pytest.approx(2 / 3)
     assert got["fair_share_maxmin_jain"] == pytest.approx((0.5 * 100 + 1.0 * 200) / 300)
     assert got["fair_share_shortfall"] == pytest.approx(0.5 * 100 / 300)
     assert got["fairness_preempted_fraction"] == 0.0
