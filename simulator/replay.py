@@ -143,7 +143,8 @@ class Replay:
         self._settled_peak = self.ledger.power_w
         self._caps_at = -1  # the book's `changes` when caps were last chosen
         span = max((j.submit_s + j.duration_s for j in jobs), default=0.0) - self.engine.now
-        self.tenants = (TenantLedger(config.queues, self.engine.now, sample_s=max(span / 500, 1.0))
+        self.tenants = (TenantLedger(config.queues, self.engine.now, sample_s=max(span / 500, 1.0),
+                                     fleet_chips=self.shape.total_chips)
                         if config.queues is not None else None)
         self.faults = FaultSource(config.faults, self.shape, self.engine, self.allocator)
         self.jobs = jobs

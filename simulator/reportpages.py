@@ -53,7 +53,9 @@ ROWS: tuple[tuple[str, str, str], ...] = (
     ("peak_power_kw", "peak power (kW)", "{:,.0f}"),
     # tenant queues (simulator/tenants.py), when the trace names tenants
     ("guarantee_p99_s", "kept out of own nominal quota, 99th percentile (min)", "m"),
-    ("fair_share_jain", "fair share of borrowed chip-time (Jain)", "{:.3f}"),
+    ("fair_share_maxmin_jain", "held chips / weighted max-min fair share (Jain)", "{:.3f}"),
+    ("fair_share_shortfall", "chips short of fair shares, of the fleet", "{:.1%}"),
+    ("borrowed_chip_time_jain", "borrowed chip-time per weight (Jain)", "{:.3f}"),
     ("reclaim_lost_fraction", "chip-time lost to reclaim", "{:.2%}"),
 )
 

@@ -13,13 +13,22 @@ replay advances, from the same instants the loop pops, and reported after it.
   unused nominal quota; the 99th percentile over the jobs that ever waited so. Jobs of one
   size in one tenant share that state, so a clock per (tenant, size) runs while it holds and
   each job reads it when it starts waiting and when it stops.
-- `fair_share_jain`: Jain's index, over the tenants that wanted more than their nominal quota
-  (running plus waiting chips above it) at some time, of their borrowed chip-time over weight
-  (issue 30's definition); `fair_share_jain_rate` is the same index with each tenant's
-  borrowed chip-time taken per second it wanted more (a tenant that wanted more for a day and
-  one that wanted more for a week compared by what they got while they wanted it).
+- `fair_share_maxmin_jain` (issue 37): at each instant every tenant's fair share is its
+  weighted max-min share of the fleet capped at its demand (running plus waiting chips;
+  `ultraplane.policies.fairshares`). Over the time the tenants together want more than the
+  fleet, the time-weighted mean of Jain's index of (chips held / fair share) over the tenants
+  with a share above 0: 1.0 when each holds exactly its share, and not lowered by chips idle
+  for everyone. `fair_share_shortfall` is the time-weighted mean, over the same time, of
+  the sum of max(0, fair - held) over the fleet's chips. Without contention both are 1 and 0.
+- `borrowed_chip_time_jain`: Jain's index, over the tenants that wanted more than their
+  nominal quota (running plus waiting chips above it) at some time, of their borrowed
+  chip-time over weight (issue 30's `fair_share_jain`, renamed for what it measures: it is
+  low even for a fair scheduler when one team wanted more for an hour and another for a
+  month); `borrowed_chip_time_jain_rate` is the same index with each tenant's borrowed
+  chip-time taken per second it wanted more.
 - `reclaim_lost_fraction`: chip-time lost to reclaim preemption (work since the victim's last
-  checkpoint) over all chip-time used.
+  checkpoint) over all chip-time used; `fairness_preempted_fraction` the same for
+  fair-sharing preemption.
 """
 
 from __future__ import annotations
@@ -31,6 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ultraplane.policies.fairshares import fair_shares, jain
 from ultraplane.policies.quotas import QueueSpec
 
 __all__ = ["TenantFigures", "TenantLedger", "tenant_plots", "tenant_rows", "tenant_summary"]
@@ -47,6 +57,13 @@ class TenantFigures:
     # time its demand (running plus waiting chips) was above its nominal quota
     wanted_s: defaultdict[str, float] = field(default_factory=lambda: defaultdict(float))
     lost_cs: defaultdict[str, float] = field(default_factory=lambda: defaultdict(float))
+    fair_lost_cs: defaultdict[str, float] = field(default_factory=lambda: defaultdict(float))
+    contended_s: float = 0.0  # time the tenants together wanted more than the fleet
+    maxmin_jain_s: float = 0.0  # the integral of the max-min Jain index over that time
+    shortfall_s: float = 0.0  # the integral of the shortfall (a fraction of the fleet)
+    # per tenant, over that time: chip-time held, and chip-time of its fair share
+    held_contended_cs: defaultdict[str, float] = field(default_factory=lambda: defaultdict(float))
+    fair_cs: defaultdict[str, float] = field(default_factory=lambda: defaultdict(float))
     guarantee_s: dict[str, float] = field(default_factory=dict)  # job -> time kept out
     t: list[float] = field(default_factory=list)
     used: dict[str, list[int]] = field(default_factory=dict)  # samples for the plot
@@ -58,29 +75,32 @@ class TenantFigures:
         wanting = [t for t in self.nominal if self.wanted_s[t]]
         # per unit of the time each wanted more: tenants that wanted more for an hour and for a
         # week are compared by what they got while they wanted it
-        rate = _jain([self.borrowed_cs[t] / self.weight[t] / self.wanted_s[t] for t in wanting])
-        total = _jain([self.borrowed_cs[t] / self.weight[t] for t in wanting])
+        rate = jain([self.borrowed_cs[t] / self.weight[t] / self.wanted_s[t] for t in wanting])
+        total = jain([self.borrowed_cs[t] / self.weight[t] for t in wanting])
         used = sum(self.used_cs.values())
         lost = sum(self.lost_cs.values()) / used if used else 0.0
-        return {"guarantee_p99_s": p99, "fair_share_jain": total, "fair_share_jain_rate": rate,
-                "reclaim_lost_fraction": lost}
-
-
-def _jain(xs: Sequence[float]) -> float:
-    squares = sum(x * x for x in xs)
-    return (sum(xs) ** 2 / (len(xs) * squares)) if squares else 1.0
+        fair_lost = sum(self.fair_lost_cs.values()) / used if used else 0.0
+        contended = self.contended_s
+        return {"guarantee_p99_s": p99,
+                "fair_share_maxmin_jain": self.maxmin_jain_s / contended if contended else 1.0,
+                "fair_share_shortfall": self.shortfall_s / contended if contended else 0.0,
+                "borrowed_chip_time_jain": total, "borrowed_chip_time_jain_rate": rate,
+                "reclaim_lost_fraction": lost, "fairness_preempted_fraction": fair_lost}
 
 
 class TenantLedger:
     """Per-tenant usage and waits, advanced by the replay at every instant it pops."""
 
-    def __init__(self, specs: Sequence[QueueSpec], start: float, *, sample_s: float) -> None:
+    def __init__(self, specs: Sequence[QueueSpec], start: float, *, sample_s: float,
+                 fleet_chips: int | None = None) -> None:
         self.figures = TenantFigures({s.name: sum(s.nominal.values()) for s in specs},
                                      {s.name: s.weight for s in specs})
         self.figures.used = {s.name: [] for s in specs}
         self._t = self._t0 = start
         self._sample_s = sample_s
         self._next_sample = start
+        # without the fleet's size, the quotas' sum (the fleet when every chip is someone's)
+        self._fleet = fleet_chips if fleet_chips is not None else sum(self.figures.nominal.values())
         self.used: Counter[str] = Counter()
         self._waiting: dict[str, Counter[int]] = {s.name: Counter() for s in specs}
         self._demand: Counter[str] = Counter()
@@ -103,12 +123,29 @@ class TenantLedger:
                     if n and chips <= free:
                         key = (tenant, chips)
                         self._clock[key] = self._clock.get(key, 0.0) + dt
+            self._score_fairness(dt)
         self._t = t
         if t >= self._next_sample:
             f.t.append(t)
             for tenant, series in f.used.items():
                 series.append(self.used[tenant])
             self._next_sample = t + self._sample_s
+
+    def _score_fairness(self, dt: float) -> None:
+        """Add `dt` of the max-min fairness figures, if the tenants want more than the fleet."""
+        f = self.figures
+        demand = {t: self.used[t] + self._demand[t] for t in f.nominal}
+        if sum(demand.values()) <= self._fleet:
+            return
+        fair = fair_shares(demand, f.weight, self._fleet)
+        owed = [t for t, share in fair.items() if share > 0]
+        f.contended_s += dt
+        for t, share in fair.items():
+            f.fair_cs[t] += share * dt
+            f.held_contended_cs[t] += self.used[t] * dt
+        f.maxmin_jain_s += jain([self.used[t] / fair[t] for t in owed]) * dt
+        short = sum(max(0.0, fair[t] - self.used[t]) for t in owed)
+        f.shortfall_s += short / self._fleet * dt
 
     def wait(self, job: str, tenant: str, chips: int) -> None:
         if tenant not in self._waiting:
@@ -135,6 +172,9 @@ class TenantLedger:
 
     def reclaimed(self, tenant: str, chip_s: float) -> None:
         self.figures.lost_cs[tenant] += chip_s
+
+    def preempted_for_fairness(self, tenant: str, chip_s: float) -> None:
+        self.figures.fair_lost_cs[tenant] += chip_s
 
     def close(self, t: float, waiting: Iterable[str]) -> TenantFigures:
         self.advance(t)
@@ -163,6 +203,9 @@ def tenant_summary(result: Any) -> dict[str, Any]:
             "jct_mean_s": sum(x.jct_s for x in done) / len(done) if done else None,
             "queue_delay_mean_s": sum(waits) / len(waits) if waits else None,
             "chip_hours_lost_to_reclaim": f.lost_cs[tenant] / 3600.0,
+            # chips held over its fair share while the tenants wanted more than the fleet
+            "held_vs_fair_share": (f.held_contended_cs[tenant] / f.fair_cs[tenant]
+                                   if f.fair_cs[tenant] else None),
             "jobs": sum(x.tenant == tenant for x in result.records),
         }
     return {**f.fleet(), "tenants": per}

@@ -6,8 +6,10 @@ import csv
 import json
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner, Result
 from ultraplane.simulator.replay import Replay, ReplayConfig
+from ultraplane.simulator.tenants import TenantLedger
 from ultraplane.simulator.traces import TraceJob
 
 from ultraplane.cli import main
@@ -79,3 +81,30 @@ def test_partitioned_queues_never_borrow_and_shared_ignores_quotas() -> None:
     r = Replay(build_fleet(GEN2, 2), jobs, shared).run()
     assert [x.start_s for x in r.records] == [0.0, 0.0]
     assert r.tenants is not None and r.tenants.fleet()["reclaim_lost_fraction"] == 0.0
+
+
+def test_max_min_fairness_counts_held_chips_against_fair_shares_while_contended() -> None:
+    # fleet 288 chips, quotas 144 each. 0-100: a holds all 288, b waits for 144 (fair 144
+    # each: a at 2x, b at 0 -> Jain 0.5, b short by half the fleet). 100-300: each holds 144
+    # and a waits for 144 more (Jain 1). 300-400: only a wants chips: not counted.
+    ledger = TenantLedger((QueueSpec("a", {GEN2: 144}, cohort="o"),
+                           QueueSpec("b", {GEN2: 144}, cohort="o")), 0.0, sample_s=1000.0,
+                          fleet_chips=288)
+    ledger.hold("a", 288)
+    ledger.wait("b1", "b", 144)
+    ledger.advance(100.0)
+    ledger.release("a", 144)
+    ledger.wait("a2", "a", 144)
+    ledger.unwait("b1")
+    ledger.hold("b", 144)
+    ledger.advance(300.0)
+    ledger.release("b", 144)
+    f = ledger.close(400.0, ())
+    got = f.fleet()
+    assert f.contended_s == 300.0
+    assert f.fair_cs["b"] == pytest.approx(144 * 300)  # held 0, then 144 for 200 s
+    assert f.held_contended_cs["b"] / f.fair_cs["b"] == pytest.approx(2 / 3)
+    assert got["fair_share_maxmin_jain"] == pytest.approx((0.5 * 100 + 1.0 * 200) / 300)
+    assert got["fair_share_shortfall"] == pytest.approx(0.5 * 100 / 300)
+    assert got["fairness_preempted_fraction"] == 0.0
+    assert "borrowed_chip_time_jain" in got and "fair_share_jain" not in got

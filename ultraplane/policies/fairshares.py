@@ -1,0 +1,56 @@
+"""Fair shares: each team's weighted max-min share of a fleet, capped at what it wants.
+
+Why a share and not borrowed chip-time: a team that wanted a little more for an hour should
+get a little, not as much as a team that wanted the whole fleet for a month. Fairness is
+measured against what each team should have had at each instant, and that is water-filling:
+raise one level for every team that wants chips, each team getting `level * weight` until it
+reaches its demand; the teams that are capped free the rest for the others. So no team gets
+more than it wants, the shares add up to the fleet (or to the total demand, when that is
+smaller), and no team can gain without taking from one whose share per weight is not larger
+(weighted max-min, as Kueue's fair sharing and DRF with one resource).
+
+Pure: the replay's ledger reads it to score a run, and a fair-sharing policy may read it to
+decide who is owed chips.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+__all__ = ["fair_shares", "jain"]
+
+
+def fair_shares(demand: Mapping[str, float], weight: Mapping[str, float],
+                fleet: float) -> dict[str, float]:
+    """Each team's weighted max-min share of `fleet` chips, capped at its `demand`.
+
+    Teams that want nothing (demand <= 0) get 0. A team missing from `weight` weighs 1; a
+    weight must be positive."""
+    shares = {team: 0.0 for team in demand}
+    wanting = [t for t, d in demand.items() if d > 0]
+    for t in wanting:
+        if weight.get(t, 1.0) <= 0:
+            raise ValueError(f"team {t}: weight must be positive")
+    # the teams capped first are those whose demand per weight is smallest
+    wanting.sort(key=lambda t: demand[t] / weight.get(t, 1.0))
+    left = max(fleet, 0.0)
+    total_weight = sum(weight.get(t, 1.0) for t in wanting)
+    for i, t in enumerate(wanting):
+        w = weight.get(t, 1.0)
+        level = left / total_weight
+        if demand[t] <= level * w:
+            shares[t] = float(demand[t])
+        else:
+            # every team from here on wants more than the level gives: split what is left
+            for u in wanting[i:]:
+                shares[u] = level * weight.get(u, 1.0)
+            break
+        left -= shares[t]
+        total_weight -= w
+    return shares
+
+
+def jain(xs: list[float]) -> float:
+    """Jain's index of `xs`: 1 when all are equal, 1/n when one holds everything."""
+    squares = sum(x * x for x in xs)
+    return (sum(xs) ** 2 / (len(xs) * squares)) if squares else 1.0
