@@ -35,6 +35,9 @@ from ultraplane.scheduling.decisions import (
     Replaced,
     Requeued,
     Restarted,
+    ScaledDown,
+    ScaledUp,
+    ScalingUp,
     preempted_message,
 )
 
@@ -64,6 +67,7 @@ __all__ = [
     "ran",
     "readmitted",
     "replica_allocation",
+    "rescaled",
     "reservation_said",
     "running",
     "runtime_conditions",
@@ -74,7 +78,7 @@ __all__ = [
 
 Status = dict[str, Any]
 StatusDecision = (Admitted | Replaced | Pending | Preempted | Evicted | Restarted | Requeued
-                  | Failed | Finished)
+                  | Failed | Finished | ScaledDown | ScalingUp | ScaledUp)
 
 
 def stamp(now: datetime) -> str:
@@ -175,6 +179,28 @@ def admitted_replicas(current: Mapping[str, Any], placements: Sequence[Placement
         "attempt": int(current.get("attempt") or 0) + 1,
         "conditions": readmitted(current, reason, message, now),
     }
+
+
+def rescaled(decision: ScaledDown | ScalingUp | ScaledUp) -> Status:
+    """A running InferenceJob resized in place: the allocation per replica as it is now (the
+    running replicas' entries unchanged), the desired count, and why replicas still wait.
+    Phase, admission time and attempt stay: no replica restarted."""
+    if isinstance(decision, ScalingUp):
+        return {"desiredReplicas": decision.desired,
+                "scalingMessage": f"Scaling up from {decision.replicas} to "
+                                  f"{decision.desired} replicas."}
+    placements = decision.placements
+    status: Status = {"allocation": replica_allocation(placements) if placements else None,
+                      "chips": sum(p.chips for p in placements)}
+    if isinstance(decision, ScaledDown):
+        status["desiredReplicas"] = decision.replicas
+        status["scalingMessage"] = (f"Scaled down to {decision.replicas} replicas; released "
+                                    f"{', '.join(decision.removed)}.")
+    else:
+        status["desiredReplicas"] = decision.desired
+        status["scalingMessage"] = decision.message or (
+            f"Scaled up to {decision.replicas} replicas.")
+    return status
 
 
 def pending(current: Mapping[str, Any], reason: str, message: str, position: int | None,
@@ -323,6 +349,8 @@ def _status_of(current: Mapping[str, Any], decision: StatusDecision, now: dateti
         if isinstance(decision, Replaced):
             status["restarts"] = int(current.get("restarts") or 0) + 1
         return status
+    if isinstance(decision, ScaledDown | ScalingUp | ScaledUp):
+        return rescaled(decision)
     if isinstance(decision, Pending):
         return pending(current, decision.reason, decision.message, decision.position, now)
     if isinstance(decision, Preempted):

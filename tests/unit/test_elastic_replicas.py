@@ -1,0 +1,204 @@
+"""Elastic replicas: a running InferenceJob grows and shrinks without moving its replicas.
+
+Fleets are Trn2 UltraServers (4 servers x 16 chips = 64 chips each); a replica of 32 chips
+needs two servers of one UltraServer. Drawing legend: one cell per server, `s0` .. a replica
+of `serve`, `t` a training job, `.` a free server.
+
+    us0 [s0 s0 s1 s1]   us1 [. . . .]     <- serve with 2 replicas on a 2-UltraServer fleet
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ultraplane.hardware.topology import build_fleet
+from ultraplane.ids import ChipId, JobKey
+from ultraplane.placement.allocator import Allocator, PlacementRequest
+from ultraplane.scheduling.admissions import (
+    Admissions,
+    Observed,
+    ScaledDown,
+    ScaledUp,
+    ScalingUp,
+)
+from ultraplane.workloads import QueuedJob
+
+SERVE = JobKey("serve")
+
+
+def fleet(count: int) -> Admissions:
+    return Admissions(Allocator(build_fleet("trn2", count)))
+
+
+def serve(replicas: int, priority: int = 10, chips: int = 32) -> QueuedJob:
+    request = PlacementRequest(chips=chips, required_level="ultraserver", whole_servers=True)
+    return QueuedJob(SERVE, request, priority, replicas=replicas)
+
+
+def training(key: str, chips: int, priority: int = 0, seq: int = 1) -> QueuedJob:
+    request = PlacementRequest(chips=chips, required_level="ultraserver", whole_servers=True)
+    return QueuedJob(JobKey(key), request, priority, seq)
+
+
+def chips_of(d: Admissions) -> list[frozenset[ChipId]]:
+    return [frozenset(p.chip_ids) for p in d.placements(SERVE)]
+
+
+def ultraservers(d: Admissions) -> list[set[str]]:
+    return [{us for us, _ in p.chips_by_ultraserver} for p in d.placements(SERVE)]
+
+
+def running(d: Admissions, n: int) -> Admissions:
+    d.observe(serve(n))
+    (admitted,) = d.cycle(0.0).admitted
+    assert len(admitted.placements) == n
+    return d
+
+
+@dataclass(frozen=True)
+class Resize:
+    name: str
+    fleet: int
+    start: int
+    to: int
+    kept: int  # replicas that must keep their chips
+
+
+@pytest.mark.parametrize("case", [
+    # us0 [s0 s0 s1 s1] us1 [s2 s2 s3 s3]  ->  us0 [s0 s0 s1 s1] us1 [. . . .]
+    Resize("down 4 -> 2 frees the highest replicas", fleet=2, start=4, to=2, kept=2),
+    # us0 [s0 s0 s1 s1] us1 [s2 s2 . .]  ->  us0 [s0 s0 . .] us1 [. . . .]
+    Resize("down 3 -> 1", fleet=2, start=3, to=1, kept=1),
+    # us0 [s0 s0 . .] us1 [. . . .]  ->  us0 [s0 s0 s1 s1] us1 [s2 s2 s3 s3]
+    Resize("up 1 -> 4 places three new gangs", fleet=2, start=1, to=4, kept=1),
+], ids=lambda c: c.name)
+def test_resize_keeps_the_running_replicas(case: Resize) -> None:
+    d = running(fleet(case.fleet), case.start)
+    before = chips_of(d)
+    answer = d.rescale(SERVE, case.to)
+    if case.to < case.start:
+        assert isinstance(answer, ScaledDown)
+        assert answer.removed == tuple(JobKey(f"serve#{i}") for i in range(case.to, case.start))
+        assert answer.released == frozenset().union(*before[case.to:])
+        assert not answer.released & frozenset().union(*chips_of(d))
+    else:
+        assert answer == ScalingUp(SERVE, case.start, case.to)
+        (up,) = d.cycle(1.0).scaled_up
+        assert isinstance(up, ScaledUp) and up.message == "" and up.replicas == case.to
+        assert [i for i, _ in up.added] == list(range(case.start, case.to))
+    assert chips_of(d)[:case.kept] == before[:case.kept]
+    assert len(d.placements(SERVE)) == case.to
+    assert all(len(us) == 1 for us in ultraservers(d))  # each replica inside one domain
+    assert d.running()[SERVE].replicas == case.to
+
+
+def test_scale_down_frees_chips_to_the_queue() -> None:
+    # us0 [s0 s0 s1 s1], t (32 chips) waits  ->  serve 2 -> 1: us0 [s0 s0 t t].
+    # A count below 1 is refused (an elastic job keeps at least one replica).
+    d = running(fleet(1), 2)
+    d.observe(training("t", 32))
+    assert [p.key for p in d.cycle(1.0).pending] == ["t"]
+    d.rescale(SERVE, 1)
+    decisions = d.cycle(2.0)
+    assert [a.key for a in decisions.admitted] == ["t"]
+    with pytest.raises(ValueError):
+        d.rescale(SERVE, 0)
+
+
+def test_scale_up_preempts_lower_priority_training_with_the_reason() -> None:
+    # us0 [s0 s0 . .] us1 [t t t t]  ->  serve 1 -> 3: s1 beside s0, s2 evicts t from us1.
+    d = running(fleet(2), 1)
+    d.observe(training("t", 64, priority=0))
+    assert [a.key for a in d.cycle(1.0).admitted] == ["t"]
+    before = chips_of(d)
+    d.rescale(SERVE, 3)
+    decisions = d.cycle(2.0)
+    assert [(p.key, p.by) for p in decisions.preempted] == [("t", "serve")]
+    assert "Preempted by higher-priority job serve" in decisions.preempted[0].message
+    (up,) = decisions.scaled_up
+    assert up.replicas == 3 and up.message == ""
+    assert chips_of(d)[0] == before[0]
+    assert d.is_waiting(JobKey("t"))
+
+
+def test_scale_up_that_does_not_fit_keeps_the_job_running_and_says_why() -> None:
+    # us0 [s0 s0 . .] us1 [t t t t] (t outranks serve): serve 1 -> 3 places s1 only.
+    d = running(fleet(2), 1)
+    d.observe(training("t", 64, priority=20))
+    d.cycle(1.0)
+    before = chips_of(d)
+    d.rescale(SERVE, 3)
+    (up,) = d.cycle(2.0).scaled_up
+    assert [i for i, _ in up.added] == [1] and up.replicas == 2 and up.desired == 3
+    assert up.message.startswith("1 of 2 added replicas wait: NoCapacity")
+    assert chips_of(d)[0] == before[0] and d.is_running(SERVE)
+    # the next cycle tries again, still without room, and says so
+    (again,) = d.cycle(3.0).scaled_up
+    assert again.added == () and again.message.startswith("1 of 1 added replicas wait")
+    # t ends: the last replica is placed
+    d.finished(JobKey("t"), "Succeeded")
+    (done,) = d.cycle(4.0).scaled_up
+    assert [i for i, _ in done.added] == [2] and done.message == "" and done.replicas == 3
+    assert d.cycle(5.0).scaled_up == []
+
+
+def test_waiting_job_rescale_replaces_the_queued_entry() -> None:
+    # us0 [t t t t] (t outranks serve): serve waits with 2 replicas, edited to 1, still waits.
+    d = fleet(1)
+    d.observe(training("t", 64, priority=20))
+    d.cycle(0.0)
+    d.observe(serve(2))
+    d.cycle(1.0)
+    assert d.rescale(SERVE, 1) == Observed(SERVE, True)
+    assert [j.replicas for j in d.waiting() if j.key == SERVE] == [1]
+    assert d.rescale(JobKey("nobody"), 2) == Observed(JobKey("nobody"), False)
+    with pytest.raises(ValueError):
+        d.rescale(JobKey("t"), 2)  # one gang, not replicated
+
+
+def test_a_pending_scale_up_is_tried_when_the_queue_is_carried_over() -> None:
+    # us0 [s0 s0 t t] with a deep queue of waiting same-shape jobs: cycles would carry the
+    # queue over (trying only arrivals); the pending scale-up makes them full ones, so once
+    # t ends the added replica is placed even though only an arrival is new.
+    d = running(fleet(1), 1)
+    d.observe(training("t", 32, priority=20))
+    d.cycle(1.0)
+    for i in range(3):
+        d.observe(training(f"w{i}", 64, seq=2 + i))
+    d.cycle(2.0)
+    d.rescale(SERVE, 2)
+    (up,) = d.cycle(3.0).scaled_up
+    assert up.added == () and "NoCapacity" in up.message
+    d.finished(JobKey("t"), "Succeeded")
+    d.observe(training("late", 64, seq=9))
+    (done,) = d.cycle(4.0).scaled_up
+    assert [i for i, _ in done.added] == [1]
+    # with nothing pending, carried cycles stay as they were
+    assert d.cycle(5.0).scaled_up == []
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.integers(min_value=1, max_value=6), min_size=1, max_size=8),
+       st.lists(st.integers(min_value=0, max_value=3), min_size=0, max_size=4))
+def test_no_chip_twice_and_running_replicas_never_move(counts: list[int],
+                                                        trains: list[int]) -> None:
+    d = running(fleet(3), 1)
+    for i, size in enumerate(trains):
+        d.observe(training(f"t{i}", 16 * (size + 1), priority=5 * (i % 3), seq=1 + i))
+    d.cycle(0.5)
+    now = 1.0
+    for count in counts:
+        before = chips_of(d)
+        d.rescale(SERVE, count)
+        d.cycle(now)
+        now += 1.0
+        after = chips_of(d)
+        kept = min(len(before), len(after))
+        assert after[:kept] == before[:kept]
+        held = [c for p in d.allocator.allocations().values() for c in p.chip_ids]
+        assert len(held) == len(set(held))
+        assert all(len(us) == 1 for us in ultraservers(d))
