@@ -202,3 +202,64 @@ def test_no_chip_twice_and_running_replicas_never_move(counts: list[int],
         held = [c for p in d.allocator.allocations().values() for c in p.chip_ids]
         assert len(held) == len(set(held))
         assert all(len(us) == 1 for us in ultraservers(d))
+
+
+# -- the documents: spec.autoscaling read once, the rescaled status built once ------------
+SPEC = {"chipsPerReplica": 16, "replicas": 2, "model": {"name": "m"},
+        "load": {"requestsPerSecond": 10}}
+AUTOSCALING = {"minReplicas": 1, "maxReplicas": 4, "scaleDownDelaySeconds": 60,
+               "objective": {"timeToFirstTokenMs": 1000, "timePerOutputTokenMs": 50}}
+
+
+def test_autoscaling_is_validated_by_the_model_and_the_crd() -> None:
+    from pydantic import ValidationError
+
+    from ultraplane.resources import crdgen
+    from ultraplane.resources.inferencejobs import InferenceJobSpec
+
+    spec = InferenceJobSpec.model_validate({**SPEC, "autoscaling": AUTOSCALING})
+    assert spec.autoscaling is not None and spec.autoscaling.max_replicas == 4
+    for bad in ({"minReplicas": 5}, {"minReplicas": 0}, {"scaleDownDelaySeconds": -1},
+                {"objective": {"timeToFirstTokenMs": 0, "timePerOutputTokenMs": 50}}):
+        with pytest.raises(ValidationError):
+            InferenceJobSpec.model_validate({**SPEC, "autoscaling": {**AUTOSCALING, **bad}})
+    rendered = "\n".join(crdgen.rendered_files().values())
+    assert "self.minReplicas <= self.maxReplicas" in rendered
+    assert "desiredReplicas" in rendered and "scalingMessage" in rendered
+
+
+def test_jobspecs_reads_autoscaling() -> None:
+    from ultraplane.documents.jobspecs import AutoscalingRead, read_job
+
+    read = read_job("InferenceJob", "ns", "s", {**SPEC, "autoscaling": AUTOSCALING})
+    assert read.error is None
+    assert read.autoscaling == AutoscalingRead(1, 4, 1000.0, 50.0, 60.0)
+    assert read_job("InferenceJob", "ns", "s", SPEC).autoscaling is None
+    bad = read_job("InferenceJob", "ns", "s",
+                   {**SPEC, "autoscaling": {**AUTOSCALING, "minReplicas": 9}})
+    assert bad.queued is None and bad.error is not None and "spec.autoscaling" in bad.error
+
+
+def test_status_of_a_rescale_keeps_the_running_replicas_entries() -> None:
+    from datetime import UTC, datetime
+
+    from ultraplane.documents.jobstatuses import status_of
+
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    d = fleet(2)
+    d.observe(serve(3))
+    (admitted,) = d.cycle(0.0).admitted
+    before = status_of({}, admitted, now, replicated=True)
+    down = d.rescale(SERVE, 2)
+    assert isinstance(down, ScaledDown)
+    status = status_of(before, down, now, replicated=True)
+    assert status["desiredReplicas"] == 2 and status["chips"] == 64
+    assert status["allocation"]["replicas"] == before["allocation"]["replicas"][:2]
+    assert "phase" not in status and "serve#2" in status["scalingMessage"]
+    up = d.rescale(SERVE, 9)
+    assert status_of(status, up, now, replicated=True)["desiredReplicas"] == 9
+    (grown,) = d.cycle(1.0).scaled_up
+    after = status_of(status, grown, now, replicated=True)
+    assert after["allocation"]["replicas"][:2] == status["allocation"]["replicas"]
+    assert after["desiredReplicas"] == 9 and "added replicas wait" in after["scalingMessage"]
+
