@@ -181,6 +181,20 @@ def test_a_pending_scale_up_is_tried_when_the_queue_is_carried_over() -> None:
     assert d.cycle(5.0).scaled_up == []
 
 
+def test_scale_up_stays_within_the_tenant_queue() -> None:
+    # Queue A: 64 nominal trn2 chips, no cohort. us0 [s0 s0 . .] us1 [. . . .]:
+    # serve 1 -> 3 places s1 (64 chips used), and the third replica waits NoQuota.
+    from ultraplane.policies.quotas import NO_QUOTA, QueueSpec, QuotaBook
+
+    d = Admissions(Allocator(build_fleet("trn2", 2)), reservation=False,
+                   quotas=QuotaBook([QueueSpec("A", {"trn2": 64})]))
+    d.observe(QueuedJob(SERVE, serve(1).request, 10, replicas=1, queue="A"))
+    d.cycle(0.0)
+    d.rescale(SERVE, 3)
+    (up,) = d.cycle(1.0).scaled_up
+    assert up.replicas == 2 and up.message.startswith(f"1 of 2 added replicas wait: {NO_QUOTA}")
+
+
 @settings(max_examples=30, deadline=None)
 @given(st.lists(st.integers(min_value=1, max_value=6), min_size=1, max_size=8),
        st.lists(st.integers(min_value=0, max_value=3), min_size=0, max_size=4))

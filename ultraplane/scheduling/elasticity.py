@@ -10,7 +10,10 @@ restart the replicas that serve. So a resize of a running job is not a resubmiss
   each inside one domain like every gang, at the job's priority and queue order: before the
   first waiting job it outranks, after every waiting job that outranks it. A replica that
   finds no capacity may evict lower-priority preemptible work exactly as an admission does
-  (`evictions`; the victims are `Preempted` by the job).
+  (`evictions`; the victims are `Preempted` by the job). Each added replica must also fit
+  the job's tenant queue (one replica's chips more, `QuotaBook.refuse`) and the power
+  budgets over where it lands (one replica's draw more, `PowerBook.refuse`; refused, it is
+  released and its victims put back), and it spends the launch allowance like an admission.
 - Replicas are all-or-nothing only at first admission (`replicas`). Added replicas are placed
   one by one and a partial scale-up holds what it placed: serving capacity is useful per
   replica (three of four added replicas serve three quarters of the extra load), whereas a
@@ -29,9 +32,10 @@ from dataclasses import replace
 
 from ultraplane.ids import ChipId, JobKey
 from ultraplane.placement.allocator import Allocator, NoFit, Placement
-from ultraplane.scheduling.cycles import CycleResult, CycleState
+from ultraplane.scheduling.cycles import DEFERRED, CycleResult, CycleState
 from ultraplane.scheduling.evictions import Evicted, Evictions
 from ultraplane.scheduling.powergates import PowerGate
+from ultraplane.scheduling.quotagates import QuotaGate
 from ultraplane.scheduling.rosters import Roster
 from ultraplane.workloads import QueuedJob, replica_key
 
@@ -42,8 +46,9 @@ class Elasticity:
     """The pending scale-ups of one scheduler's running replicated jobs, and resizing them."""
 
     def __init__(self, allocator: Allocator, roster: Roster, state: CycleState,
-                 evictions: Evictions, power: PowerGate) -> None:
+                 quotas: QuotaGate, evictions: Evictions, power: PowerGate) -> None:
         self._allocator = allocator
+        self._quotas = quotas
         self._roster = roster
         self._state = state
         self._evictions = evictions
@@ -102,16 +107,22 @@ class Elasticity:
         index = job.replicas or 1
         while index < want:
             if state.budget is not None and state.budget <= 0:
-                outcome = NoFit("Deferred", "the launch backlog")
+                outcome = DEFERRED
                 break
             part = replica_key(job.key, index)
+            outcome = self._refused(job)
+            if outcome is not None:
+                break
             known = state.failed.get(job.request)
             outcome = known if known is not None else self._power.allocate(part, job)
             if isinstance(outcome, NoFit) and known is None:
                 state.failed[job.request] = outcome
+            mark = len(evicted)
             if (isinstance(outcome, NoFit) and outcome.kind == "NoCapacity"
                     and self._evictions.may_preempt(job)):
                 outcome = self._evictions.preempt_for(job, part, outcome, evicted)
+            if isinstance(outcome, Placement):
+                outcome = self._within_power(job, part, outcome, mark, evicted, result)
             if isinstance(outcome, NoFit):
                 break
             added.append((index, outcome))
@@ -129,3 +140,22 @@ class Elasticity:
                        f"{outcome.kind}: {outcome.message}")
         if added or waiting is not None:
             result.scaled_up.append((job.key, tuple(added), waiting))
+
+    def _refused(self, job: QueuedJob) -> NoFit | None:
+        """Why `job`'s tenant queue has no room for one more replica (`NoQuota`), or None."""
+        book = self._quotas.book
+        return book.refuse(replace(job, replicas=None)) if book is not None else None
+
+    def _within_power(self, job: QueuedJob, part: JobKey, placed: Placement, mark: int,
+                      evicted: Evicted, result: CycleResult) -> Placement | NoFit:
+        """`placed` if the power budgets over it can hold one more replica of `job`, else
+        the `NoPower` reason, with the replica released and its victims put back."""
+        book = self._power.book
+        refused = book.refuse(part, job.priority, (placed,)) if book is not None else None
+        if refused is None:
+            return placed
+        self._allocator.release(part)
+        for victim in self._evictions.undo(evicted[mark:]):
+            result.preempted.append((victim, job.key))
+        del evicted[mark:]
+        return refused

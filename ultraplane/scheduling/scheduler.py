@@ -104,7 +104,8 @@ class Scheduler:
         self._splits = Splits(allocator, roster, state, self._power)
         self._backfills = Backfills(allocator, state, reservations, self._power)
         self._carryover = CarryOver(allocator, roster, state, evictions, reservations)
-        self._elasticity = Elasticity(allocator, roster, state, evictions, self._power)
+        self._elasticity = Elasticity(allocator, roster, state, gate, evictions,
+                                      self._power)
 
     @property
     def preemption(self) -> bool:
