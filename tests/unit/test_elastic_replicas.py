@@ -160,10 +160,10 @@ def test_waiting_job_rescale_replaces_the_queued_entry() -> None:
         d.rescale(JobKey("t"), 2)  # one gang, not replicated
 
 
-def test_a_pending_scale_up_is_tried_when_the_queue_is_carried_over() -> None:
-    # us0 [s0 s0 t t] with a deep queue of waiting same-shape jobs: cycles would carry the
-    # queue over (trying only arrivals); the pending scale-up makes them full ones, so once
-    # t ends the added replica is placed even though only an arrival is new.
+def test_a_waiting_scale_up_is_placed_once_chips_free_behind_a_deep_queue() -> None:
+    # us0 [s0 s0 t t] (t outranks serve) with w0..w2 waiting behind: serve 1 -> 2 waits,
+    # saying why; t ends and an arrival comes: the added replica goes first (serve outranks
+    # the waiting jobs), and nothing more is said once it is placed.
     d = running(fleet(1), 1)
     d.observe(training("t", 32, priority=20))
     d.cycle(1.0)
@@ -179,6 +179,34 @@ def test_a_pending_scale_up_is_tried_when_the_queue_is_carried_over() -> None:
     assert [i for i, _ in done.added] == [1]
     # with nothing pending, carried cycles stay as they were
     assert d.cycle(5.0).scaled_up == []
+
+
+def test_a_pending_scale_up_makes_every_cycle_a_full_one() -> None:
+    # us0 [s0 s0 t t] (t outranks serve), w0..w2 (64 chips) wait: a deep queue whose cycles
+    # carry the last one over while only arrivals come. A pending scale-up is not an arrival:
+    # while it waits every cycle is full (it is tried in each), and once it is placed (t
+    # ended) the carried cycles come back.
+    from ultraplane.scheduling.scheduler import Scheduler
+
+    s = Scheduler(Allocator(build_fleet("trn2", 1)))
+    s.submit(serve(1))
+    s.submit(training("t", 32, priority=20))
+    s.cycle(0.0)
+    for i in range(3):
+        s.submit(training(f"w{i}", 64, seq=2 + i))
+    s.cycle(1.0)
+    s.submit(training("a0", 64, seq=10))
+    assert s.cycle(2.0).carried is not None  # only an arrival: carried over
+    s.rescale(SERVE, 2)
+    for now in (3.0, 4.0):
+        s.submit(training(f"a{now}", 64, seq=int(now) + 10))
+        result = s.cycle(now)
+        assert result.carried is None and result.scaled_up[0][1] == ()
+    s.cancel(JobKey("t"))
+    result = s.cycle(5.0)
+    assert [i for i, _ in result.scaled_up[0][1]] == [1] and result.scaled_up[0][2] is None
+    s.submit(training("a9", 64, seq=99))
+    assert s.cycle(6.0).carried is not None
 
 
 def test_scale_up_stays_within_the_tenant_queue() -> None:
