@@ -223,6 +223,24 @@ def test_scale_up_stays_within_the_tenant_queue() -> None:
     assert up.replicas == 2 and up.message.startswith(f"1 of 2 added replicas wait: {NO_QUOTA}")
 
 
+def test_scale_up_stays_within_the_power_budget() -> None:
+    # Two Gen2 UltraServers under one budget of idle + 100 kW (no capping): a 72-chip
+    # replica adds about 45 kW over idle, so two fit and the third waits NoPower.
+    from ultraplane.policies.powerbook import NO_POWER, PowerBook
+    from ultraplane.policies.powerbudgets import BudgetSpec
+
+    book = PowerBook([BudgetSpec("row", 2 * 144 * 300.0 + 100e3)], capping=False)
+    d = Admissions(Allocator(build_fleet("trn3-gen2", 2)), reservation=False, power=book)
+    request = PlacementRequest(chips=72, required_level="ultraserver")
+    d.observe(QueuedJob(SERVE, request, 10, replicas=1))
+    d.cycle(0.0)
+    before = chips_of(d)
+    d.rescale(SERVE, 3)
+    (up,) = d.cycle(1.0).scaled_up
+    assert up.replicas == 2 and up.message.startswith(f"1 of 2 added replicas wait: {NO_POWER}")
+    assert chips_of(d)[0] == before[0] and len(d.allocator.allocations()) == 2
+
+
 @settings(max_examples=30, deadline=None)
 @given(st.lists(st.integers(min_value=1, max_value=6), min_size=1, max_size=8),
        st.lists(st.integers(min_value=0, max_value=3), min_size=0, max_size=4))

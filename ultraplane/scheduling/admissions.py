@@ -172,8 +172,9 @@ class Admissions:
     def rescale(self, key: JobKey, replicas: int) -> ScaledDown | ScalingUp | Observed:
         """Trigger: the replicated job `key` should run `replicas` replicas (a spec edit, or
         the planner's count). Waiting: its queued entry is replaced (`Observed`). Running:
-        fewer releases the highest-index replicas now (`ScaledDown`), more are queued for the
-        cycle (`ScalingUp`); the running replicas never move. Unknown: `Observed(queued=False)`.
+        fewer (or as many) releases the highest-index replicas now and cancels any pending
+        scale-up (`ScaledDown`, possibly removing none), more are queued for the cycle
+        (`ScalingUp`); the running replicas never move. Unknown: `Observed(queued=False)`.
         Raises `ValueError` for a count below 1 or a job that is not replicated."""
         if replicas < 1:
             raise ValueError(f"job {key}: replicas must be at least 1, got {replicas}")
