@@ -125,6 +125,21 @@ def test_scale_up_preempts_lower_priority_training_with_the_reason() -> None:
     assert d.is_waiting(JobKey("t"))
 
 
+def test_a_scale_up_may_evict_a_lower_priority_job_that_was_growing_too() -> None:
+    # us0 [s0 s0 b0 b0]: serve (priority 10) and b (5) both want 2 replicas. serve grows
+    # first and evicts b whole; b's own scale-up is dropped (it waits again, as admitted).
+    d = running(fleet(1), 1)
+    other = JobKey("b")
+    d.observe(QueuedJob(other, serve(1).request, 5, seq=1, replicas=1))
+    d.cycle(0.5)
+    d.rescale(SERVE, 2)
+    d.rescale(other, 2)
+    decisions = d.cycle(1.0)
+    assert [(p.key, p.by) for p in decisions.preempted] == [("b", "serve")]
+    assert [(u.key, u.replicas) for u in decisions.scaled_up] == [("serve", 2)]
+    assert d.is_waiting(other) and d.scheduler.wanted(other) is None
+
+
 def test_scale_up_that_does_not_fit_keeps_the_job_running_and_says_why() -> None:
     # us0 [s0 s0 . .] us1 [t t t t] (t outranks serve): serve 1 -> 3 places s1 only.
     d = running(fleet(2), 1)

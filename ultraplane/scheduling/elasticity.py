@@ -88,13 +88,17 @@ class Elasticity:
         running = self._roster.running
         jobs = sorted((running[k] for k in self.pending
                        if k in running and k not in self._tried), key=QueuedJob.order)
-        for gone in [k for k in self.pending if k not in running]:
-            del self.pending[gone]
         for job in jobs:
             if before is not None and job.order() >= before.order():
                 break
             self._tried.add(job.key)
-            self._grow(job, result)
+            now = running.get(job.key)
+            if now is not None:  # (not evicted by a scale-up just before it)
+                self._grow(now, result)
+        # A job evicted meanwhile waits again as it was admitted: its scale-up is dropped
+        # (the planner, or the spec edit, asks again once it runs).
+        for gone in [k for k in self.pending if k not in running]:
+            del self.pending[gone]
         if before is None:
             self._tried.clear()
 
