@@ -154,6 +154,7 @@ def test_scale_up_that_does_not_fit_keeps_the_job_running_and_says_why() -> None
     # the next cycle tries again, still without room, and says so
     (again,) = d.cycle(3.0).scaled_up
     assert again.added == () and again.message.startswith("1 of 1 added replicas wait")
+    assert d.cycle(3.5).scaled_up == []  # the same reason is not said again
     # t ends: the last replica is placed
     d.finished(JobKey("t"), "Succeeded")
     (done,) = d.cycle(4.0).scaled_up
@@ -216,7 +217,8 @@ def test_a_pending_scale_up_makes_every_cycle_a_full_one() -> None:
     for now in (3.0, 4.0):
         s.submit(training(f"a{now}", 64, seq=int(now) + 10))
         result = s.cycle(now)
-        assert result.carried is None and result.scaled_up[0][1] == ()
+        assert result.carried is None  # (the reason is said once: at 3.0)
+        assert [u[2] is not None for u in result.scaled_up] == ([True] if now == 3.0 else [])
     s.cancel(JobKey("t"))
     result = s.cycle(5.0)
     assert [i for i, _ in result.scaled_up[0][1]] == [1] and result.scaled_up[0][2] is None

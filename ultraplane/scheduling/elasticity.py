@@ -19,7 +19,8 @@ restart the replicas that serve. So a resize of a running job is not a resubmiss
   replica (three of four added replicas serve three quarters of the extra load), whereas a
   gang of a training job is useless in part. The first added replica that does not fit stops
   the rest (they have the same request, so they would not fit either) and the job keeps
-  running at the size it reached; the missing replicas wait, with the reason (`waiting`).
+  running at the size it reached; the missing replicas wait, with the reason, said again
+  only when it changes.
 
 Deep queues: a cycle that carries the last one over tries only new arrivals; a pending
 scale-up would be skipped there, so while one waits every cycle is a full one
@@ -55,13 +56,16 @@ class Elasticity:
         self._power = power
         self.pending: dict[JobKey, int] = {}  # running job -> the replica count it wants
         self._tried: set[JobKey] = set()  # grown (or tried) this cycle: once a cycle each
+        # Why each scale-up waits, as last said: a cycle that places nothing and would say
+        # the same says nothing (as an unchanged Pending is not written again).
+        self._said: dict[JobKey, str] = {}
 
     def shrink(self, key: JobKey, replicas: int) -> tuple[tuple[JobKey, ...], frozenset[ChipId]]:
         """`key` (running) keeps its replicas below `replicas`; the rest are released.
         Returns the removed parts and the chips they freed."""
         job = self._roster.running[key]
         current = job.replicas or 1
-        self.pending.pop(key, None)
+        self.forget(key)
         removed = tuple(replica_key(key, i) for i in range(replicas, current))
         freed: set[ChipId] = set()
         for part in removed:
@@ -72,12 +76,15 @@ class Elasticity:
         return removed, frozenset(freed)
 
     def request(self, key: JobKey, replicas: int) -> None:
-        """`key` (running) wants `replicas`, more than it holds: the next cycles place them."""
+        """`key` (running) wants `replicas`, more than it holds: the next cycles place them
+        (and say anew why any wait: the status now says it is scaling up)."""
         self.pending[key] = replicas
+        self._said.pop(key, None)
 
     def forget(self, key: JobKey) -> None:
         """`key` stopped running (finished, deleted, requeued): nothing to grow."""
         self.pending.pop(key, None)
+        self._said.pop(key, None)
 
     def grow(self, before: QueuedJob | None, result: CycleResult) -> None:
         """Place the pending scale-ups of every job that comes before `before` in queue order
@@ -98,7 +105,7 @@ class Elasticity:
         # A job evicted meanwhile waits again as it was admitted: its scale-up is dropped
         # (the planner, or the spec edit, asks again once it runs).
         for gone in [k for k in self.pending if k not in running]:
-            del self.pending[gone]
+            self.forget(gone)
         if before is None:
             self._tried.clear()
 
@@ -142,8 +149,12 @@ class Elasticity:
         if isinstance(outcome, NoFit) and index < want:
             waiting = (f"{want - index} of {want - (index - len(added))} added replicas wait: "
                        f"{outcome.kind}: {outcome.message}")
-        if added or waiting is not None:
+        if added or (waiting is not None and waiting != self._said.get(job.key)):
             result.scaled_up.append((job.key, tuple(added), waiting))
+        if waiting is None:
+            self._said.pop(job.key, None)
+        else:
+            self._said[job.key] = waiting
 
     def _refused(self, job: QueuedJob) -> NoFit | None:
         """Why `job`'s tenant queue has no room for one more replica (`NoQuota`), or None."""
