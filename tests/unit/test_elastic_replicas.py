@@ -333,8 +333,11 @@ def test_status_of_a_rescale_keeps_the_running_replicas_entries() -> None:
     assert status["desiredReplicas"] == 2 and status["chips"] == 64
     assert status["allocation"]["replicas"] == before["allocation"]["replicas"][:2]
     assert "phase" not in status and "serve#2" in status["scalingMessage"]
-    up = d.rescale(SERVE, 9)
-    assert status_of(status, up, now, replicated=True)["desiredReplicas"] == 9
+    up = d.rescale(SERVE, 9, "p99 TTFT 1.4 s over the 1 s objective at 40 req/s.")
+    scaling = status_of(status, up, now, replicated=True)
+    assert scaling["desiredReplicas"] == 9
+    assert scaling["scalingMessage"] == ("Scaling up from 2 to 9 replicas. p99 TTFT 1.4 s "
+                                         "over the 1 s objective at 40 req/s.")
     (grown,) = d.cycle(1.0).scaled_up
     after = status_of(status, grown, now, replicated=True)
     assert after["allocation"]["replicas"][:2] == status["allocation"]["replicas"]

@@ -187,20 +187,25 @@ def rescaled(decision: ScaledDown | ScalingUp | ScaledUp) -> Status:
     Phase, admission time and attempt stay: no replica restarted."""
     if isinstance(decision, ScalingUp):
         return {"desiredReplicas": decision.desired,
-                "scalingMessage": f"Scaling up from {decision.replicas} to "
-                                  f"{decision.desired} replicas."}
+                "scalingMessage": _because(f"Scaling up from {decision.replicas} to "
+                                           f"{decision.desired} replicas.", decision.reason)}
     placements = decision.placements
     status: Status = {"allocation": replica_allocation(placements) if placements else None,
                       "chips": sum(p.chips for p in placements)}
     if isinstance(decision, ScaledDown):
         status["desiredReplicas"] = decision.replicas
-        status["scalingMessage"] = (f"Scaled down to {decision.replicas} replicas; released "
-                                    f"{', '.join(decision.removed)}.")
+        status["scalingMessage"] = _because(
+            f"Scaled down to {decision.replicas} replicas; released "
+            f"{', '.join(decision.removed) or 'nothing'}.", decision.reason)
     else:
         status["desiredReplicas"] = decision.desired
         status["scalingMessage"] = decision.message or (
             f"Scaled up to {decision.replicas} replicas.")
     return status
+
+
+def _because(said: str, reason: str) -> str:
+    return f"{said} {reason}" if reason else said
 
 
 def pending(current: Mapping[str, Any], reason: str, message: str, position: int | None,

@@ -169,13 +169,16 @@ class Admissions:
             policy = "RestartAll"  # nothing left to replace (the sentence names the job's own)
         return apply_policy(self.scheduler, self.allocator, key, lost, policy, text, POD)
 
-    def rescale(self, key: JobKey, replicas: int) -> ScaledDown | ScalingUp | Observed:
+    def rescale(self, key: JobKey, replicas: int, reason: str = ""
+                ) -> ScaledDown | ScalingUp | Observed:
         """Trigger: the replicated job `key` should run `replicas` replicas (a spec edit, or
         the planner's count). Waiting: its queued entry is replaced (`Observed`). Running:
         fewer (or as many) releases the highest-index replicas now and cancels any pending
         scale-up (`ScaledDown`, possibly removing none), more are queued for the cycle
         (`ScalingUp`); the running replicas never move. Unknown: `Observed(queued=False)`.
-        Raises `ValueError` for a count below 1 or a job that is not replicated."""
+        `reason` (the planner's, `ultraplane.serving.planners.plan`) is carried into the
+        decision and its status message. Raises `ValueError` for a count below 1 or a job
+        that is not replicated."""
         if replicas < 1:
             raise ValueError(f"job {key}: replicas must be at least 1, got {replicas}")
         waiting = self.scheduler.queued_job(key)
@@ -188,8 +191,8 @@ class Admissions:
             return self.observe(dataclasses.replace(waiting, replicas=replicas))
         removed, released = self.scheduler.rescale(key, replicas)
         if replicas > job.replicas:
-            return ScalingUp(key, job.replicas, replicas)
-        return ScaledDown(key, removed, self.scheduler.placements(key), released)
+            return ScalingUp(key, job.replicas, replicas, reason)
+        return ScaledDown(key, removed, self.scheduler.placements(key), released, reason)
 
     def launch_failed(self, key: JobKey, reason: str, message: str) -> Failed:
         """Trigger: the job's pods cannot be made at all (`reason`: no Node for one of its

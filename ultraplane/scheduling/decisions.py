@@ -213,6 +213,7 @@ class ScaledDown:
     removed: tuple[JobKey, ...]
     placements: tuple[Placement, ...]
     released: frozenset[ChipId]
+    reason: str = ""  # why the count changed (the planner's reason), when the caller said
 
     @property
     def replicas(self) -> int:
@@ -227,6 +228,7 @@ class ScalingUp:
     key: JobKey
     replicas: int
     desired: int
+    reason: str = ""  # why the count changed (the planner's reason), when the caller said
 
 
 @dataclass(frozen=True, slots=True)
