@@ -1,9 +1,10 @@
 """What one scheduling cycle decides, and what its policies share while they decide it.
 
 Why a module of its own: the cycle's policies (`evictions`, `reservations`, `backfills`,
-`splits`, `powergates`, `replicas`, `elasticity`, `carryovers`) each write into the one `CycleResult` and
-read the one clock and no-fit memo of `CycleState`; the driver (`scheduler`) creates both, and
-every policy imports them from here, below the driver, so no policy imports the driver.
+`splits`, `powergates`, `replicas`, `elasticity`, `carryovers`) each write into the one
+`CycleResult` and read the one clock and no-fit memo of `CycleState`; the driver
+(`scheduler`) creates both, and every policy imports them from here, below the driver, so no
+policy imports the driver.
 """
 
 from __future__ import annotations

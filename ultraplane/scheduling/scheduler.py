@@ -261,7 +261,9 @@ class Scheduler:
                 result = self._full()
         self._roster.arrivals.clear()
         self._carryover.settle(result)
-        if self._elasticity.pending:  # a carried cycle would not try them
+        if self._elasticity.pending:
+            # A carried cycle judges only arrivals against what stands; a waiting scale-up
+            # may preempt, or fit chips freed since, so it is tried in a full one.
             self._carryover.forget()
         return result
 
