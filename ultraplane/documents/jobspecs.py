@@ -17,6 +17,8 @@ The rules:
 - The work (`read_work`: precision, model size, steps or duration, load and latency objective)
   is what a runtime models the job's speed and draw from (the simulator's plans). The kind is
   the caller's, never guessed from which fields a spec has; defaults are docs/resources.md's.
+- An InferenceJob's `spec.autoscaling` is an `AutoscalingRead` (the planner's bounds and
+  objective); a malformed one is `error`, as any field the core cannot honour.
 """
 
 from __future__ import annotations
@@ -39,10 +41,44 @@ from ultraplane.ids import ChipId, JobKey, job_key
 from ultraplane.resources.trainingjobs import FailurePolicy
 from ultraplane.workloads import QueuedJob
 
-__all__ = ["JobRead", "JobWork", "expected_end", "failure_policy_of", "read_body", "read_job",
-           "read_work", "wire_spec"]
+__all__ = ["AutoscalingRead", "JobRead", "JobWork", "autoscaling_of", "expected_end",
+           "failure_policy_of", "read_body", "read_job", "read_work", "wire_spec"]
 
 Spec = Mapping[str, Any] | BaseModel
+
+
+@dataclass(frozen=True, slots=True)
+class AutoscalingRead:
+    """An InferenceJob's `spec.autoscaling`: the core owns its replica count within
+    [min_replicas, max_replicas], sized so the p99 objective holds."""
+
+    min_replicas: int
+    max_replicas: int
+    ttft_ms: float
+    tpot_ms: float
+    scale_down_delay_s: float = 300.0
+
+
+def autoscaling_of(spec: Mapping[str, Any]) -> AutoscalingRead | None:
+    """`spec.autoscaling` read, None when unset; raises `InvalidJobError` naming the field."""
+    raw = spec.get("autoscaling")
+    if raw is None:
+        return None
+    try:
+        objective = raw.get("objective") or {}
+        read = AutoscalingRead(int(raw.get("minReplicas", 1)), int(raw["maxReplicas"]),
+                               float(objective["timeToFirstTokenMs"]),
+                               float(objective["timePerOutputTokenMs"]),
+                               float(raw.get("scaleDownDelaySeconds", 300)))
+    except (AttributeError, KeyError, TypeError, ValueError) as exc:
+        raise InvalidJobError(f"spec.autoscaling: missing or malformed field ({exc})") from exc
+    if not 1 <= read.min_replicas <= read.max_replicas:
+        raise InvalidJobError("spec.autoscaling: minReplicas must be at least 1 and at most "
+                              "maxReplicas")
+    if read.ttft_ms <= 0 or read.tpot_ms <= 0 or read.scale_down_delay_s < 0:
+        raise InvalidJobError("spec.autoscaling: the objective must be positive and "
+                              "scaleDownDelaySeconds not negative")
+    return read
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +96,7 @@ class JobRead:
     parts: tuple[JobKey, ...]
     chips: tuple[ChipId, ...] = ()
     replica_chips: tuple[tuple[ChipId, ...], ...] = ()
+    autoscaling: AutoscalingRead | None = None
 
     @property
     def replicated(self) -> bool:
@@ -112,10 +149,14 @@ def read_job(kind: str, namespace: str, name: str, spec: Spec, *, seq: int = 0,
     key = job_key(kind, namespace, name)
     queued: QueuedJob | None = None
     error: str | None = None
+    autoscaling: AutoscalingRead | None = None
     try:
         queued = queued_job(kind, namespace, name, wire, seq, created_s)
+        if kind == "InferenceJob":
+            autoscaling = autoscaling_of(wire)
     except InvalidJobError as exc:
         error = str(exc)
+        queued = None
     allocation = (status or {}).get("allocation") or {}
     per_replica = replica_chips(allocation) if kind == "InferenceJob" else ()
     chips = tuple(ChipId(c) for c in allocation.get("chips") or [])
@@ -123,7 +164,7 @@ def read_job(kind: str, namespace: str, name: str, spec: Spec, *, seq: int = 0,
         chips = tuple(dict.fromkeys(c for r in per_replica for c in r))
     parts = queued.parts() if queued is not None else (key,)
     return JobRead(key, kind, namespace, name, queued, error, failure_policy_of(kind, wire),
-                   parts, chips, per_replica)
+                   parts, chips, per_replica, autoscaling)
 
 
 def read_body(body: Mapping[str, Any], kind: str) -> JobRead:

@@ -38,6 +38,9 @@ from ultraplane.scheduling.decisions import (
     Replaced,
     Requeued,
     Restarted,
+    ScaledDown,
+    ScaledUp,
+    ScalingUp,
     preempted_message,
 )
 
@@ -68,6 +71,7 @@ __all__ = [
     "ran",
     "readmitted",
     "replica_allocation",
+    "rescaled",
     "reservation_said",
     "running",
     "runtime_conditions",
@@ -78,7 +82,7 @@ __all__ = [
 
 Status = dict[str, Any]
 StatusDecision = (Admitted | Replaced | Pending | Preempted | Evicted | Restarted | Requeued
-                  | Failed | Finished)
+                  | Failed | Finished | ScaledDown | ScalingUp | ScaledUp)
 
 
 def stamp(now: datetime) -> str:
@@ -179,6 +183,33 @@ def admitted_replicas(current: Mapping[str, Any], placements: Sequence[Placement
         "attempt": int(current.get("attempt") or 0) + 1,
         "conditions": readmitted(current, reason, message, now),
     }
+
+
+def rescaled(decision: ScaledDown | ScalingUp | ScaledUp) -> Status:
+    """A running InferenceJob resized in place: the allocation per replica as it is now (the
+    running replicas' entries unchanged), the desired count, and why replicas still wait.
+    Phase, admission time and attempt stay: no replica restarted."""
+    if isinstance(decision, ScalingUp):
+        return {"desiredReplicas": decision.desired,
+                "scalingMessage": _because(f"Scaling up from {decision.replicas} to "
+                                           f"{decision.desired} replicas.", decision.reason)}
+    placements = decision.placements
+    status: Status = {"allocation": replica_allocation(placements) if placements else None,
+                      "chips": sum(p.chips for p in placements)}
+    if isinstance(decision, ScaledDown):
+        status["desiredReplicas"] = decision.replicas
+        status["scalingMessage"] = _because(
+            f"Scaled down to {decision.replicas} replicas; released "
+            f"{', '.join(decision.removed) or 'nothing'}.", decision.reason)
+    else:
+        status["desiredReplicas"] = decision.desired
+        status["scalingMessage"] = decision.message or (
+            f"Scaled up to {decision.replicas} replicas.")
+    return status
+
+
+def _because(said: str, reason: str) -> str:
+    return f"{said} {reason}" if reason else said
 
 
 def pending(current: Mapping[str, Any], reason: str, message: str, position: int | None,
@@ -382,6 +413,8 @@ def _status_of(current: Mapping[str, Any], decision: StatusDecision, now: dateti
         if isinstance(decision, Replaced):
             status["restarts"] = int(current.get("restarts") or 0) + 1
         return status
+    if isinstance(decision, ScaledDown | ScalingUp | ScaledUp):
+        return rescaled(decision)
     if isinstance(decision, Pending):
         return pending(current, decision.reason, decision.message, decision.position, now)
     if isinstance(decision, Preempted):

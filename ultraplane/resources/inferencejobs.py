@@ -65,6 +65,51 @@ class LatencySLO(SpecModel):
     )
 
 
+_MIN_MAX = "spec.autoscaling.minReplicas must be at most maxReplicas"
+
+
+class LatencyObjective(SpecModel):
+    """The p99, over the requests of a window, that the planner sizes the replicas for."""
+
+    time_to_first_token_ms: float = Field(
+        gt=0, le=600_000, description="p99 time to first token to hold, ms."
+    )
+    time_per_output_token_ms: float = Field(
+        gt=0, le=60_000, description="p99 time per output token to hold, ms."
+    )
+
+
+class Autoscaling(SpecModel):
+    """The core owns the replica count within [minReplicas, maxReplicas], sized to the
+    objective for the observed load (`ultraplane.serving.planners`); status.desiredReplicas
+    and status.scalingMessage say what it chose and why."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {"rule": "self.minReplicas <= self.maxReplicas", "message": _MIN_MAX},
+            ]
+        }
+    )
+
+    min_replicas: int = Field(default=1, ge=1, le=MAX_REPLICAS, strict=True,
+                              description="Fewest replicas, however low the load.")
+    max_replicas: int = Field(ge=1, le=MAX_REPLICAS, strict=True,
+                              description="Most replicas, however high the load.")
+    objective: LatencyObjective = Field(description="The latency objective (p99).")
+    scale_down_delay_seconds: int = Field(
+        default=300, ge=0, le=86_400, strict=True,
+        description="How long a lower count must be wanted before replicas are removed "
+        "(scale-ups are not delayed).",
+    )
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Autoscaling:
+        if self.min_replicas > self.max_replicas:
+            raise ValueError(_MIN_MAX)
+        return self
+
+
 class InferenceJobSpec(SpecModel):
     """What an inference job asks for: replicas x chipsPerReplica. Immutable once admitted."""
 
@@ -113,6 +158,10 @@ class InferenceJobSpec(SpecModel):
     load: LoadTarget = Field(description="Offered load: requestsPerSecond or tokensPerSecond.")
     latency_slo: LatencySLO | None = Field(
         default=None, alias="latencySLO", description="Latency objective."
+    )
+    autoscaling: Autoscaling | None = Field(
+        default=None, description="Let the core choose the replica count for the load; "
+        "spec.replicas is then the count to start with. Unset: spec.replicas is fixed.",
     )
     duration_seconds: int | None = Field(
         default=None, ge=1, le=31_536_000,
@@ -174,6 +223,14 @@ class InferenceJobStatus(JobStatus):
         default=None, ge=0, description="Median time per output token, ms (simulated)."
     )
     slo_met: bool | None = Field(default=None, description="True when latencySLO is met.")
+    desired_replicas: int | None = Field(
+        default=None, ge=0, description="The replica count the core wants now (the planner's, "
+        "with spec.autoscaling; else spec.replicas); replicas below it wait to be placed."
+    )
+    scaling_message: str | None = Field(
+        default=None, description="Why the core chose desiredReplicas (the planner's reason), "
+        "or why added replicas still wait."
+    )
     tokens_per_megawatt: float | None = Field(
         default=None, ge=0, description="Tokens per second per megawatt drawn."
     )

@@ -28,11 +28,17 @@ The rules, all here:
   (`invalid`: it fails `InvalidSpec`), pods that cannot be made (`launch_failed`), an
   UltraServer drained from under a job (`drained`), an admission whose write did not land
   (`unwritten`: it waits again). No adapter changes the Scheduler itself.
+- A replicated job may change its replica count (`rescale`): a waiting one is queued again
+  with the new count; a running one shrinks at once (`ScaledDown`: its highest-index replicas
+  go, the others stay) or grows through the cycle (`ScalingUp`, then `ScaledUp` from each
+  cycle that places replicas or leaves some waiting), one replica at a time, preempting as an
+  admission does (`ultraplane.scheduling.elasticity`).
 - The clock is required by `cycle`: no adapter can run without the predictions.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 
 from ultraplane.ids import ChipId, JobKey
@@ -55,6 +61,9 @@ from ultraplane.scheduling.decisions import (
     Requeued,
     Reserved,
     Restarted,
+    ScaledDown,
+    ScaledUp,
+    ScalingUp,
     preempted_message,
 )
 from ultraplane.scheduling.failures import CHIP, POD, apply_policy, replace
@@ -79,6 +88,9 @@ __all__ = [
     "Requeued",
     "Reserved",
     "Restarted",
+    "ScaledDown",
+    "ScaledUp",
+    "ScalingUp",
 ]
 
 PINNED = 10**9  # the priority of chips held outside any job (`Admissions.hold`): never outranked
@@ -156,6 +168,31 @@ class Admissions:
         if policy == "ReplaceAffected" and not self.scheduler.is_running(key):
             policy = "RestartAll"  # nothing left to replace (the sentence names the job's own)
         return apply_policy(self.scheduler, self.allocator, key, lost, policy, text, POD)
+
+    def rescale(self, key: JobKey, replicas: int, reason: str = ""
+                ) -> ScaledDown | ScalingUp | Observed:
+        """Trigger: the replicated job `key` should run `replicas` replicas (a spec edit, or
+        the planner's count). Waiting: its queued entry is replaced (`Observed`). Running:
+        fewer (or as many) releases the highest-index replicas now and cancels any pending
+        scale-up (`ScaledDown`, possibly removing none), more are queued for the cycle
+        (`ScalingUp`); the running replicas never move. Unknown: `Observed(queued=False)`.
+        `reason` (the planner's, `ultraplane.serving.planners.plan`) is carried into the
+        decision and its status message. Raises `ValueError` for a count below 1 or a job
+        that is not replicated."""
+        if replicas < 1:
+            raise ValueError(f"job {key}: replicas must be at least 1, got {replicas}")
+        waiting = self.scheduler.queued_job(key)
+        job = waiting if waiting is not None else self.scheduler.running().get(key)
+        if job is None:
+            return Observed(key, False)
+        if job.replicas is None:
+            raise ValueError(f"job {key} is one gang, not replicated: it cannot be rescaled")
+        if waiting is not None:
+            return self.observe(dataclasses.replace(waiting, replicas=replicas))
+        removed, released = self.scheduler.rescale(key, replicas)
+        if replicas > job.replicas:
+            return ScalingUp(key, job.replicas, replicas, reason)
+        return ScaledDown(key, removed, self.scheduler.placements(key), released, reason)
 
     def launch_failed(self, key: JobKey, reason: str, message: str) -> Failed:
         """Trigger: the job's pods cannot be made at all (`reason`: no Node for one of its
@@ -259,6 +296,10 @@ class Admissions:
         decisions.admitted = [Admitted(k, (p,), message=result.notes.get(k, ""))
                               for k, p in result.admitted]
         decisions.admitted += [Admitted(k, ps, True) for k, ps in result.admitted_replicas]
+        decisions.scaled_up = [
+            ScaledUp(k, added, self.scheduler.placements(k),
+                     self.scheduler.wanted(k) or len(self.scheduler.placements(k)), why or "")
+            for k, added, why in result.scaled_up]
         changed: Sequence[int]
         if result.carried is not None and result.carried == len(self._listed):
             # Only the entries the scheduler names changed: the rest are last cycle's Pending,

@@ -1,9 +1,10 @@
 """What one scheduling cycle decides, and what its policies share while they decide it.
 
 Why a module of its own: the cycle's policies (`evictions`, `reservations`, `backfills`,
-`splits`, `powergates`, `replicas`, `carryovers`) each write into the one `CycleResult` and
-read the one clock and no-fit memo of `CycleState`; the driver (`scheduler`) creates both, and
-every policy imports them from here, below the driver, so no policy imports the driver.
+`splits`, `powergates`, `replicas`, `elasticity`, `carryovers`) each write into the one
+`CycleResult` and read the one clock and no-fit memo of `CycleState`; the driver
+(`scheduler`) creates both, and every policy imports them from here, below the driver, so no
+policy imports the driver.
 """
 
 from __future__ import annotations
@@ -43,6 +44,10 @@ class CycleResult:
     carried: int | None = None
     changed: list[int] = field(default_factory=list)
     deferred: int = 0  # pending entries of kind `Deferred` (the launch budget was spent)
+    # Running replicated jobs that grew (`elasticity`): (key, (index, placement) of each
+    # replica added this cycle, why the rest of the scale-up waits or None when it is done).
+    scaled_up: list[tuple[JobKey, tuple[tuple[int, Placement], ...], str | None]] = field(
+        default_factory=list)
 
     def held_for(self) -> dict[str, JobKey]:
         """UltraServer -> the job its chips are reserved for (empty without a reservation)."""

@@ -23,6 +23,8 @@ they are persisted.
     job deleted                 deleted(key)               Deleted
     admission not persisted     unwritten(key)             (nothing to write; it waits again)
     restart of the adapter      readopt(job, chips)        Readopted | Requeued
+    replica count changed       rescale(key, replicas)     ScaledDown | ScalingUp | Observed
+    (the cycle, after it)       cycle(now)                 Decisions.scaled_up: ScaledUp
 """
 
 from __future__ import annotations
@@ -49,6 +51,9 @@ __all__ = [
     "Requeued",
     "Reserved",
     "Restarted",
+    "ScaledDown",
+    "ScaledUp",
+    "ScalingUp",
 ]
 
 
@@ -199,8 +204,53 @@ class Deleted:
     released: frozenset[ChipId]
 
 
+@dataclass(frozen=True, slots=True)
+class ScaledDown:
+    """The running replicated job `key` shrank: `removed` (its highest-index replica keys)
+    gave back `released`; `placements` are the remaining replicas', unchanged (index order)."""
+
+    key: JobKey
+    removed: tuple[JobKey, ...]
+    placements: tuple[Placement, ...]
+    released: frozenset[ChipId]
+    reason: str = ""  # why the count changed (the planner's reason), when the caller said
+
+    @property
+    def replicas(self) -> int:
+        return len(self.placements)
+
+
+@dataclass(frozen=True, slots=True)
+class ScalingUp:
+    """The running replicated job `key` wants `desired` replicas and holds `replicas`: the
+    next cycles place the added ones (`ScaledUp`); the running ones are not touched."""
+
+    key: JobKey
+    replicas: int
+    desired: int
+    reason: str = ""  # why the count changed (the planner's reason), when the caller said
+
+
+@dataclass(frozen=True, slots=True)
+class ScaledUp:
+    """A cycle placed `added` replicas of the running job `key` ((index, placement) each,
+    possibly none), leaving the others where they were; `placements` are all its replicas'
+    now (index order). `message` says why the rest of the `desired` replicas wait (a
+    Pending-like reason: `NoCapacity: ...`), empty when the scale-up is complete."""
+
+    key: JobKey
+    added: tuple[tuple[int, Placement], ...]
+    placements: tuple[Placement, ...]
+    desired: int
+    message: str = ""
+
+    @property
+    def replicas(self) -> int:
+        return len(self.placements)
+
+
 Decision = (Admitted | Preempted | Evicted | Pending | Failed | Replaced | Restarted | Finished
-            | Deleted | Observed | Readopted | Requeued)
+            | Deleted | Observed | Readopted | Requeued | ScaledDown | ScalingUp | ScaledUp)
 
 
 @dataclass
@@ -217,6 +267,9 @@ class Decisions:
     fresh: list[Pending] = field(default_factory=list)
     reservation: Reserved | None = None
     deferred: list[JobKey] = field(default_factory=list)  # not tried: the launch budget was spent
+    # Running replicated jobs whose added replicas this cycle placed, or that still wait for
+    # them (persisted after `preempted`: a replica may reuse a victim's chips).
+    scaled_up: list[ScaledUp] = field(default_factory=list)
 
     def __iter__(self) -> Iterator[Admitted | Preempted | Pending | Failed]:
         yield from self.preempted

@@ -21,6 +21,7 @@ launch allowance and no-fit memo (`cycles.CycleState`); each module says why its
 - `powergates`: power budgets (powered UltraServers first, admission within headroom);
 - `evictions`: preemption, and putting the victims back when the job is not admitted;
 - `replicas`: every part of a job placed, or none;
+- `elasticity`: a running replicated job's added replicas, placed one by one (`rescale`);
 - `splits`: a `SplitWhenItPays` job split over UltraServers when it pays;
 - `reservations`: the first large job that does not fit reserves where it starts soonest;
 - `backfills`: a job onto reserved UltraServers when it ends before they are due;
@@ -33,7 +34,9 @@ A cycle, in this fixed order (`cycle`, `_full`, `_carried`, `_try`):
    (`CarryOver.resume`); otherwise every waiting job in queue order, in fair-share order
    with tenant queues (`QuotaGate.order`), with the power book's and the evictions' cycle
    begun and the no-fit memo cleared.
-2. Each job in turn, until one step decides it:
+2. Each job in turn, after the pending scale-ups of the running jobs ahead of it in queue
+   order (`Elasticity.grow`; those behind every waiting job after the last), until one step
+   decides it:
    a. the launch allowance is spent: it waits, `Deferred` (so does every job after it);
    b. its tenant queue has no room for it (`QuotaBook.refuse`): it waits;
    c. its request already failed this cycle and no step below could change that
@@ -65,6 +68,7 @@ from ultraplane.policies.quotas import QuotaBook
 from ultraplane.scheduling.backfills import Backfills
 from ultraplane.scheduling.carryovers import CarryOver
 from ultraplane.scheduling.cycles import DEFERRED, CycleResult, CycleState
+from ultraplane.scheduling.elasticity import Elasticity
 from ultraplane.scheduling.evictions import Evictions
 from ultraplane.scheduling.powergates import PowerGate
 from ultraplane.scheduling.quotagates import QuotaGate
@@ -100,6 +104,8 @@ class Scheduler:
         self._splits = Splits(allocator, roster, state, self._power)
         self._backfills = Backfills(allocator, state, reservations, self._power)
         self._carryover = CarryOver(allocator, roster, state, evictions, reservations)
+        self._elasticity = Elasticity(allocator, roster, state, gate, evictions,
+                                      self._power)
 
     @property
     def preemption(self) -> bool:
@@ -126,11 +132,32 @@ class Scheduler:
 
     def cancel(self, key: JobKey) -> frozenset[ChipId]:
         """Forget a job: dequeue it, or release its chips. Returns the chips released."""
+        self._elasticity.forget(key)
         return self._roster.cancel(key)
 
     def requeue(self, key: JobKey) -> QueuedJob | None:
         """Release a running job's chips and queue it again with its original rank."""
+        self._elasticity.forget(key)
         return self._roster.requeue(key)
+
+    def rescale(self, key: JobKey, replicas: int) -> tuple[tuple[JobKey, ...], frozenset[ChipId]]:
+        """A running replicated job wants `replicas`: fewer releases the highest-index
+        replicas now (returns the parts removed and the chips freed); more are placed by
+        the next cycles, which are full ones until they are (`elasticity`)."""
+        job = self._roster.running[key]
+        self._carryover.forget()
+        if replicas > (job.replicas or 1):
+            self._elasticity.request(key, replicas)
+            return (), frozenset()
+        return self._elasticity.shrink(key, replicas)
+
+    def wanted(self, key: JobKey) -> int | None:
+        """The replica count a running job's pending scale-up wants, if one waits."""
+        return self._elasticity.pending.get(key)
+
+    def queued_job(self, key: JobKey) -> QueuedJob | None:
+        """The waiting entry of `key`, if it waits."""
+        return self._roster.queued.get(key)
 
     def expect_end(self, key: JobKey, end: float | None) -> None:
         """The caller's prediction of when a running job ends. None (the caller knows
@@ -234,6 +261,10 @@ class Scheduler:
                 result = self._full()
         self._roster.arrivals.clear()
         self._carryover.settle(result)
+        if self._elasticity.pending:
+            # A carried cycle judges only arrivals against what stands; a waiting scale-up
+            # may preempt, or fit chips freed since, so it is tried in a full one.
+            self._carryover.forget()
         return result
 
     def _full(self) -> CycleResult:
@@ -264,6 +295,7 @@ class Scheduler:
         state, quotas = self._state, self._quotas.book
         position = len(result.pending)
         for index, job in enumerate(queue):
+            self._elasticity.grow(job, result)
             if state.budget is not None and state.budget <= 0:  # every job after it waits too
                 position += 1
                 result.pending.append((job.key, DEFERRED, position))
@@ -303,6 +335,7 @@ class Scheduler:
                 result.admitted.append((job.key, outcome[0]))
             else:
                 result.admitted_replicas.append((job.key, outcome))
+        self._elasticity.grow(None, result)
 
     def _settled(self, job: QueuedJob, known: NoFit, result: CycleResult) -> bool:
         """Whether `job`, whose request already failed this cycle, just waits with `known`:
