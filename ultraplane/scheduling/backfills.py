@@ -48,9 +48,13 @@ class Backfills:
             return NoFit(nofit.kind, f"{nofit.message}; it is predicted to end "
                          f"{span(unslowed - max(known.values()))} after the "
                          "reservation starts", nofit.blocking)
+        tried = (job.request, frozenset(opened))
+        if tried in self._state.no_backfill:
+            return nofit
         with self._allocator.lifted(opened):
             got = self._allocator.place(job.request)
             if isinstance(got, NoFit):
+                self._state.no_backfill.add(tried)
                 return nofit
             slow = placed_slowdown(self._allocator, got, job.request.chips)
             end = now + job.expected_s * slow

@@ -242,7 +242,7 @@ class Scheduler:
         queue = self._quotas.order(self.queued())
         self._power.begin()
         self._evictions.begin()
-        self._state.failed.clear()
+        self._state.forget_failures()
         self._try(queue, result)
         self._carryover.tried(queue, result)
         return result
