@@ -30,9 +30,10 @@ A cycle, in this fixed order (`cycle`, `_full`, `_carried`, `_try`):
 
 1. The jobs to try. While the last cycle's outcome stands (`CarryOver.stands`), only the
    arrivals behind it, with its pending carried over and its reservation made again
-   (`CarryOver.resume`); otherwise every waiting job in queue order, in fair-share order
-   with tenant queues (`QuotaGate.order`), with the power book's and the evictions' cycle
-   begun and the no-fit memo cleared.
+   (`CarryOver.resume`; with tenant queues, in fair-share order after every job the last
+   cycle tried, `QuotaBook.arrange_after`); otherwise every waiting job in queue order, in
+   fair-share order with tenant queues (`QuotaGate.order`), with the power book's and the
+   evictions' cycle begun and the no-fit memos cleared.
 2. Each job in turn, until one step decides it:
    a. the launch allowance is spent: it waits, `Deferred` (so does every job after it);
    b. its tenant queue has no room for it (`QuotaBook.refuse`): it waits;
@@ -99,7 +100,8 @@ class Scheduler:
         self._replicas = Replicas(allocator, state, evictions, self._power)
         self._splits = Splits(allocator, roster, state, self._power)
         self._backfills = Backfills(allocator, state, reservations, self._power)
-        self._carryover = CarryOver(allocator, roster, state, evictions, reservations)
+        self._carryover = CarryOver(allocator, roster, state, evictions, reservations, gate,
+                                    self._power)
 
     @property
     def preemption(self) -> bool:
@@ -223,8 +225,8 @@ class Scheduler:
         the first job that fits. None: no limit (the simulator's and the REST API's drivers,
         and the operator without pods)."""
         self._state.now, self._state.budget = now, launch_budget
-        if self._quotas.book is not None or self._power.book is not None:
-            self._carryover.forget()  # usage moves the order, or the headroom: always full
+        if self._power.book is not None:  # the headroom moves with the clock and the
+            self._carryover.forget()  # telemetry: every cycle is a full one
         result = None
         if self._carryover.stands():
             with self._reservations.fencing(carried=True):
