@@ -24,6 +24,7 @@ from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlmodel import Session
 from ultraplane.api import store
 from ultraplane.api.backends import JobSpec, dryruns, not_found, pages, refuse_queue
+from ultraplane.api.backends.arrivals import Arrivals
 from ultraplane.api.backends.embeddedjobs import JobState
 from ultraplane.api.backends.executors import DecisionExecutor
 from ultraplane.api.backends.fleets import FleetView, build_topology
@@ -94,6 +95,7 @@ class EmbeddedBackend:
         self._cycle_due = True  # set by anything that can change the next cycle's decisions
         self._holders_view: tuple[dict[JobKey, int], dict[str, str]] | None = None
         self.runner = DecisionExecutor(self)
+        self.arrivals = Arrivals()  # creates in flight: their jobs are queued in creation order
         self.planners = Planners(budget_s=settings.dry_run_plan_seconds)
         self.fleet = FleetView(self.topology, self.allocator, preset)
         self._wake = threading.Event()
@@ -419,27 +421,46 @@ class EmbeddedBackend:
                     raise already_exists(kind, namespace, name)
                 self.next_seq += 1
                 seq, now = self.next_seq, self.sim_now()
-            job = JobState(uid=str(uuid.uuid4()), kind=kind, namespace=namespace, name=name,
-                           spec=spec, seq=seq, created_s=now, labels=labels, dirty=False)
-            # Everything derived from the spec is built before anything is written or
-            # registered, so a spec that cannot be read fails here and leaves no trace.
-            _ = job.queued, job.requests, job.priority, job.preemptible
-            refuse_queue(self.quotas.queues, namespace, spec.queue_name, job.priority)
-            row, resource = job.to_values(), job.resource()
+                self.arrivals.expect(seq)
             try:
-                with self.engine.begin() as conn:
-                    store.insert_job(conn, row=row)
-            except IntegrityError as exc:
-                raise already_exists(kind, namespace, name) from exc
-            except SQLAlchemyError as exc:
-                log.warning("create of %s %s/%s not saved: %s", kind, namespace, name,
-                            reason(exc))
-                raise unavailable(self.engine.url, exc) from exc
+                job = JobState(uid=str(uuid.uuid4()), kind=kind, namespace=namespace, name=name,
+                               spec=spec, seq=seq, created_s=now, labels=labels, dirty=False)
+                resource = self._insert(job)
+            except BaseException:
+                with self.lock:
+                    self.queue_created(seq, None)
+                raise
             with self.lock:
                 self.register(job)
-                self.runner.submit(job)
+                self.queue_created(seq, job)
         self._wake.set()
         return resource
+
+    def _insert(self, job: JobState) -> JobResource:
+        """Commit a new job's row; its resource as created, or the create's error."""
+        kind, namespace, name = job.kind, job.namespace, job.name
+        # Everything derived from the spec is built before anything is written or
+        # registered, so a spec that cannot be read fails here and leaves no trace.
+        _ = job.queued, job.requests, job.priority, job.preemptible
+        refuse_queue(self.quotas.queues, namespace, job.spec.queue_name, job.priority)
+        row, resource = job.to_values(), job.resource()
+        try:
+            with self.engine.begin() as conn:
+                store.insert_job(conn, row=row)
+        except IntegrityError as exc:
+            raise already_exists(kind, namespace, name) from exc
+        except SQLAlchemyError as exc:
+            log.warning("create of %s %s/%s not saved: %s", kind, namespace, name, reason(exc))
+            raise unavailable(self.engine.url, exc) from exc
+        return resource
+
+    def queue_created(self, seq: int, job: JobState | None) -> None:
+        """The create of `seq` registered `job` (None: it failed): queue the jobs whose turn
+        has come, in creation order (state lock held; see `ultraplane.api.backends.arrivals`).
+        One deleted meanwhile is not queued."""
+        for ready in self.arrivals.arrived(seq, job):
+            if self.jobs.get(ready.uid) is ready:
+                self.runner.submit(ready)
 
     def delete_job(self, kind: JobKind, namespace: str, name: str) -> JobResource:
         """Delete the job's row, then stop it and free its chips: the 200 follows the
