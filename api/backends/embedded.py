@@ -16,10 +16,11 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
-from sqlalchemy import Engine
+from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlmodel import Session
 from ultraplane.api import store
@@ -41,6 +42,7 @@ from ultraplane.api.schemas import (
 from ultraplane.api.settings import Settings
 from ultraplane.api.store.accounting import day_of
 from ultraplane.api.store.claims import Claim, check, describe, reason, unavailable
+from ultraplane.api.store.groupcommits import GroupCommit
 from ultraplane.api.ultraserverpatches import UltraServerPatch, patched
 from ultraplane.simulator.runtime import JobRuntime
 
@@ -113,6 +115,13 @@ class EmbeddedBackend:
         # name through the commit to the change in memory. Striped, not one lock per name:
         # a bounded set, and two names sharing a stripe only wait for each other's commit.
         self._name_locks = [threading.Lock() for _ in range(NAME_STRIPES)]
+        # SQLite lets one writer in at a time and makes the others poll, sleeping up to 100 ms
+        # between tries, so concurrent creates waited for each other's commits in steps of
+        # tens of milliseconds. This process's writers (creates, deletes, the tick's persist)
+        # queue on a lock instead, each let in as soon as the one before it has committed,
+        # and the creates waiting together commit together (ultraplane.api.store.groupcommits).
+        self._writes = threading.Lock()
+        self._inserts = GroupCommit(self._writes, engine.begin)
         self.claim = Claim(engine)  # one live server per store (StoreError if another has it)
         try:
             check(engine)  # corrupt, read-only or full: one sentence now, not a traceback later
@@ -281,6 +290,12 @@ class EmbeddedBackend:
             self._fleet_stale = True
         self._cycle_due = True
 
+    @contextmanager
+    def _writing(self) -> Iterator[Connection]:
+        """One write transaction, after this process's writes before it (see `_writes`)."""
+        with self._writes, self.engine.begin() as conn:
+            yield conn
+
     def persist(self, *, force: bool = False) -> None:
         """Save changed jobs at once, running jobs' progress and accounting every few seconds.
 
@@ -317,7 +332,7 @@ class EmbeddedBackend:
             if not (rows or records or removed or values):
                 return
             try:
-                with self.engine.begin() as conn:
+                with self._writing() as conn:
                     store.write_jobs(conn, rows=rows, removed=removed)
                     store.write_accounting(conn, records=records)
                     store.write_values(conn, values=values)
@@ -445,8 +460,7 @@ class EmbeddedBackend:
         refuse_queue(self.quotas.queues, namespace, job.spec.queue_name, job.priority)
         row, resource = job.to_values(), job.resource()
         try:
-            with self.engine.begin() as conn:
-                store.insert_job(conn, row=row)
+            self._inserts.insert(row)
         except IntegrityError as exc:
             raise already_exists(kind, namespace, name) from exc
         except SQLAlchemyError as exc:
@@ -476,7 +490,7 @@ class EmbeddedBackend:
                 # few seconds since then follow with the next persist
                 record, days = self.runner.accounting_of(job)
             try:
-                with self.engine.begin() as conn:
+                with self._writing() as conn:
                     store.write_jobs(conn, rows=[], removed=[job.uid])
                     store.write_accounting(conn, records=[
                         (record.model_copy(update={"phase": "Deleted"}), days)])
