@@ -29,6 +29,7 @@ from ultraplane.api.backends.arrivals import Arrivals
 from ultraplane.api.backends.embeddedjobs import JobState
 from ultraplane.api.backends.executors import DecisionExecutor
 from ultraplane.api.backends.fleets import FleetView, build_topology
+from ultraplane.api.backends.heaps import Heap
 from ultraplane.api.backends.preemptionplans import Planners
 from ultraplane.api.errors import ApiError
 from ultraplane.api.schemas import (
@@ -58,6 +59,10 @@ log = logging.getLogger("ultraplane.api.embedded")
 
 # Running jobs sampled per hold of the fleet lock in a tick (see `tick`).
 SAMPLE_CHUNK = 64
+# The least time from one background tick to the next, however often creates wake it: a tick
+# samples every running job and saves, so a stream of submits woke one per create, and the
+# ticks took the CPU the requests needed. A burst of creates is one tick, a little later.
+TICK_GAP_S = 0.05
 NAME_STRIPES = 64
 
 
@@ -101,6 +106,7 @@ class EmbeddedBackend:
         self.planners = Planners(budget_s=settings.dry_run_plan_seconds)
         self.fleet = FleetView(self.topology, self.allocator, preset)
         self._wake = threading.Event()
+        self._heap = Heap()  # the background loop's: full collections out of requests
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._last_error = ""
@@ -184,6 +190,7 @@ class EmbeddedBackend:
         self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout=10)
+            self._heap.release()
         try:
             self.persist(force=True)
         except SQLAlchemyError as exc:  # what is kept stays kept; say what was not
@@ -199,12 +206,13 @@ class EmbeddedBackend:
     def _loop(self) -> None:
         while not self._stop.is_set():
             self._wake.wait(self.settings.tick_seconds)
-            self._wake.clear()
-            if self._stop.is_set():
+            if self._stop.wait(min(TICK_GAP_S, self.settings.tick_seconds)):
                 break
+            self._wake.clear()
             try:
                 self.tick()
                 self._last_error = ""
+                self._heap.settle()
             except SQLAlchemyError as exc:  # kept in memory, saved by the next tick that can
                 self._last_error = (f"{describe(self.engine.url)} did not save the last "
                                     f"changes: {reason(exc)}")
