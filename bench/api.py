@@ -17,13 +17,21 @@ Queue depth (`--depths 1000,10000`): with the fleet loaded, that many jobs that
 cannot fit now (the whole fleet each) are queued through the API, then submits
 (new queued jobs), reads (GET of one queued job) and dry runs are measured with 8
 clients at each depth; the empty-queue figures of the same run are the baseline.
-Target: p99 <= 50 ms at every depth.
+Target: p99 <= 50 ms at every depth. `--queues FILE` runs the server with tenant
+queues (`ultraplane serve --queues`); bench/api_queues.yaml puts the queued jobs in a
+queue that borrows its cohort's idle half of the fleet.
 
-    python bench/api.py [--seconds 5] [--concurrency 8] [--depths 1000,10000]
+The server runs without its per-client rate limits: the load generator is one client
+(one address), and the bench measures what the server can do, not the limiter. Every
+answer of 400 or more is an error, reported by phase and status; any error fails the
+run, as a missed target does (exit status 1).
+
+    python bench/api.py [--seconds 5] [--concurrency 8] [--depths 1000,10000] [--queues FILE]
     python bench/api.py --chaos [--quick | --chaos-seconds S]   (bench/api_chaos.py)
 
 Ends with ONE JSON line:
 {"read_rps":..., "read_p99_ms":..., "dryrun_rps":..., "dryrun_p99_ms":..., ...,
+ "errors": 0, "error_statuses": {"<phase>": {"<status>": count}},
  "queue_depths": [{"queued":..., "submit_p99_ms":..., "read_p99_ms":..., "dryrun_p99_ms":...}]}
 """
 
@@ -39,9 +47,11 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable
 from itertools import count
 from pathlib import Path
+from typing import Any
 
 READ = ("GET", "/v1/ultraservers", None)
 CAPACITY = ("GET", "/v1/capacity", None)
@@ -54,6 +64,8 @@ DRYRUN_PREEMPT = ("POST", "/v1/placements:dryRun",
 # A fixed load (half the fleet, mixed gang sizes), so every run measures the same state.
 WORKLOAD = [(36, "rack")] * 8 + [(16, "rack")] * 8 + [(4, "server")] * 16 + [(144, "ultraserver")] * 1
 TARGETS = {"read_rps": 1000.0, "dryrun_rps": 300.0, "p99_ms": 50.0}
+# The server's limits off: the load generator is one client, and the bench measures the server.
+UNLIMITED = {f"ULTRAPLANE_RATE_LIMIT_{c}": "off" for c in ("DRYRUNS", "WRITES", "READS")}
 QUEUED_SPEC = {"chips": 1152, "topology": {"requiredLevel": "network-1"}, "priority": 0,
                "work": {"durationSeconds": 3600}}  # the whole fleet: waits while half is busy
 _names = count()
@@ -67,28 +79,37 @@ def queued_job_bytes(port: int) -> bytes:
     return request_bytes("POST", "/v1/namespaces/queue/trainingjobs", body, port)
 
 
-async def fill_queue(port: int, depth: int, concurrency: int) -> None:
-    """Submit jobs until `depth` are queued (not timed)."""
+async def fill_queue(port: int, depth: int, concurrency: int) -> dict[str, Any]:
+    """Submit jobs until `depth` are queued (not timed; its errors are counted)."""
     todo = max(0, depth - _sent[0])
-    await phase(port, lambda: queued_job_bytes(port), 3600, concurrency, todo)
+    return await phase(port, lambda: queued_job_bytes(port), 3600, concurrency, todo)
 
 
 def depth_phases(port: int, depth: int, seconds: float, concurrency: int,
-                 limit: int) -> dict[str, float]:
-    asyncio.run(fill_queue(port, depth, concurrency))
+                 limit: int) -> dict[str, Any]:
+    fill = asyncio.run(fill_queue(port, depth, concurrency))
     queued = _sent[0]
     read = ("GET", "/v1/namespaces/queue/trainingjobs/q-000000", None)
     # Bounded so the submit phase adds at most a tenth to the depth being measured.
     submit = asyncio.run(phase(port, lambda: queued_job_bytes(port), seconds, concurrency,
                                max(100, depth // 10)))
-    got = {"queued": queued, "submit": submit,
-           "read": asyncio.run(phase(port, read, seconds, concurrency, limit)),
-           "dryrun": asyncio.run(phase(port, DRYRUN, seconds, concurrency, limit))}
+    got: dict[str, Any] = {"queued": queued, "fill": fill, "submit": submit,
+                           "read": asyncio.run(phase(port, read, seconds, concurrency, limit)),
+                           "dryrun": asyncio.run(phase(port, DRYRUN, seconds, concurrency, limit))}
     for name in ("submit", "read", "dryrun"):
         r = got[name]
-        print(f"queued {queued:6d} {name:7s} {r['requests']:7d} req  {r['rps']:8.0f} req/s  "  # type: ignore[index]
-              f"p50 {r['p50_ms']:6.2f} ms  p99 {r['p99_ms']:6.2f} ms  errors {r['errors']}")  # type: ignore[index]
-    return got  # type: ignore[return-value]
+        print(f"queued {queued:6d} {name:7s} {r['requests']:7d} req  {r['rps']:8.0f} req/s  "
+              f"p50 {r['p50_ms']:6.2f} ms  p99 {r['p99_ms']:6.2f} ms  {said(r)}")
+    return got
+
+
+def said(result: dict[str, Any]) -> str:
+    """`errors 0`, or `errors 12 (429 x 10, 503 x 2)`."""
+    statuses = result["statuses"]
+    if not statuses:
+        return "errors 0"
+    return (f"errors {result['errors']} ("
+            + ", ".join(f"{code} x {n}" for code, n in sorted(statuses.items())) + ")")
 
 
 def free_port() -> int:
@@ -110,7 +131,7 @@ Payload = bytes | Callable[[], bytes]
 
 
 async def worker(port: int, payload: Payload, deadline: float, limit: int,
-                 latencies: list[float], errors: list[int]) -> None:
+                 latencies: list[float], errors: Counter[int]) -> None:
     """One keep-alive connection sending requests back to back until the deadline or limit."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     try:
@@ -132,16 +153,17 @@ async def worker(port: int, payload: Payload, deadline: float, limit: int,
             latencies.append(time.perf_counter() - start)
             code = int(status_line.split()[1])
             if code >= 400:
-                errors.append(code)
+                errors[code] += 1
     finally:
         writer.close()
 
 
 async def phase(port: int, call: tuple[str, str, str | None] | Payload, seconds: float,
-                concurrency: int, limit: int) -> dict[str, float]:
+                concurrency: int, limit: int) -> dict[str, Any]:
+    """Requests, rps, p50 and p99 latency, errors and their statuses ({status: count})."""
     payload = request_bytes(*call, port) if isinstance(call, tuple) else call
     latencies: list[float] = []
-    errors: list[int] = []
+    errors: Counter[int] = Counter()
     start = time.perf_counter()
     deadline = start + seconds
     await asyncio.gather(*(worker(port, payload, deadline, limit, latencies, errors)
@@ -150,7 +172,8 @@ async def phase(port: int, call: tuple[str, str, str | None] | Payload, seconds:
     latencies.sort()
     p = lambda q: latencies[min(len(latencies) - 1, int(q * len(latencies)))] * 1000  # noqa: E731
     return {"requests": len(latencies), "rps": len(latencies) / elapsed,
-            "p50_ms": p(0.50), "p99_ms": p(0.99), "errors": len(errors)}
+            "p50_ms": p(0.50), "p99_ms": p(0.99), "errors": sum(errors.values()),
+            "statuses": dict(errors)}
 
 
 def wait_ready(port: int, proc: subprocess.Popen[bytes], timeout: float = 60) -> None:
@@ -203,6 +226,9 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=50_000, help="Max requests per phase.")
     parser.add_argument("--depths", default="1000,10000",
                         help="Queue depths to measure, comma-separated ('' for none).")
+    parser.add_argument("--queues", metavar="FILE", default=None,
+                        help="Tenant queues for the server (`ultraplane serve --queues`), e.g. "
+                             "bench/api_queues.yaml.")
     parser.add_argument("--chaos", action="store_true",
                         help="Instead: 50 clients create/delete/re-create colliding names for "
                              "60 s with kill -9 and a restart every 15 s (bench/api_chaos.py).")
@@ -219,25 +245,27 @@ def main() -> None:
               dry_seconds=5.0 if args.quick else 10.0)
         return
     depths = [int(d) for d in args.depths.split(",") if d.strip()]
-    by_depth: list[dict[str, object]] = []
+    by_depth: list[dict[str, Any]] = []
 
     port = free_port()
     tmp = Path(tempfile.mkdtemp(prefix="ultraplane-bench-"))
     cmd = [sys.executable, "-m", "ultraplane.cli", "serve", "--port", str(port),
            "--db", f"sqlite:///{tmp / 'bench.db'}", "--no-demo", "--time-scale", "60"]
+    if args.queues:
+        cmd += ["--queues", args.queues]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                            env={**os.environ, **UNLIMITED, "PYTHONUNBUFFERED": "1"})
     try:
         wait_ready(port, proc)
         load_fleet(port)
-        results = {}
+        results: dict[str, dict[str, Any]] = {}
         for name, call in (("baseline", BASELINE), ("read", READ), ("capacity", CAPACITY),
                            ("dryrun", DRYRUN), ("preempt", DRYRUN_PREEMPT)):
             results[name] = asyncio.run(phase(port, call, args.seconds, args.concurrency, args.limit))
             r = results[name]
             print(f"{name:9s} {call[0]:4s} {call[1]:24s} {r['requests']:7d} req  "
                   f"{r['rps']:8.0f} req/s  p50 {r['p50_ms']:6.2f} ms  p99 {r['p99_ms']:6.2f} ms  "
-                  f"errors {r['errors']}")
+                  f"{said(r)}")
         for depth in depths:
             by_depth.append(depth_phases(port, depth, args.seconds, args.concurrency, args.limit))
     finally:
@@ -256,15 +284,23 @@ def main() -> None:
         "dry-run p99 <= 50 ms": results["dryrun"]["p99_ms"] <= TARGETS["p99_ms"],
     }
     rows = [{"queued": d["queued"],
-             **{f"{k}_p99_ms": round(d[k]["p99_ms"], 2) for k in ("submit", "read", "dryrun")},  # type: ignore[index]
-             **{f"{k}_rps": round(d[k]["rps"], 1) for k in ("submit", "read", "dryrun")}}  # type: ignore[index]
+             **{f"{k}_p99_ms": round(d[k]["p99_ms"], 2) for k in ("submit", "read", "dryrun")},
+             **{f"{k}_rps": round(d[k]["rps"], 1) for k in ("submit", "read", "dryrun")}}
             for d in by_depth]
     for row in rows:
-        worst = max(float(row[f"{k}_p99_ms"]) for k in ("submit", "read", "dryrun"))  # type: ignore[arg-type]
+        worst = max(float(row[f"{k}_p99_ms"]) for k in ("submit", "read", "dryrun"))
         verdicts[f"p99 <= 50 ms with {row['queued']} queued"] = worst <= TARGETS["p99_ms"]
         print(f"queued {row['queued']}: read p99 / empty-queue read p99 = "
-              f"{float(row['read_p99_ms']) / max(0.01, results['read']['p99_ms']):.2f}x; "  # type: ignore[arg-type]
-              f"dry-run p99 ratio {float(row['dryrun_p99_ms']) / max(0.01, results['dryrun']['p99_ms']):.2f}x")  # type: ignore[arg-type]
+              f"{float(row['read_p99_ms']) / max(0.01, results['read']['p99_ms']):.2f}x; "
+              f"dry-run p99 ratio {float(row['dryrun_p99_ms']) / max(0.01, results['dryrun']['p99_ms']):.2f}x")
+    # every phase's errors by status, the depth phases' named by their depth
+    phases = dict(results)
+    for d in by_depth:
+        phases.update({f"{k}@{d['queued']}": d[k] for k in ("fill", "submit", "read", "dryrun")})
+    statuses = {name: {str(code): n for code, n in sorted(r["statuses"].items())}
+                for name, r in phases.items() if r["statuses"]}
+    errors = sum(int(r["errors"]) for r in phases.values())
+    verdicts["no errors"] = errors == 0
     for what, ok in verdicts.items():
         print(f"target {what}: {'met' if ok else 'MISSED'}")
     print(json.dumps({
@@ -277,9 +313,13 @@ def main() -> None:
         "preempt_dryrun_p99_ms": round(results["preempt"]["p99_ms"], 2),
         "baseline_healthz_rps": round(base, 1),
         "concurrency": args.concurrency,
-        "errors": sum(int(r["errors"]) for r in results.values()),
+        "queues": args.queues,
+        "errors": errors,
+        "error_statuses": statuses,
         "queue_depths": rows,
     }))
+    if not all(verdicts.values()):
+        sys.exit(1)
 
 
 if __name__ == "__main__":

@@ -79,7 +79,7 @@ class DemoStream:
             job = JobState(uid=str(uuid.uuid4()), kind=kind, namespace=NAMESPACE, name=name,
                            spec=spec, seq=seq, created_s=now, labels={"ultraplane.dev/demo": "true"})
             self.b.register(job)
-            self.b.runner.submit(job)
+            self.b.queue_created(seq, job)  # after any create in flight with an earlier number
         # Only jobs already saved (not dirty): their final accounting row is written.
         finished = sorted(
             (j for j in jobs.values() if j.namespace == NAMESPACE and j.finished and not j.dirty),

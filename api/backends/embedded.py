@@ -16,17 +16,20 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
-from sqlalchemy import Engine
+from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlmodel import Session
 from ultraplane.api import store
 from ultraplane.api.backends import JobSpec, dryruns, not_found, pages, refuse_queue
+from ultraplane.api.backends.arrivals import Arrivals
 from ultraplane.api.backends.embeddedjobs import JobState
 from ultraplane.api.backends.executors import DecisionExecutor
 from ultraplane.api.backends.fleets import FleetView, build_topology
+from ultraplane.api.backends.heaps import Heap
 from ultraplane.api.backends.preemptionplans import Planners
 from ultraplane.api.errors import ApiError
 from ultraplane.api.schemas import (
@@ -40,6 +43,7 @@ from ultraplane.api.schemas import (
 from ultraplane.api.settings import Settings
 from ultraplane.api.store.accounting import day_of
 from ultraplane.api.store.claims import Claim, check, describe, reason, unavailable
+from ultraplane.api.store.groupcommits import GroupCommit
 from ultraplane.api.ultraserverpatches import UltraServerPatch, patched
 from ultraplane.simulator.runtime import JobRuntime
 
@@ -55,6 +59,10 @@ log = logging.getLogger("ultraplane.api.embedded")
 
 # Running jobs sampled per hold of the fleet lock in a tick (see `tick`).
 SAMPLE_CHUNK = 64
+# The least time from one background tick to the next, however often creates wake it: a tick
+# samples every running job and saves, so a stream of submits woke one per create, and the
+# ticks took the CPU the requests needed. A burst of creates is one tick, a little later.
+TICK_GAP_S = 0.05
 NAME_STRIPES = 64
 
 
@@ -94,9 +102,11 @@ class EmbeddedBackend:
         self._cycle_due = True  # set by anything that can change the next cycle's decisions
         self._holders_view: tuple[dict[JobKey, int], dict[str, str]] | None = None
         self.runner = DecisionExecutor(self)
+        self.arrivals = Arrivals()  # creates in flight: their jobs are queued in creation order
         self.planners = Planners(budget_s=settings.dry_run_plan_seconds)
         self.fleet = FleetView(self.topology, self.allocator, preset)
         self._wake = threading.Event()
+        self._heap = Heap()  # the background loop's: full collections out of requests
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._last_error = ""
@@ -111,6 +121,13 @@ class EmbeddedBackend:
         # name through the commit to the change in memory. Striped, not one lock per name:
         # a bounded set, and two names sharing a stripe only wait for each other's commit.
         self._name_locks = [threading.Lock() for _ in range(NAME_STRIPES)]
+        # SQLite lets one writer in at a time and makes the others poll, sleeping up to 100 ms
+        # between tries, so concurrent creates waited for each other's commits in steps of
+        # tens of milliseconds. This process's writers (creates, deletes, the tick's persist)
+        # queue on a lock instead, each let in as soon as the one before it has committed,
+        # and the creates waiting together commit together (ultraplane.api.store.groupcommits).
+        self._writes = threading.Lock()
+        self._inserts = GroupCommit(self._writes, engine.begin)
         self.claim = Claim(engine)  # one live server per store (StoreError if another has it)
         try:
             check(engine)  # corrupt, read-only or full: one sentence now, not a traceback later
@@ -173,6 +190,7 @@ class EmbeddedBackend:
         self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout=10)
+            self._heap.release()
         try:
             self.persist(force=True)
         except SQLAlchemyError as exc:  # what is kept stays kept; say what was not
@@ -188,12 +206,13 @@ class EmbeddedBackend:
     def _loop(self) -> None:
         while not self._stop.is_set():
             self._wake.wait(self.settings.tick_seconds)
-            self._wake.clear()
-            if self._stop.is_set():
+            if self._stop.wait(min(TICK_GAP_S, self.settings.tick_seconds)):
                 break
+            self._wake.clear()
             try:
                 self.tick()
                 self._last_error = ""
+                self._heap.settle()
             except SQLAlchemyError as exc:  # kept in memory, saved by the next tick that can
                 self._last_error = (f"{describe(self.engine.url)} did not save the last "
                                     f"changes: {reason(exc)}")
@@ -279,6 +298,12 @@ class EmbeddedBackend:
             self._fleet_stale = True
         self._cycle_due = True
 
+    @contextmanager
+    def _writing(self) -> Iterator[Connection]:
+        """One write transaction, after this process's writes before it (see `_writes`)."""
+        with self._writes, self.engine.begin() as conn:
+            yield conn
+
     def persist(self, *, force: bool = False) -> None:
         """Save changed jobs at once, running jobs' progress and accounting every few seconds.
 
@@ -315,7 +340,7 @@ class EmbeddedBackend:
             if not (rows or records or removed or values):
                 return
             try:
-                with self.engine.begin() as conn:
+                with self._writing() as conn:
                     store.write_jobs(conn, rows=rows, removed=removed)
                     store.write_accounting(conn, records=records)
                     store.write_values(conn, values=values)
@@ -419,27 +444,45 @@ class EmbeddedBackend:
                     raise already_exists(kind, namespace, name)
                 self.next_seq += 1
                 seq, now = self.next_seq, self.sim_now()
-            job = JobState(uid=str(uuid.uuid4()), kind=kind, namespace=namespace, name=name,
-                           spec=spec, seq=seq, created_s=now, labels=labels, dirty=False)
-            # Everything derived from the spec is built before anything is written or
-            # registered, so a spec that cannot be read fails here and leaves no trace.
-            _ = job.queued, job.requests, job.priority, job.preemptible
-            refuse_queue(self.quotas.queues, namespace, spec.queue_name, job.priority)
-            row, resource = job.to_values(), job.resource()
+                self.arrivals.expect(seq)
             try:
-                with self.engine.begin() as conn:
-                    store.insert_job(conn, row=row)
-            except IntegrityError as exc:
-                raise already_exists(kind, namespace, name) from exc
-            except SQLAlchemyError as exc:
-                log.warning("create of %s %s/%s not saved: %s", kind, namespace, name,
-                            reason(exc))
-                raise unavailable(self.engine.url, exc) from exc
+                job = JobState(uid=str(uuid.uuid4()), kind=kind, namespace=namespace, name=name,
+                               spec=spec, seq=seq, created_s=now, labels=labels, dirty=False)
+                resource = self._insert(job)
+            except BaseException:
+                with self.lock:
+                    self.queue_created(seq, None)
+                raise
             with self.lock:
                 self.register(job)
-                self.runner.submit(job)
+                self.queue_created(seq, job)
         self._wake.set()
         return resource
+
+    def _insert(self, job: JobState) -> JobResource:
+        """Commit a new job's row; its resource as created, or the create's error."""
+        kind, namespace, name = job.kind, job.namespace, job.name
+        # Everything derived from the spec is built before anything is written or
+        # registered, so a spec that cannot be read fails here and leaves no trace.
+        _ = job.queued, job.requests, job.priority, job.preemptible
+        refuse_queue(self.quotas.queues, namespace, job.spec.queue_name, job.priority)
+        row, resource = job.to_values(), job.resource()
+        try:
+            self._inserts.insert(row)
+        except IntegrityError as exc:
+            raise already_exists(kind, namespace, name) from exc
+        except SQLAlchemyError as exc:
+            log.warning("create of %s %s/%s not saved: %s", kind, namespace, name, reason(exc))
+            raise unavailable(self.engine.url, exc) from exc
+        return resource
+
+    def queue_created(self, seq: int, job: JobState | None) -> None:
+        """The create of `seq` registered `job` (None: it failed): queue the jobs whose turn
+        has come, in creation order (state lock held; see `ultraplane.api.backends.arrivals`).
+        One deleted meanwhile is not queued."""
+        for ready in self.arrivals.arrived(seq, job):
+            if self.jobs.get(ready.uid) is ready:
+                self.runner.submit(ready)
 
     def delete_job(self, kind: JobKind, namespace: str, name: str) -> JobResource:
         """Delete the job's row, then stop it and free its chips: the 200 follows the
@@ -455,7 +498,7 @@ class EmbeddedBackend:
                 # few seconds since then follow with the next persist
                 record, days = self.runner.accounting_of(job)
             try:
-                with self.engine.begin() as conn:
+                with self._writing() as conn:
                     store.write_jobs(conn, rows=[], removed=[job.uid])
                     store.write_accounting(conn, records=[
                         (record.model_copy(update={"phase": "Deleted"}), days)])

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from ultraplane.hardware.topology import build_fleet
 from ultraplane.ids import ChipId, JobKey
 from ultraplane.placement.allocator import Allocator, PlacementRequest
+from ultraplane.policies.quotas import QueueSpec, QuotaBook
 from ultraplane.scheduling.admissions import Admissions, Pending
 from ultraplane.scheduling.decisions import Decisions
 from ultraplane.scheduling.scheduler import Scheduler
@@ -80,6 +81,7 @@ class Submit:
     mode: str | None
     replicas: int | None
     expected_s: float | None
+    queue: str | None = None  # a tenant queue, where the scheduler has them
 
 
 @dataclass(frozen=True)
@@ -114,7 +116,8 @@ SUBMITS = st.builds(Submit, chips=st.sampled_from([1, 4, 40, 100, 144, 200, 288,
               priority=st.integers(0, 2),
               mode=st.sampled_from([None, None, "SplitWhenItPays", "Unconstrained"]),
               replicas=st.sampled_from([None, None, None, 2]),
-              expected_s=st.sampled_from([None, 60.0, 600.0, 6000.0]))
+              expected_s=st.sampled_from([None, 60.0, 600.0, 6000.0]),
+              queue=st.sampled_from([None, "a", "a", "b"]))
 CYCLES = st.builds(Cycle, timed=st.booleans())
 OPS = st.one_of(
     SUBMITS, SUBMITS, SUBMITS, CYCLES, CYCLES,
@@ -138,14 +141,22 @@ def decided(decisions: Decisions) -> tuple[Any, ...]:
     )
 
 
+def tenant_queues() -> QuotaBook:
+    """Two queues sharing the 4 UltraServers (576 chips) in one cohort; `b` borrows at most one."""
+    return QuotaBook([QueueSpec("a", {"trn3-gen2": 288}, cohort="lab"),
+                      QueueSpec("b", {"trn3-gen2": 288}, cohort="lab", borrowing_limit=144,
+                                weight=2.0)])
+
+
 @settings(max_examples=300, deadline=None)
-@given(ops=st.lists(OPS, min_size=8, max_size=60), reservation=st.booleans())
+@given(ops=st.lists(OPS, min_size=8, max_size=60), reservation=st.booleans(),
+       queues=st.booleans())
 def test_carrying_the_last_cycle_over_decides_what_a_full_cycle_would(
-    ops: list[Any], reservation: bool
+    ops: list[Any], reservation: bool, queues: bool
 ) -> None:
     def admissions() -> Admissions:
         return Admissions(Allocator(build_fleet("trn3-gen2", 4, per_block=2)),
-                          reservation=reservation)
+                          reservation=reservation, quotas=tenant_queues() if queues else None)
 
     carried, full = admissions(), admissions()
     keys: list[JobKey] = []
@@ -159,7 +170,7 @@ def test_carrying_the_last_cycle_over_decides_what_a_full_cycle_would(
                 key = JobKey(f"j{len(keys)}")
                 request = PlacementRequest(chips=op.chips, mode=op.mode)  # type: ignore[arg-type]
                 sched.submit(QueuedJob(key, request, op.priority, len(keys), True, op.replicas,
-                                       op.expected_s))
+                                       op.expected_s, queue=op.queue))
             elif isinstance(op, Cancel) and keys:
                 sched.cancel(keys[op.index % len(keys)])
             elif isinstance(op, Edit) and keys:
@@ -167,7 +178,8 @@ def test_carrying_the_last_cycle_over_decides_what_a_full_cycle_would(
                 queued = {j.key: j for j in sched.queued()}.get(key)
                 if queued is not None:
                     sched.submit(QueuedJob(key, queued.request, op.priority, queued.seq,
-                                           True, queued.replicas, queued.expected_s))
+                                           True, queued.replicas, queued.expected_s,
+                                           queue=queued.queue))
             elif isinstance(op, Expect) and keys:
                 sched.expect_end(keys[op.index % len(keys)], clock + op.end)
             elif isinstance(op, Break):
@@ -291,3 +303,102 @@ def test_the_cycles_shortcuts_decide_what_the_whole_path_for_every_job_would(
             slow.scheduler._carryover.forget()  # and no carried-over cycle either
             assert decided(fast.cycle(now)) == decided(slow.cycle(now))
             assert dict(fast.allocator.allocations()) == dict(slow.allocator.allocations())
+
+
+# -- what may move between carried cycles: the reservation's predicted start, tenant queues --
+
+def test_a_reservation_whose_predicted_start_moves_still_carries_the_queue_over() -> None:
+    # gen2-0000..0001 [load: 288 chips, predicted to end at 10,000 s]  gen2-0002..0003 [free]
+    # queue: 300 jobs of 576 chips (the whole fleet): the first reserves all four UltraServers;
+    # the others, though short, fit nowhere even there, whenever the reservation starts
+    allocator = CountingAllocator(build_fleet("trn3-gen2", 4, per_block=4))
+    sched = Scheduler(allocator)
+    sched.submit(QueuedJob(JobKey("load"), PlacementRequest(chips=288), seq=0))
+    sched.cycle(now=0.0)
+    sched.expect_end(JobKey("load"), 10_000.0)
+    for i in range(300):
+        sched.submit(QueuedJob(JobKey(f"q{i:03d}"), PlacementRequest(chips=576), seq=1 + i,
+                               expected_s=600.0))
+    first = sched.cycle(now=1.0)
+    assert first.reservation_start == 10_000.0
+    before = allocator.searches
+    sched.expect_end(JobKey("load"), 10_500.0)  # re-estimated from its progress
+    sched.submit(QueuedJob(JobKey("late"), PlacementRequest(chips=576), seq=400,
+                           expected_s=600.0))
+    second = sched.cycle(now=2.0)
+    assert second.carried == 300  # the queue carried over, only `late` tried
+    assert second.reservation_start == 10_500.0
+    assert allocator.searches - before <= 1
+    assert [(k, p) for k, _, p in second.pending][-1] == ("late", 301)
+
+
+def test_a_later_start_that_lets_a_waiting_job_backfill_gets_a_full_cycle() -> None:
+    # gen2-0000..0001 [load: 288 chips, predicted to end at 1,000 s]  gen2-0002..0003 [free]
+    # queue: big (576, reserves all four from 1,000 s), short (288 for 1,500 s: ends after
+    # the reservation starts, so it may not backfill the two free UltraServers)
+    sched = scheduler(4)
+    sched.submit(QueuedJob(JobKey("load"), PlacementRequest(chips=288), seq=0))
+    sched.cycle(now=0.0)
+    sched.expect_end(JobKey("load"), 1_000.0)
+    sched.submit(QueuedJob(JobKey("big"), PlacementRequest(chips=576), seq=1, expected_s=60.0))
+    sched.submit(QueuedJob(JobKey("short"), PlacementRequest(chips=288), seq=2,
+                           expected_s=1_500.0))
+    first = sched.cycle(now=0.0)
+    assert [k for k, _, _ in first.pending] == ["big", "short"] and first.admitted == []
+    # the load's end moves to 5,000 s: `short` now ends before the reservation starts
+    sched.expect_end(JobKey("load"), 5_000.0)
+    second = sched.cycle(now=10.0)
+    assert second.carried is None
+    assert [k for k, _ in second.admitted] == ["short"]
+    assert "backfilled" in second.notes[JobKey("short")]
+
+
+def test_with_tenant_queues_a_deep_queue_is_carried_over_too() -> None:
+    # gen2-0000..0003 [load: 576 chips, outside the queues]
+    # queue: 300 jobs of queue b (432 chips: over its 288 nominal, borrowing a's idle half)
+    allocator = CountingAllocator(build_fleet("trn3-gen2", 4, per_block=4))
+    sched = Scheduler(allocator, quotas=tenant_queues())
+    sched.submit(QueuedJob(JobKey("load"), PlacementRequest(chips=576), seq=0))
+    sched.cycle(now=0.0)
+    for i in range(300):
+        sched.submit(QueuedJob(JobKey(f"b{i:03d}"), PlacementRequest(chips=432), seq=1 + i,
+                               queue="b"))
+    sched.cycle(now=1.0)  # the whole queue, arranged by fair share once
+    sched.submit(QueuedJob(JobKey("late"), PlacementRequest(chips=432), seq=400, queue="b"))
+    second = sched.cycle(now=2.0)
+    assert second.carried == 300
+    assert [(k, p) for k, _, p in second.pending][-1] == ("late", 301)
+    # queue a is below its nominal quota: fair share tries its job before every borrower,
+    # so the queue is arranged again and it waits first
+    sched.submit(QueuedJob(JobKey("a-small"), PlacementRequest(chips=4), seq=401, queue="a"))
+    third = sched.cycle(now=3.0)
+    assert third.carried is None
+    assert third.pending[0][0::2] == ("a-small", 1)
+
+
+def test_every_queue_s_reservation_holds_back_the_arrivals_of_a_carried_cycle() -> None:
+    # gen2-0000 [100 of 144 used]  gen2-0001 [100 of 144 used]  gen2-0002, 0003 [full]
+    # (all of it outside the queues); then a1 (queue a) and b1 (queue b), 144 chips each and
+    # within their queues' nominal quota, each reserve an UltraServer to drain: both of
+    # gen2-0000 and 0001 are held back, and `late` (40 chips, queue a) fits nowhere else
+    def twin() -> Admissions:
+        return Admissions(Allocator(build_fleet("trn3-gen2", 4, per_block=4)),
+                          quotas=tenant_queues())
+
+    carried, full = twin(), twin()
+    for admissions in (carried, full):
+        sched = admissions.scheduler
+        for i, chips in enumerate((100, 100, 144, 144)):
+            sched.submit(QueuedJob(JobKey(f"load{i}"), PlacementRequest(chips=chips), seq=i))
+        admissions.cycle(0.0)
+        sched.submit(QueuedJob(JobKey("a1"), PlacementRequest(chips=144), seq=10, queue="a"))
+        sched.submit(QueuedJob(JobKey("b1"), PlacementRequest(chips=144), seq=11, queue="b"))
+    for now in (1.0, 2.0):
+        if now == 2.0:
+            for admissions in (carried, full):
+                admissions.scheduler.submit(QueuedJob(JobKey("late"), PlacementRequest(chips=40),
+                                                      seq=12, queue="a"))
+        full.scheduler._carryover.forget()
+        got = carried.cycle(now)
+        assert decided(got) == decided(full.cycle(now))
+    assert [p.key for p in got.pending] == ["a1", "b1", "late"]

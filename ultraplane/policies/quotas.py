@@ -164,6 +164,17 @@ def equal_shares(names: Iterable[str], capacity: Mapping[str, int],
 
 
 @dataclass
+class _Arranged:
+    """What `arrange` counted, for `arrange_after`: the usage epoch it read, each queue's
+    queued chips and guaranteed chips, and the place of the last job in its order."""
+
+    epoch: int
+    ahead: dict[str | None, int] = field(default_factory=dict)
+    guaranteed: dict[str | None, int] = field(default_factory=dict)
+    last: tuple[int, float] | None = None
+
+
+@dataclass
 class QuotaBook(QueueUsage, Reclaims):
     """The queues and what each job holds against them; `Scheduler` keeps it current."""
 
@@ -196,6 +207,7 @@ class QuotaBook(QueueUsage, Reclaims):
     # UltraServer -> queue -> chips its jobs hold there (placement keeps borrowers apart)
     _on: dict[str, dict[str | None, int]] = field(init=False, default_factory=dict)
     _over: tuple[int, frozenset[str]] | None = field(init=False, default=None)  # borrowing queues
+    _arranged: _Arranged | None = field(init=False, default=None)  # the last `arrange`'s counts
 
     def __post_init__(self) -> None:
         self.replace(self.specs)
@@ -287,32 +299,54 @@ class QuotaBook(QueueUsage, Reclaims):
         of its queue ahead of it are admitted (each queue's own order kept), then borrowers
         by their queue's borrowed chips once it and every job of its queue ahead of it are
         admitted, over its weight (water-filling both times)."""
-        ahead: dict[str | None, int] = {}
-        guaranteed: dict[str | None, int] = {}
-        keyed: list[tuple[int, float, int, QueuedJob]] = []
-        for index, job in enumerate(queue):
-            name = self.queue_of(job)
-            spec = self.queues.get(name) if name is not None else None
-            if spec is None:
-                keyed.append((0, 0.0, index, job))
-                continue
-            chips = _chips(job)
-            nominal = sum(spec.nominal.values())
-            left = nominal - self.used(spec.name) - guaranteed.get(name, 0)
-            cum = ahead.get(name, 0) + chips
-            ahead[name] = cum
-            over = self.used(spec.name) + cum - nominal
-            # a job that fits what its queue's unused nominal quota has left after the
-            # guaranteed jobs ahead of it goes ahead of every borrower (and of a borrower's
-            # reservation), even behind a queue-mate too large for it
-            if chips <= left:
-                guaranteed[name] = guaranteed.get(name, 0) + chips
-                # the queue furthest below its nominal quota first (water-filling again)
-                keyed.append((0, (nominal - left + chips) / max(nominal, 1), index, job))
-            else:
-                keyed.append((1, over / spec.weight, index, job))
+        arranged = _Arranged(self._epoch)
+        keyed = [(*self._share(job, arranged), index, job) for index, job in enumerate(queue)]
         keyed.sort(key=lambda k: k[:3])
+        arranged.last = (keyed[-1][0], keyed[-1][1]) if keyed else None
+        self._arranged = arranged
         return [k[3] for k in keyed]
+
+    def arrange_after(self, arrivals: Sequence[QueuedJob]) -> list[QueuedJob] | None:
+        """`arrivals` (in queue order, each after every job `arrange` was last given, so last
+        in its own queue) in the order a new `arrange` would try them, when that puts them
+        after every job it was given: usage has not moved since, so neither has any of those
+        jobs. None otherwise (the caller arranges the whole queue again). Costs the arrivals
+        only, so a deep queue is not arranged again for every job that joins it."""
+        last = self._arranged
+        if last is None or last.epoch != self._epoch:
+            return None
+        arranged = _Arranged(last.epoch, dict(last.ahead), dict(last.guaranteed))
+        keyed = [(*self._share(job, arranged), index, job) for index, job in enumerate(arrivals)]
+        keyed.sort(key=lambda k: k[:3])
+        if keyed and last.last is not None and (keyed[0][0], keyed[0][1]) < last.last:
+            return None
+        arranged.last = (keyed[-1][0], keyed[-1][1]) if keyed else last.last
+        self._arranged = arranged
+        return [k[3] for k in keyed]
+
+    def _share(self, job: QueuedJob, arranged: _Arranged) -> tuple[int, float]:
+        """`job`'s place in `arrange`'s order after the jobs `arranged` has counted (then
+        counted too): (0, share of nominal) for a guaranteed job, (1, borrowed over weight)
+        for a borrower, (0, 0.0) for a job outside the queues."""
+        name = self.queue_of(job)
+        spec = self.queues.get(name) if name is not None else None
+        if spec is None:
+            return 0, 0.0
+        ahead, guaranteed = arranged.ahead, arranged.guaranteed
+        chips = _chips(job)
+        nominal = sum(spec.nominal.values())
+        left = nominal - self.used(spec.name) - guaranteed.get(name, 0)
+        cum = ahead.get(name, 0) + chips
+        ahead[name] = cum
+        over = self.used(spec.name) + cum - nominal
+        # a job that fits what its queue's unused nominal quota has left after the
+        # guaranteed jobs ahead of it goes ahead of every borrower (and of a borrower's
+        # reservation), even behind a queue-mate too large for it
+        if chips <= left:
+            guaranteed[name] = guaranteed.get(name, 0) + chips
+            # the queue furthest below its nominal quota first (water-filling again)
+            return 0, (nominal - left + chips) / max(nominal, 1)
+        return 1, over / spec.weight
 
 
 def _chips(job: QueuedJob) -> int:

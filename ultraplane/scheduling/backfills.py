@@ -43,19 +43,28 @@ class Backfills:
             return nofit
         unslowed = now + job.expected_s
         opened = [us for us, s in known.items() if unslowed <= s]
+        if not opened or len(opened) < len(known):
+            # a later start could open (more of) the reserved UltraServers to it: a cycle
+            # that carries it over must not see the reservation's lead reach its run time
+            self._reservations.lead = min(self._reservations.lead, job.expected_s)
         if not opened:
             # ends after every reservation starts even unslowed: no placement to look for
             return NoFit(nofit.kind, f"{nofit.message}; it is predicted to end "
                          f"{span(unslowed - max(known.values()))} after the "
                          "reservation starts", nofit.blocking)
+        tried = (job.request, frozenset(opened))
+        if tried in self._state.no_backfill:
+            return nofit
         with self._allocator.lifted(opened):
             got = self._allocator.place(job.request)
             if isinstance(got, NoFit):
+                self._state.no_backfill.add(tried)
                 return nofit
             slow = placed_slowdown(self._allocator, got, job.request.chips)
             end = now + job.expected_s * slow
             shadow = min((known[us] for us in got.ultraservers if us in known), default=math.inf)
-            if end > shadow:
+            if end > shadow:  # (its slowdown is at least 1)
+                self._reservations.lead = min(self._reservations.lead, job.expected_s)
                 return NoFit(nofit.kind, f"{nofit.message}; it would fit on the reserved "
                              f"UltraServers but is predicted to end {span(end - shadow)} "
                              "after the reservation starts", nofit.blocking)

@@ -58,7 +58,7 @@ class CycleResult:
 
 @dataclass(slots=True)
 class CycleState:
-    """The clock, launch allowance and no-fit memo of the current cycle, shared by its policies.
+    """The clock, launch allowance and no-fit memos of the current cycle, shared by its policies.
 
     One object for the scheduler's lifetime, updated by each cycle: between cycles `now` is
     the last cycle's clock (the power book counts a job cancelled between cycles as ending
@@ -72,3 +72,12 @@ class CycleState:
     # not fit still does not, so thousands of same-shaped jobs cost one search per shape, not
     # one per job. Cleared by a full cycle and by every eviction.
     failed: dict[PlacementRequest, NoFit] = field(default_factory=dict)
+    # Requests that did not fit even with these reserved UltraServers lifted (`backfills`):
+    # like `failed`, true until an eviction, so a deep queue of jobs that backfill cannot
+    # place costs one lifted search per shape, not one per job.
+    no_backfill: set[tuple[PlacementRequest, frozenset[str]]] = field(default_factory=set)
+
+    def forget_failures(self) -> None:
+        """The no-fit memos, dropped when room may have been freed (a full cycle, an eviction)."""
+        self.failed.clear()
+        self.no_backfill.clear()

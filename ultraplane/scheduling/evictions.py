@@ -81,7 +81,7 @@ class Evictions:
             victim = self._roster.running[key]
             evicted.append((victim, {p: held[p] for p in victim.parts() if p in held}))
             self._roster.requeue(key)
-        self._state.failed.clear()
+        self._state.forget_failures()
 
     def preempt_for(self, job: QueuedJob, part: JobKey, nofit: NoFit, evicted: Evicted
                     ) -> Placement | NoFit:

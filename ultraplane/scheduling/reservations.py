@@ -47,6 +47,13 @@ class Reservations:
         self.shadows: dict[str, float | None] = {}
         # The cycle's first reservation: (index in its pending, the job's NoFit before it).
         self.first: tuple[int, NoFit] | None = None
+        # For a cycle that carries this one over (`carryovers`): a tenant queue's reservation
+        # beyond the first exists (a carried cycle makes the first again, not these, so it may
+        # not try arrivals behind them), and the lead (start - now) from which a job the
+        # backfill rule left waiting for ending after the start might end before it (inf:
+        # none was; `backfills`).
+        self.extra = False
+        self.lead = math.inf
         self._reserving: set[str | None] = set()  # tenant queues that reserved this cycle
         # Requests no domain can be reserved for (gangs smaller than one UltraServer): this
         # depends on the inventory only, so it holds for the cycle and spares a deep queue of
@@ -61,6 +68,7 @@ class Reservations:
         self.fenced, self.shadows = [], {}
         if not carried:
             self.first, self._reserving = None, set()
+            self.extra, self.lead = False, math.inf
         self.unreservable.clear()
         with ExitStack() as self._fences:
             yield
@@ -125,6 +133,8 @@ class Reservations:
             self.first = (len(result.pending), nofit)
             if start is not None:
                 result.reservation_start = start
+        else:  # another tenant queue's (`may_reserve`)
+            self.extra = True
         if len(names) == 1:
             what = f"UltraServer {names[0]}"
         elif len(picked) == 1:

@@ -31,9 +31,10 @@ A cycle, in this fixed order (`cycle`, `_full`, `_carried`, `_try`):
 
 1. The jobs to try. While the last cycle's outcome stands (`CarryOver.stands`), only the
    arrivals behind it, with its pending carried over and its reservation made again
-   (`CarryOver.resume`); otherwise every waiting job in queue order, in fair-share order
-   with tenant queues (`QuotaGate.order`), with the power book's and the evictions' cycle
-   begun and the no-fit memo cleared.
+   (`CarryOver.resume`; with tenant queues, in fair-share order after every job the last
+   cycle tried, `QuotaBook.arrange_after`); otherwise every waiting job in queue order, in
+   fair-share order with tenant queues (`QuotaGate.order`), with the power book's and the
+   evictions' cycle begun and the no-fit memos cleared.
 2. Each job in turn, after the pending scale-ups of the running jobs ahead of it in queue
    order (`Elasticity.grow`; those behind every waiting job after the last), until one step
    decides it:
@@ -103,7 +104,8 @@ class Scheduler:
         self._replicas = Replicas(allocator, state, evictions, self._power)
         self._splits = Splits(allocator, roster, state, self._power)
         self._backfills = Backfills(allocator, state, reservations, self._power)
-        self._carryover = CarryOver(allocator, roster, state, evictions, reservations)
+        self._carryover = CarryOver(allocator, roster, state, evictions, reservations, gate,
+                                    self._power)
         self._elasticity = Elasticity(allocator, roster, state, gate, evictions,
                                       self._power)
 
@@ -250,8 +252,8 @@ class Scheduler:
         the first job that fits. None: no limit (the simulator's and the REST API's drivers,
         and the operator without pods)."""
         self._state.now, self._state.budget = now, launch_budget
-        if self._quotas.book is not None or self._power.book is not None:
-            self._carryover.forget()  # usage moves the order, or the headroom: always full
+        if self._power.book is not None:  # the headroom moves with the clock and the
+            self._carryover.forget()  # telemetry: every cycle is a full one
         result = None
         if self._carryover.stands():
             with self._reservations.fencing(carried=True):
@@ -273,7 +275,7 @@ class Scheduler:
         queue = self._quotas.order(self.queued())
         self._power.begin()
         self._evictions.begin()
-        self._state.failed.clear()
+        self._state.forget_failures()
         self._try(queue, result)
         self._carryover.tried(queue, result)
         return result
