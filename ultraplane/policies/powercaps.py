@@ -106,16 +106,6 @@ class PowerCaps:
             held.cap = caps[key]
         return caps
 
-    def _lowest_cap(self, held: _Held, current: float | None, share: float) -> float | None:
-        """The cap at `share` of peak (kept at or above the job's floor and at or below a cap
-        it already has); None when that is no cap at all."""
-        us = next(iter(held.per_us))
-        chip = self._chip[us]
-        cap = max(share * chip.peak, self._floor(held, us))
-        if current is not None:
-            cap = min(cap, current)
-        return None if cap >= chip.peak else cap
-
     def cap_of(self, key: JobKey) -> float | None:
         """A running job's per-chip cap in watts (None: uncapped or not running)."""
         held = self._jobs.get(key)

@@ -65,10 +65,6 @@ class TokenMix:
     def mean_prompt(self) -> float:
         return float(self.weights @ self.prompts)
 
-    @property
-    def mean_output(self) -> float:
-        return float(self.weights @ self.outputs)
-
 
 def merge_mixes(mixes: Sequence[TokenMix], requests: Sequence[float]) -> TokenMix:
     """One mix for several intervals, each weighted by its number of requests."""
