@@ -147,12 +147,13 @@ def test_ultraserver_and_inferencejob_columns(kube_env: Any, kube_namespace: str
     # An empty list prints no table, so make one job first.
     _apply(kube_env, kube_namespace, (ROOT / "examples/inferencejob.yaml").read_text())
     _patch_status(kube_env, kube_namespace, "inferencejob", "chat-70b",
-                  {"phase": "Running", "chips": 64, "tokensPerSecond": 20012.5})
+                  {"phase": "Running", "chips": 64, "tokensPerSecond": 20012.5,
+                   "readyReplicas": 3})
     out = kube_env.kubectl("get", "-n", kube_namespace, "ij").stdout.splitlines()
-    assert out[0].split() == ["NAME", "PHASE", "REPLICAS", "CHIPS", "CHIPS/REPLICA", "TOKENS/S",
-                              "AGE"]
+    assert out[0].split() == ["NAME", "PHASE", "REPLICAS", "READY", "CHIPS", "CHIPS/REPLICA",
+                              "TOKENS/S", "AGE"]
     # CHIPS is the job's size (4 replicas x 16), not one replica's.
-    assert out[1].split()[1:5] == ["Running", "4", "64", "16"]
+    assert out[1].split()[1:6] == ["Running", "4", "3", "64", "16"]
     assert "20012.5" in out[1]
 
 
@@ -285,16 +286,57 @@ def test_spec_is_editable_while_pending_and_frozen_once_admitted(
     assert res.returncode != 0 and "once the job is Running" in res.stderr
 
 
-def test_inferencejob_spec_is_frozen_once_admitted(kube_env: Any, kube_namespace: str) -> None:
+def test_inferencejob_spec_is_frozen_once_admitted_but_for_replicas(
+    kube_env: Any, kube_namespace: str
+) -> None:
+    ns, name = kube_namespace, "ij-immutable-demo"
     doc = yaml.safe_load((ROOT / "examples/inferencejob.yaml").read_text())
-    doc["metadata"]["name"] = "ij-immutable-demo"
-    _apply(kube_env, kube_namespace, doc)
-    _patch_status(
-        kube_env, kube_namespace, "inferencejob", "ij-immutable-demo", {"phase": "Admitted"}
-    )
-    doc["spec"]["replicas"] = 8
-    res = _apply(kube_env, kube_namespace, doc, check=False)
+    doc["metadata"]["name"] = name
+    _apply(kube_env, ns, doc)
+    _patch_status(kube_env, ns, "inferencejob", name,
+                  {"phase": "Admitted", "replicas": 4, "selector": "ultraplane.dev/job-uid=x"})
+    doc["spec"]["replicas"] = 8  # the one field that moves once admitted
+    _apply(kube_env, ns, doc)
+    assert _get(kube_env, ns, "inferencejob", name)["spec"]["replicas"] == 8
+    doc["spec"]["priority"] = 60
+    res = _apply(kube_env, ns, doc, check=False)
+    assert res.returncode != 0 and "spec is immutable once the job is Admitted" in res.stderr
+    assert "except spec.replicas" in res.stderr
+    removed = {**doc, "spec": {k: v for k, v in doc["spec"].items() if k != "latencySLO"}}
+    res = _apply(kube_env, ns, removed, check=False)  # a field dropped is a change too
     assert res.returncode != 0 and "spec is immutable" in res.stderr
+
+    # The scale subresource: what `kubectl scale`, an HPA and KEDA read and write.
+    kube_env.kubectl("scale", "-n", ns, "inferencejob", name, "--replicas=3")
+    assert _get(kube_env, ns, "inferencejob", name)["spec"]["replicas"] == 3
+    scale = json.loads(kube_env.kubectl(
+        "get", "--raw", f"/apis/ultraplane.dev/v1alpha1/namespaces/{ns}/inferencejobs/{name}/scale"
+    ).stdout)
+    assert scale["kind"] == "Scale" and scale["spec"] == {"replicas": 3}
+    assert scale["status"] == {"replicas": 4, "selector": "ultraplane.dev/job-uid=x"}
+    for bad, said in (("0", "should be greater than or equal to 1"),
+                      ("10001", "should be less than or equal to 10000")):
+        res = kube_env.kubectl("scale", "-n", ns, "inferencejob", name, f"--replicas={bad}",
+                               check=False)
+        assert res.returncode != 0 and said in res.stderr, res.stderr
+
+
+def test_inferencejob_replicas_stay_within_autoscaling_max(
+    kube_env: Any, kube_namespace: str
+) -> None:
+    ns, name = kube_namespace, "ij-autoscaled"
+    doc = yaml.safe_load((ROOT / "examples/inferencejob.yaml").read_text())
+    doc["metadata"]["name"] = name
+    doc["spec"]["autoscaling"] = {"minReplicas": 2, "maxReplicas": 6,
+                                  "objective": {"timeToFirstTokenMs": 500,
+                                                "timePerOutputTokenMs": 40}}
+    _apply(kube_env, ns, doc)
+    _patch_status(kube_env, ns, "inferencejob", name, {"phase": "Running"})
+    kube_env.kubectl("scale", "-n", ns, "inferencejob", name, "--replicas=6")
+    res = kube_env.kubectl("scale", "-n", ns, "inferencejob", name, "--replicas=7", check=False)
+    assert res.returncode != 0
+    assert "spec.replicas must be at most spec.autoscaling.maxReplicas" in res.stderr
+    assert _get(kube_env, ns, "inferencejob", name)["spec"]["replicas"] == 6
 
 
 # --- the CEL rules and their pydantic twins agree (random specs, server-side dry run) --------

@@ -125,7 +125,7 @@ def test_spec_lists_and_strings_are_bounded_for_the_cel_cost_budget(plural: str)
          ["Profile", "Chips", "Free", "Utilization", "Power", "Schedulable", "Reserved", "Age"]),
         ("trainingjobs", "tj", "Namespaced", ["Phase", "Chips", "UltraServers", "Progress", "Age"]),
         ("inferencejobs", "ij", "Namespaced",
-         ["Phase", "Replicas", "Chips", "Chips/Replica", "Tokens/s", "Age"]),
+         ["Phase", "Replicas", "Ready", "Chips", "Chips/Replica", "Tokens/s", "Age"]),
     ],
 )  # fmt: skip
 def test_names_columns_and_status_subresource(
@@ -137,7 +137,9 @@ def test_names_columns_and_status_subresource(
     assert crd["spec"]["names"]["shortNames"] == [short]
     assert crd["spec"]["names"]["categories"] == ["ultraplane"]
     version = crd["spec"]["versions"][0]
-    assert version["name"] == "v1alpha1" and version["subresources"] == {"status": {}}
+    scale = {"scale": {"specReplicasPath": ".spec.replicas", "statusReplicasPath": ".status.replicas",
+                       "labelSelectorPath": ".status.selector"}} if plural == "inferencejobs" else {}
+    assert version["name"] == "v1alpha1" and version["subresources"] == {"status": {}, **scale}
     assert [c["name"] for c in version["additionalPrinterColumns"]] == columns
 
 
@@ -145,7 +147,14 @@ def test_jobs_carry_the_root_immutability_rule_and_ultraservers_do_not() -> None
     for plural in ("trainingjobs", "inferencejobs"):
         (rule,) = _schema(plural)["x-kubernetes-validations"]
         assert "oldSelf.status.phase in ['Pending']" in rule["rule"]
-        assert "self.spec == oldSelf.spec" in rule["rule"]
+    assert "self.spec == oldSelf.spec" in _schema("trainingjobs")["x-kubernetes-validations"][0][
+        "rule"]
+    # An InferenceJob's replicas stay editable (the scale subresource); every other spec
+    # field is compared.
+    (rule,) = _schema("inferencejobs")["x-kubernetes-validations"]
+    spec_fields = set(_schema("inferencejobs")["properties"]["spec"]["properties"])
+    compared = {f for f in spec_fields if f"self.spec.{f} == oldSelf.spec.{f}" in rule["rule"]}
+    assert compared == spec_fields - {"replicas"}
     assert "x-kubernetes-validations" not in _schema("ultraservers")
 
 

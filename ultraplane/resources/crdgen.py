@@ -25,6 +25,12 @@ __all__ = ["KINDS", "Kind", "crd", "main", "render", "rendered_files", "root_sch
 def crd(k: Kind) -> dict[str, Any]:
     """The CustomResourceDefinition object of a kind."""
     columns = [{"name": n, "type": t, "jsonPath": p, "description": d} for n, t, p, d in k.columns]
+    subresources: dict[str, Any] = {"status": {}}
+    if k.scale is not None:
+        spec_path, status_path, selector_path = k.scale
+        subresources["scale"] = {"specReplicasPath": spec_path,
+                                 "statusReplicasPath": status_path,
+                                 "labelSelectorPath": selector_path}
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
@@ -45,7 +51,7 @@ def crd(k: Kind) -> dict[str, Any]:
                     "name": VERSION,
                     "served": True,
                     "storage": True,
-                    "subresources": {"status": {}},
+                    "subresources": subresources,
                     "additionalPrinterColumns": columns,
                     "schema": {"openAPIV3Schema": root_schema(k)},
                 }

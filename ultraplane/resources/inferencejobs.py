@@ -24,6 +24,7 @@ from ultraplane.resources.metas import ObjectMeta
 MAX_REPLICAS = 10_000
 _ONE_LOAD = "spec.load needs exactly one of requestsPerSecond or tokensPerSecond"
 _TOTAL = f"spec.replicas x spec.chipsPerReplica must be at most {MAX_JOB_CHIPS} chips"
+_OVER_MAX = "spec.replicas must be at most spec.autoscaling.maxReplicas"
 
 
 class LoadTarget(SpecModel):
@@ -111,7 +112,8 @@ class Autoscaling(SpecModel):
 
 
 class InferenceJobSpec(SpecModel):
-    """What an inference job asks for: replicas x chipsPerReplica. Immutable once admitted."""
+    """What an inference job asks for: replicas x chipsPerReplica. Immutable once admitted,
+    but for replicas (the `scale` subresource: `kubectl scale`, an HPA, KEDA)."""
 
     model_config = ConfigDict(
         json_schema_extra={
@@ -122,12 +124,20 @@ class InferenceJobSpec(SpecModel):
                     "message": _TOTAL,
                     "fieldPath": ".replicas",
                 },
+                {
+                    "rule": "!has(self.autoscaling) || "
+                    "self.replicas <= self.autoscaling.maxReplicas",
+                    "message": _OVER_MAX,
+                    "fieldPath": ".replicas",
+                },
             ]
         }
     )
 
     replicas: int = Field(default=1, ge=1, le=MAX_REPLICAS, strict=True,
-                          description="Model replicas.")
+                          description="Model replicas. May change while the job runs (the "
+                          "scale subresource): added replicas are placed as new gangs, removed "
+                          "ones are the highest-numbered, and the others keep their pods.")
     chips_per_replica: int = Field(
         ge=1, le=MAX_JOB_CHIPS, strict=True, description="Chips of one replica (one gang, all or nothing)."
     )
@@ -186,6 +196,8 @@ class InferenceJobSpec(SpecModel):
         rules.check_fit(self.chips_per_replica, "chipsPerReplica", self.profile, self.topology)
         if self.replicas * self.chips_per_replica > MAX_JOB_CHIPS:
             raise ValueError(_TOTAL)
+        if self.autoscaling is not None and self.replicas > self.autoscaling.max_replicas:
+            raise ValueError(_OVER_MAX)
         return self
 
 
@@ -211,6 +223,17 @@ class InferenceJobStatus(JobStatus):
 
     allocation: InferenceAllocation | None = Field(
         default=None, description="Chips held by the job."
+    )
+    replicas: int | None = Field(
+        default=None, ge=0, description="Replicas placed (holding chips), what the scale "
+        "subresource reports."
+    )
+    ready_replicas: int | None = Field(
+        default=None, ge=0, description="Replicas whose pods all run (jobs with a template)."
+    )
+    selector: str | None = Field(
+        default=None, max_length=1024, description="Label selector of the job's pods, for "
+        "the scale subresource (an HPA finds the pods by it)."
     )
     chips: int | None = Field(
         default=None, ge=0, description="Chips of every replica together (replicas x "
@@ -238,12 +261,13 @@ class InferenceJobStatus(JobStatus):
 
 class InferenceJob(BaseModel):
     """An inference job: replicas x chipsPerReplica, each replica one gang placed under the
-    topology policy. Its spec is frozen once it leaves Pending."""
+    topology policy. Its spec is frozen once it leaves Pending, but for spec.replicas."""
 
     model_config = ConfigDict(
         populate_by_name=True,
         extra="forbid",
-        json_schema_extra={"x-kubernetes-validations": [rules.immutable_spec_rule()]},
+        json_schema_extra={"x-kubernetes-validations": [rules.immutable_spec_but_rule(
+            [f.alias or n for n, f in InferenceJobSpec.model_fields.items()], "replicas")]},
     )
 
     api_version: Literal["ultraplane.dev/v1alpha1"] = Field(

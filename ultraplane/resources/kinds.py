@@ -37,6 +37,8 @@ class Kind:
     spec: type[BaseModel]
     status: type[BaseModel]
     columns: tuple[tuple[str, str, str, str], ...]  # name, type, jsonPath, description
+    # the `scale` subresource (`kubectl scale`, HPA, KEDA): spec, status and selector paths
+    scale: tuple[str, str, str] | None = None
 
     @property
     def name(self) -> str:
@@ -97,12 +99,14 @@ KINDS: tuple[Kind, ...] = (
         InferenceJobStatus,
         (
             ("Phase", "string", ".status.phase", "Lifecycle phase."),
-            ("Replicas", "integer", ".spec.replicas", "Model replicas."),
+            ("Replicas", "integer", ".spec.replicas", "Model replicas wanted."),
+            ("Ready", "integer", ".status.readyReplicas", "Replicas whose pods all run."),
             ("Chips", "integer", ".status.chips", "Chips of all replicas."),
             ("Chips/Replica", "integer", ".spec.chipsPerReplica", "Chips per replica."),
             ("Tokens/s", "number", ".status.tokensPerSecond", "Output tokens per second."),
             _AGE,
         ),
+        scale=(".spec.replicas", ".status.replicas", ".status.selector"),
     ),
     Kind(
         "TenantQueue",

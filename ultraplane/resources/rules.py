@@ -8,6 +8,7 @@ The messages name the field, so `kubectl apply` tells the user what to fix.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from ultraplane.resources import bounds
@@ -94,6 +95,25 @@ def immutable_spec_rule() -> dict[str, Any]:
         f"oldSelf.status.phase in {phases} || self.spec == oldSelf.spec",
         "messageExpression": "'spec is immutable once the job is ' + oldSelf.status.phase + "
         "' (it may change only while Pending); delete and recreate the job to change it'",
+        "fieldPath": ".spec",
+        "reason": "FieldValueForbidden",
+    }
+
+
+def immutable_spec_but_rule(fields: Sequence[str], mutable: str) -> dict[str, Any]:
+    """`immutable_spec_rule` for a kind whose spec keeps one field editable after admission
+    (an InferenceJob's `replicas`, which `kubectl scale` and autoscalers change): every other
+    field of `fields` (the spec's JSON names) is compared, as present-and-equal or absent in
+    both. CEL cannot compare an object minus a field, hence one term per field."""
+    phases = "[" + ", ".join(f"'{p}'" for p in EDITABLE_PHASES) + "]"
+    terms = [f"(has(self.spec.{f}) ? has(oldSelf.spec.{f}) && self.spec.{f} == "
+             f"oldSelf.spec.{f} : !has(oldSelf.spec.{f}))" for f in fields if f != mutable]
+    return {
+        "rule": "!has(oldSelf.status) || !has(oldSelf.status.phase) || "
+        f"oldSelf.status.phase in {phases} || ({' && '.join(terms)})",
+        "messageExpression": "'spec is immutable once the job is ' + oldSelf.status.phase + "
+        f"' except spec.{mutable} (the rest may change only while Pending); delete and "
+        "recreate the job to change it'",
         "fieldPath": ".spec",
         "reason": "FieldValueForbidden",
     }
