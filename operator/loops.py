@@ -31,6 +31,7 @@ from ultraplane.operator.gctuning import PAUSES, HeapKeeper
 from ultraplane.operator.jobviews import expected_end, view_job
 from ultraplane.operator.observations import ObservationCache
 from ultraplane.operator.outboxes import Outbox
+from ultraplane.operator.statuses import Resized
 from ultraplane.operator.ultraserverviews import UltraServerViews
 from ultraplane.operator.writers import StatusWriters
 
@@ -298,6 +299,12 @@ class AdmissionLoop:
             # evictions, then the admissions that reuse the chips (the kill -9 order).
             await writers.admissions_written()
         await writers.flush()  # evictions first: an admission may take a victim's chips
+        if decisions.scaled_up:  # added replicas may sit on the victims' chips just written
+            for up in decisions.scaled_up:
+                said = outbox.get(up.key)
+                if said is None or isinstance(said, Resized):
+                    outbox.put(up.key, said.then(up) if said is not None else Resized((up,)))
+            await writers.flush()
         writers.start_admissions(admitted)
         if wait:
             await writers.admissions_written()

@@ -20,6 +20,7 @@ because a job is evicted, restarted or failed as a whole.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -32,10 +33,12 @@ from ultraplane.operator.jobviews import (
     view_job,
 )
 from ultraplane.operator.outboxes import Outbox
+from ultraplane.operator.statuses import Resized
 
 from ultraplane.ids import ChipId, JobKey, kind_of_job_key
 from ultraplane.placement.allocator import AllocationConflict, Allocator
 from ultraplane.scheduling.admissions import Admissions, Failed, Requeued
+from ultraplane.scheduling.decisions import ScaledDown, ScalingUp
 from ultraplane.workloads import QueuedJob
 
 log = logging.getLogger("ultraplane.operator")
@@ -136,6 +139,7 @@ class ObservationCache:
                 self.outbox.put(key, finished)
             return
         if self.admissions.is_running(key):
+            self.follow_replicas(key)
             return
         if view.queued is None:
             self.outbox.put(key, self.admissions.invalid(key, view.error))
@@ -153,12 +157,20 @@ class ObservationCache:
             # (the runtime's Running, with the old allocation) must not re-adopt the chips.
             return
         if view.phase in HOLDING_PHASES and view.chips:
-            chips = view.replica_chips if view.queued.replicas is not None else (view.chips,)
-            outcome = self.admissions.readopt(view.queued, chips)
+            queued = view.queued
+            chips: tuple[tuple[ChipId, ...], ...] = (view.chips,)
+            if queued.replicas is not None:
+                chips = view.replica_chips
+                if chips and all(len(c) == queued.request.chips for c in chips):
+                    # as many as were placed (rescaled since?); the spec's count comes next
+                    queued = dataclasses.replace(queued, replicas=len(chips))
+            outcome = self.admissions.readopt(queued, chips)
             if isinstance(outcome, Requeued):
                 log.warning("cannot re-adopt %s's chips (%s); requeueing it", key,
                             outcome.message)
                 self.outbox.put(key, outcome)
+            else:
+                self.follow_replicas(key)
             return
         status = body.get("status") or {}
         if view.phase == "Pending" and status.get("reason"):
@@ -167,6 +179,35 @@ class ObservationCache:
             self.outbox.found_written(key, status)
         self.submitted[key] = view.queued
         self.admissions.submit(view.queued)
+
+    def follow_replicas(self, key: JobKey) -> None:
+        """A running InferenceJob's spec.replicas (the scale subresource: `kubectl scale`, an
+        HPA) differs from the count the core holds or is growing to: the core rescales it
+        (`Admissions.rescale`) and its decision is queued as it is. Not before its admission
+        is on the record: a rescale written ahead of it would be overwritten by the admission's
+        older allocation (the admission write calls this again when it lands)."""
+        body = self.bodies.get(key) or {}
+        spec, status = body.get("spec") or {}, body.get("status") or {}
+        replicas = spec.get("replicas")
+        if not isinstance(replicas, int) or replicas < 1 or not (status.get("allocation") or {}):
+            return
+        held = self.admissions.desired(key)
+        old = self.outbox.get(key)
+        if held is None or held == replicas or (old is not None and not isinstance(old, Resized)):
+            return  # (another decision's write first: it calls this again when it lands)
+        overridden = ""
+        if spec.get("autoscaling"):
+            overridden = (f"spec.replicas was set to {replicas} by a writer other than the "
+                          "core's planner (kubectl scale, an HPA?), while spec.autoscaling "
+                          "lets the planner choose the count: applied; the planner may "
+                          "change it again. Remove spec.autoscaling to size the job by hand.")
+        decision = self.admissions.rescale(key, replicas, "Set by spec.replicas.")
+        if not isinstance(decision, ScaledDown | ScalingUp):
+            return
+        old = self.outbox.get(key)
+        self.outbox.put(key, old.then(decision, overridden) if isinstance(old, Resized)
+                        else Resized((decision,), overridden))
+        self.wake.set()
 
     def owner(self, part: JobKey) -> JobKey:
         """The job an allocator key belongs to (a replica key names its InferenceJob)."""

@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from ultraplane.operator.statuses import EVICTIONS, Write
+from ultraplane.operator.statuses import EVICTIONS, Queued, Write
 
-from ultraplane.documents.jobstatuses import PendingSaid, StatusDecision, pending_said
+from ultraplane.documents.jobstatuses import PendingSaid, pending_said
 from ultraplane.ids import JobKey
 from ultraplane.scheduling.decisions import Pending
 
@@ -26,18 +26,18 @@ class Outbox:
     reservation of the last cycle."""
 
     def __init__(self) -> None:
-        self._queued: dict[JobKey, StatusDecision] = {}
+        self._queued: dict[JobKey, Queued] = {}
         self.said: dict[JobKey, PendingSaid] = {}  # what each waiting job's status says
         self.reserved: dict[str, JobKey] = {}  # UltraServer -> job held back for (last cycle)
 
     # -- the queue ---------------------------------------------------------------------
-    def put(self, key: JobKey, decision: StatusDecision) -> None:
+    def put(self, key: JobKey, decision: Queued) -> None:
         self._queued[key] = decision
 
-    def put_if_absent(self, key: JobKey, decision: StatusDecision) -> None:
+    def put_if_absent(self, key: JobKey, decision: Queued) -> None:
         self._queued.setdefault(key, decision)
 
-    def get(self, key: JobKey) -> StatusDecision | None:
+    def get(self, key: JobKey) -> Queued | None:
         return self._queued.get(key)
 
     def discard(self, key: JobKey) -> None:
@@ -52,16 +52,16 @@ class Outbox:
     def __len__(self) -> int:
         return len(self._queued)
 
-    def queued(self) -> Mapping[JobKey, StatusDecision]:
+    def queued(self) -> Mapping[JobKey, Queued]:
         """A read-only view of what waits (tests, logs)."""
         return dict(self._queued)
 
     def has_evictions(self) -> bool:
         return any(isinstance(d, EVICTIONS) for d in self._queued.values())
 
-    def take(self) -> dict[JobKey, StatusDecision]:
+    def take(self) -> dict[JobKey, Queued]:
         """Remove and return everything queued but the Pending writes (evictions first)."""
-        batch: dict[JobKey, StatusDecision] = {
+        batch: dict[JobKey, Queued] = {
             k: d for k, d in self._queued.items() if not isinstance(d, Pending)}
         for key in batch:
             del self._queued[key]

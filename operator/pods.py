@@ -39,7 +39,7 @@ from ultraplane.operator.nodes import (
     ultraserver_name,
 )
 from ultraplane.operator.podwatch import PodWatch
-from ultraplane.operator.statuses import PodsSaid
+from ultraplane.operator.statuses import PodsSaid, ReplicasReady
 
 from ultraplane.hardware.profiles import UnknownProfileError, load_profile
 from ultraplane.ids import (
@@ -453,8 +453,9 @@ class PodPlane:
             plan = wanted.get(slot)
             if pod.uid != uid:
                 stale.append(pod)  # a deleted job's, recreated under the same name
-            elif pod.attempt == attempt and plan is not None:
-                current[slot] = pod
+            elif pod.attempt == attempt and plan is not None \
+                    and (pod.server, pod.chips) == (plan.server, tuple(plan.chips)):
+                current[slot] = pod  # (a replica removed and added again may sit elsewhere)
             elif (pod.attempt < attempt and plan is not None and pod.live and not pod.terminating
                   and str(status.get("reason")) in REPLACE_REASONS and slot not in current
                   and (pod.server, pod.chips) == (plan.server, plan.chips)):
@@ -493,6 +494,8 @@ class PodPlane:
             if status.get("phase") != "Running":
                 await self._hand_on(key, state, "Running", "PodsRunning",
                                     f"{verdict.message} on the allocated Nodes.")
+        if launch.job.kind == "InferenceJob":
+            await self._say_ready(key, status, wanted, current)
         missing = [plan for slot, plan in wanted.items() if slot not in current]
         if not missing:
             return
@@ -500,6 +503,20 @@ class PodPlane:
             self.waiting.add(key)  # woken when a pod holding one of its chips goes
             return
         await self._create(key, state, launch, missing, attempt)
+
+    async def _say_ready(self, key: JobKey, status: Mapping[str, Any],
+                         wanted: Mapping[tuple[int, int], launches.PodPlan],
+                         current: Mapping[tuple[int, int], PodInfo]) -> None:
+        """Write status.readyReplicas when it moved: replicas whose every pod runs (what the
+        scale subresource's readers and `kubectl get ij` show beside the replicas wanted)."""
+        groups: dict[int, bool] = {}
+        for slot in wanted:
+            pod = current.get(slot)
+            groups[slot[0]] = groups.get(slot[0], True) and pod is not None \
+                and pod.phase == "Running" and not pod.terminating
+        ready = sum(groups.values())
+        if status.get("readyReplicas") != ready:
+            await self.controller.write(key, ReplicasReady(ready))
 
     def _blocked(self, key: JobKey, state: JobPods, missing: list[launches.PodPlan],
                  attempt: int) -> bool:

@@ -21,6 +21,7 @@ from ultraplane.documents.jobstatuses import (
     admitted,
     admitted_replicas,
     allocation,
+    apply,
     condition,
     ended,
     failed,
@@ -44,11 +45,17 @@ from ultraplane.scheduling.decisions import (
     Preempted,
     Requeued,
     Restarted,
+    ScaledDown,
+    ScaledUp,
+    ScalingUp,
 )
 
 __all__ = [
     "EVICTIONS",
     "PodsSaid",
+    "Queued",
+    "ReplicasReady",
+    "Resized",
     "Status",
     "Write",
     "admitted",
@@ -84,7 +91,35 @@ class PodsSaid:
     message: str
 
 
-Write = StatusDecision | PodsSaid
+@dataclass(frozen=True, slots=True)
+class ReplicasReady:
+    """How many replicas of an InferenceJob have every pod running (`operator/pods.py`):
+    `status.readyReplicas`, the runtime's words like `PodsSaid`."""
+
+    ready: int
+
+
+Rescale = ScaledDown | ScalingUp | ScaledUp
+OVERRIDDEN = "ReplicasSetOutsideAutoscaling"
+
+
+@dataclass(frozen=True, slots=True)
+class Resized:
+    """The core's rescale decisions of one running InferenceJob not yet written, oldest
+    first: each is documented by the core's builder and the documents are applied in order,
+    so a newer decision (a scale-up wanted) never drops an older one's allocation (a
+    scale-down's freed chips). `overridden`: the message of a condition saying another writer
+    set spec.replicas of a job the core's planner sizes (spec.autoscaling)."""
+
+    decisions: tuple[Rescale, ...]
+    overridden: str = ""
+
+    def then(self, decision: Rescale, overridden: str = "") -> Resized:
+        return Resized((*self.decisions, decision), overridden or self.overridden)
+
+
+Queued = StatusDecision | Resized  # what the outbox holds: the core's decisions
+Write = Queued | PodsSaid | ReplicasReady
 # Decisions that free chips another admission may take: written before any admission.
 EVICTIONS = (Preempted, Evicted, Restarted, Requeued, Failed)
 
@@ -96,6 +131,16 @@ def document(current: Mapping[str, Any], write: Write, now: datetime, *,
     if isinstance(write, PodsSaid):
         said = running if write.phase == "Running" else succeeded
         return said(current, write.reason, write.message, now)
+    if isinstance(write, ReplicasReady):
+        return {"readyReplicas": write.ready}
+    if isinstance(write, Resized):
+        status: Status = {}
+        for decision in write.decisions:
+            status.update(status_of(apply(current, status), decision, now, replicated=True))
+        if write.overridden:
+            status["conditions"] = condition(current, "AutoscalingOverridden", True,
+                                             OVERRIDDEN, write.overridden, now)
+        return status
     return status_of(current, write, now, replicated=replicated)
 
 
@@ -104,6 +149,8 @@ def event_type(write: Write, phase_before: str) -> str | None:
     reason or position moved posts nothing (every transition, not every rewrite)."""
     if isinstance(write, Pending) and phase_before == "Pending":
         return None
+    if isinstance(write, ReplicasReady | Resized):
+        return None  # no transition: the status's scalingMessage says what changed
     normal = isinstance(write, Admitted | Pending | PodsSaid) or (
         isinstance(write, Finished) and phase_before == "Succeeded")
     return "Normal" if normal else "Warning"

@@ -29,10 +29,19 @@ from ultraplane.operator.jobviews import (
 from ultraplane.operator.kube import Conflict, Gone
 from ultraplane.operator.observations import ObservationCache
 from ultraplane.operator.outboxes import Outbox
-from ultraplane.operator.statuses import PodsSaid, Write, document, event_type, total_chips
+from ultraplane.operator.statuses import (
+    PodsSaid,
+    Queued,
+    ReplicasReady,
+    Resized,
+    Write,
+    document,
+    event_type,
+    total_chips,
+)
 
-from ultraplane.documents.jobstatuses import StatusDecision
 from ultraplane.ids import JobKey, kind_of_job_key
+from ultraplane.pods.launches import LABEL_JOB_UID
 from ultraplane.scheduling.decisions import Admitted, Failed, Finished, Pending, Replaced
 
 log = logging.getLogger("ultraplane.operator")
@@ -162,7 +171,7 @@ class StatusWriters:
             await asyncio.gather(*self._position_writers, return_exceptions=True)
             self._position_writers = [t for t in self._position_writers if not t.done()]
 
-    async def write_all(self, batch: Mapping[JobKey, StatusDecision]) -> dict[JobKey, bool]:
+    async def write_all(self, batch: Mapping[JobKey, Queued]) -> dict[JobKey, bool]:
         keys = list(batch)
         done = await asyncio.gather(*(self.write(k, batch[k]) for k in keys))
         return dict(zip(keys, done, strict=True))
@@ -214,13 +223,18 @@ class StatusWriters:
                 return False  # admitted (or gone) since: a late Pending must never overwrite it
             if isinstance(change, Admitted | Replaced) and not admissions.is_running(key):
                 return False  # evicted or gone since it was decided: never write it Admitted
-            if isinstance(change, PodsSaid) and current.get("phase") not in HOLDING_PHASES:
+            if isinstance(change, PodsSaid | ReplicasReady) \
+                    and current.get("phase") not in HOLDING_PHASES:
                 return False  # evicted since the pods were read
+            if isinstance(change, Resized) and not admissions.is_running(key):
+                return True  # evicted since: its eviction's write says where it stands
             meta = body["metadata"]
             plural = plural_of_key(key)
             status = document(current, change, self.clock(), replicated=plural == INFERENCE)
             if plural == INFERENCE:  # the job's size for the Chips column (replicas x per replica)
                 status["chips"] = total_chips(body.get("spec") or {})
+                # the pods' selector, for the scale subresource (an HPA finds the pods by it)
+                status["selector"] = f"{LABEL_JOB_UID}={meta.get('uid', '')}"
             try:
                 new = await self._call(self.kube.patch_job_status, plural, meta["namespace"],
                                        meta["name"], status, meta.get("resourceVersion", ""))
@@ -243,6 +257,8 @@ class StatusWriters:
                 return False
             cache.remember(key, new)
             self.outbox.written(key, change)
+            if plural == INFERENCE:  # an edit of spec.replicas may have waited for this write
+                cache.follow_replicas(key)
             log.debug("status of %s written: %s %s", key, type(change).__name__,
                       status.get("reason"))
             if self.on_written is not None:  # the pod data plane acts on it at once

@@ -87,7 +87,7 @@ class FakeKube:
                 obj["status"].pop(key, None)
             else:
                 obj["status"][key] = copy.deepcopy(value)
-        self.log.append((name, str(status["phase"])))
+        self.log.append((name, str(status.get("phase", "-"))))
         return self.bump(obj)
 
     def set_finalizer(self, plural: str, namespace: str, name: str, finalizers: list[str],

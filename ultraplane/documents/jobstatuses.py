@@ -179,6 +179,8 @@ def admitted_replicas(current: Mapping[str, Any], placements: Sequence[Placement
         "message": message,
         "queuePosition": None,
         "allocation": alloc,
+        "replicas": len(placements),
+        "desiredReplicas": len(placements),
         "admittedTime": stamp(now),
         "attempt": int(current.get("attempt") or 0) + 1,
         "conditions": readmitted(current, reason, message, now),
@@ -195,7 +197,7 @@ def rescaled(decision: ScaledDown | ScalingUp | ScaledUp) -> Status:
                                            f"{decision.desired} replicas.", decision.reason)}
     placements = decision.placements
     status: Status = {"allocation": replica_allocation(placements) if placements else None,
-                      "chips": sum(p.chips for p in placements)}
+                      "chips": sum(p.chips for p in placements), "replicas": len(placements)}
     if isinstance(decision, ScaledDown):
         status["desiredReplicas"] = decision.replicas
         status["scalingMessage"] = _because(

@@ -368,3 +368,12 @@ class Admissions:
 
     def placements(self, key: JobKey) -> tuple[Placement, ...]:
         return self.scheduler.placements(key)
+
+    def desired(self, key: JobKey) -> int | None:
+        """The replica count a running replicated job is headed for: its pending scale-up's,
+        else what it holds (None: not running, or one gang). An adapter compares it with the
+        spec to know whether an edit is new."""
+        job = self.scheduler.running_job(key)
+        if job is None or job.replicas is None:
+            return None
+        return self.scheduler.wanted(key) or job.replicas

@@ -213,6 +213,10 @@ class Scheduler:
     def running(self) -> Mapping[JobKey, QueuedJob]:
         return dict(self._roster.running)
 
+    def running_job(self, key: JobKey) -> QueuedJob | None:
+        """The running entry of `key`, if it runs (without copying every running job)."""
+        return self._roster.running.get(key)
+
     def is_queued(self, key: JobKey) -> bool:
         return key in self._roster.queued
 
