@@ -24,6 +24,7 @@ from ultraplane.api.routers.health import router as health_router
 from ultraplane.api.routers.jobs import inference_router, training_router
 from ultraplane.api.routers.placements import router as placements_router
 from ultraplane.api.routers.queues import router as queues_router
+from ultraplane.api.routers.scales import router as scales_router
 from ultraplane.api.routers.ultraservers import router as ultraservers_router
 from ultraplane.api.settings import Settings
 from ultraplane.api.store import make_engine, migrate
@@ -97,7 +98,8 @@ def create_app(
     app.state.metrics = metrics
     errors.install(app)
     for router in (health_router, ultraservers_router, training_router, inference_router,
-                   placements_router, accounting_router, explanations_router, queues_router):
+                   placements_router, accounting_router, explanations_router, queues_router,
+                   scales_router):
         app.include_router(router)
     openapi.install(app, guard, kubernetes=settings.backend == "kubernetes")
     docs.install(app)

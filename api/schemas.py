@@ -136,6 +136,46 @@ class JobResource(Wire):
     status: dict[str, Any] = Field(default_factory=dict)
 
 
+class ReplicasPatch(Wire):
+    """The one field of a running InferenceJob's spec that may change."""
+
+    replicas: int = Field(strict=True, description="The replica count wanted.")
+
+
+class InferenceJobPatch(Wire):
+    """`PATCH` body of an InferenceJob (a JSON merge patch): only `spec.replicas` may change
+    once it is created; other fields are refused."""
+
+    spec: ReplicasPatch
+
+
+class ScaleMeta(Wire):
+    name: str | None = None
+    namespace: str | None = None
+    uid: str | None = None
+    creation_timestamp: str | None = None
+
+
+class ScaleSpec(Wire):
+    replicas: int = Field(strict=True, description="The replica count wanted (spec.replicas).")
+
+
+class ScaleStatus(Wire):
+    replicas: int = Field(default=0, description="Replicas placed (status.replicas).")
+    selector: str | None = Field(default=None, description="Label selector of the pods.")
+
+
+class Scale(Wire):
+    """An InferenceJob's scale, shaped as Kubernetes' `autoscaling/v1` Scale (what
+    `kubectl scale`, an HPA and KEDA read and write)."""
+
+    api_version: Literal["autoscaling/v1"] = "autoscaling/v1"
+    kind: Literal["Scale"] = "Scale"
+    metadata: ScaleMeta = Field(default_factory=ScaleMeta)
+    spec: ScaleSpec
+    status: ScaleStatus = Field(default_factory=ScaleStatus)
+
+
 class ListMeta(Wire):
     continue_: str | None = Field(
         default=None, alias="continue",

@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
+from pydantic import ValidationError
 from sqlalchemy import Engine
 from ultraplane.api.errors import ApiError
 from ultraplane.api.schemas import (
@@ -35,6 +36,7 @@ from ultraplane.placement.placements import request_from_topology
 from ultraplane.policies.queuedocuments import refusal_at_create
 from ultraplane.policies.quotas import QueueSpec
 from ultraplane.resources import InferenceJobSpec, TrainingJobSpec
+from ultraplane.resources.commons import problem_of
 
 JobSpec = TrainingJobSpec | InferenceJobSpec
 
@@ -61,6 +63,7 @@ class Backend(Protocol):
         self, kind: JobKind, namespace: str, name: str, spec: JobSpec, labels: dict[str, str]
     ) -> JobResource: ...
     def delete_job(self, kind: JobKind, namespace: str, name: str) -> JobResource: ...
+    def scale_job(self, namespace: str, name: str, replicas: int) -> JobResource: ...
     def dry_run(self, request: DryRunRequest) -> DryRunResult: ...
     def patch_ultraserver(self, name: str, patch: UltraServerPatch) -> UltraServerView: ...
     def fleet_summary(self) -> dict[str, Any]: ...
@@ -147,3 +150,17 @@ def refuse_queue(queues: Mapping[str, QueueSpec], namespace: str, queue: str | N
 
 def not_found(kind: JobKind, namespace: str, name: str) -> ApiError:
     return ApiError(404, "NotFound", "name", f"{kind} {namespace}/{name} does not exist")
+
+
+def scaled_spec(spec: InferenceJobSpec, replicas: int) -> InferenceJobSpec:
+    """`spec` with `replicas`, checked as the CRD checks it (at least 1, at most
+    spec.autoscaling.maxReplicas, every replica's chips within a job's limit): a 422 naming
+    spec.replicas otherwise."""
+    wire = spec.model_dump(mode="json", by_alias=True, exclude_none=True)
+    try:
+        return InferenceJobSpec.model_validate({**wire, "replicas": replicas})
+    except ValidationError as exc:
+        said = problem_of(exc)
+        if said.startswith("replicas: "):
+            said = "spec." + said
+        raise ApiError(422, "ValidationError", "spec.replicas", said) from exc

@@ -18,13 +18,20 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlmodel import Session
 from ultraplane.api import store
-from ultraplane.api.backends import JobSpec, dryruns, not_found, pages, refuse_queue
+from ultraplane.api.backends import (
+    JobSpec,
+    dryruns,
+    not_found,
+    pages,
+    refuse_queue,
+    scaled_spec,
+)
 from ultraplane.api.backends.arrivals import Arrivals
 from ultraplane.api.backends.embeddedjobs import JobState
 from ultraplane.api.backends.executors import DecisionExecutor
@@ -53,6 +60,7 @@ from ultraplane.policies.budgetdocuments import budget_statuses, budget_wire
 from ultraplane.policies.powerbook import PowerBook
 from ultraplane.policies.queuedocuments import queue_statuses, queue_wire
 from ultraplane.policies.quotas import QuotaBook
+from ultraplane.resources import InferenceJobSpec
 from ultraplane.scheduling.admissions import Admissions
 
 log = logging.getLogger("ultraplane.api.embedded")
@@ -513,6 +521,40 @@ class EmbeddedBackend:
                     self._holders_view = None
                     self._refresh_fleet()
                 return job.resource()
+
+    def scale_job(self, namespace: str, name: str, replicas: int) -> JobResource:
+        """Commit the job's new spec.replicas, then hand it to the core (`Admissions.rescale`
+        through the executor): the 200 follows the commit, and a failed commit (503) leaves
+        the job as it was. A finished job cannot be scaled (409)."""
+        kind: JobKind = "InferenceJob"
+        with self._name_lock(kind, namespace, name), self._persist_lock:
+            with self.lock:
+                job = self._find(kind, namespace, name)
+                if job.finished:
+                    raise ApiError(409, "Conflict", "spec.replicas",
+                                   f"InferenceJob {namespace}/{name} is {job.phase}: a finished "
+                                   "job cannot be scaled")
+                spec = scaled_spec(cast(InferenceJobSpec, job.spec), replicas)
+                if spec.replicas == cast(InferenceJobSpec, job.spec).replicas:
+                    return job.resource()
+                row = job.snapshot()
+            row.respec(spec)
+            try:
+                with self._writing() as conn:
+                    store.write_jobs(conn, rows=[row.to_values()], removed=[])
+            except SQLAlchemyError as exc:
+                log.warning("scale of %s/%s not saved: %s", namespace, name, reason(exc))
+                raise unavailable(self.engine.url, exc) from exc
+            with self.lock:
+                if self.jobs.get(job.uid) is job:
+                    job.respec(spec)
+                    self.runner.rescale(job, self.sim_now())
+                    self._cycle_due = True
+                    self._holders_view = None
+                    self._refresh_fleet()
+                resource = job.resource()
+        self._wake.set()
+        return resource
 
     def fail_chip(self, chip_id: str) -> list[str]:
         """Break one chip (chaos drills, tests): as `PATCH /v1/ultraservers/{name}` would.

@@ -59,14 +59,21 @@ class JobState:
     @cached_property
     def requests(self) -> list[PlacementRequest]:
         """One gang request per training job, one per inference replica (the core's reading;
-        the spec never changes after creation)."""
+        read again when the spec changes, `respec`)."""
         return [self.queued.request for _ in self.read.parts]
 
     @cached_property
     def spec_wire(self) -> dict[str, Any]:
-        """The spec as the wire and the row have it, dumped once (it never changes): saving
+        """The spec as the wire and the row have it, dumped once (until `respec`): saving
         every running job dumped each spec again under the fleet lock."""
         return self.spec.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+    def respec(self, spec: JobSpec) -> None:
+        """A new spec (an InferenceJob's replicas, the one field that changes): what was read
+        from the old one is read again."""
+        self.spec = spec
+        for derived in ("requests", "spec_wire", "read", "priority", "preemptible"):
+            self.__dict__.pop(derived, None)
 
     def snapshot(self) -> JobState:
         """A copy that later changes to this job do not reach (status, chips and usage

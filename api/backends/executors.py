@@ -36,7 +36,11 @@ from ultraplane.scheduling.decisions import (
     Preempted,
     Replaced,
     Restarted,
+    ScaledDown,
+    ScaledUp,
+    ScalingUp,
 )
+from ultraplane.workloads import replica_key
 
 if TYPE_CHECKING:
     from ultraplane.api.backends.embedded import EmbeddedBackend
@@ -127,8 +131,14 @@ class DecisionExecutor:
             if job.finished:
                 continue
             if job.held:
-                parts = [[ChipId(c) for c in job.held.get(k, ())] for k in job.sched_keys]
-                outcome = self.b.admissions.readopt(job.queued, parts)
+                queued = job.queued
+                keys = [k for k in job.sched_keys if job.held.get(k)]
+                if queued.replicas is not None:  # as many as were placed; the spec's next
+                    queued = replace(queued, replicas=max(1, len(keys)))
+                else:
+                    keys = job.sched_keys
+                parts = [[ChipId(c) for c in job.held.get(k, ())] for k in keys]
+                outcome = self.b.admissions.readopt(queued, parts)
                 if isinstance(outcome, Requeued):
                     log.warning("cannot re-adopt %s (%s); requeueing it", job.key,
                                 outcome.message)
@@ -137,6 +147,8 @@ class DecisionExecutor:
                                 now)
                 else:
                     self._start(job, now)
+                    if queued.replicas is not None and queued.replicas != job.queued.replicas:
+                        self.rescale(job, now)
                 continue
             if job.running:
                 self._write(job, Restarted(job.key, "Restarted",
@@ -203,6 +215,10 @@ class DecisionExecutor:
                 self._admitted(job, admitted, now)
             else:  # an orphan (deleted meanwhile): give the chips back
                 self.b.admissions.deleted(admitted.key)
+        for up in decisions.scaled_up:
+            job = self._by_sched_key(up.key)
+            if job is not None:
+                self._scaled_up(job, up, now)
         owed, self._owed = self._owed, set()
         for waiting in decisions.fresh:  # the rest were written as they are
             owed.discard(waiting.key)
@@ -286,6 +302,37 @@ class DecisionExecutor:
                 self._write(job, decided, now)  # the core queued it again
         return touched
 
+    def rescale(self, job: JobState, now: float) -> None:
+        """The job's spec.replicas changed (`EmbeddedBackend.scale_job`): the core decides
+        (`Admissions.rescale`); removed replicas give back their chips at once, added ones
+        wait for the next cycles; the others keep theirs."""
+        decided = self.b.admissions.rescale(job.key, job.queued.replicas or 1,
+                                            "Set by spec.replicas.")
+        if isinstance(decided, ScaledDown):
+            for part in decided.removed:
+                job.held.pop(part, None)
+            self._write(job, decided, now)
+            self._rerun(job, now)
+        elif isinstance(decided, ScalingUp):
+            self._write(job, decided, now)
+
+    def _scaled_up(self, job: JobState, up: ScaledUp, now: float) -> None:
+        """A cycle placed added replicas of a running job (or says why they wait)."""
+        for index, placement in up.added:
+            job.held[replica_key(job.key, index)] = list(placement.chip_ids)
+        self._write(job, up, now)
+        if up.added:
+            self._rerun(job, now)
+
+    def _rerun(self, job: JobState, now: float) -> None:
+        """The simulated job on its chips as they are now: the runtime plans a job for a
+        fixed set of chips, so its attempt is closed and started again there (the replicas'
+        chips do not move; no restart is counted)."""
+        if job.running:
+            self._sample(job, now)
+            self._close_attempt(job, self.b.runtime.stop(job.key))
+            self._start(job, now)
+
     def _preempted(self, job: JobState, victim: Preempted, now: float) -> None:
         """The core requeued the whole job (every replica); stop it and say who."""
         if job.running:
@@ -302,7 +349,7 @@ class DecisionExecutor:
         self._start(job, now)
 
     def _start(self, job: JobState, now: float) -> None:
-        chips = [c for key in job.sched_keys for c in job.held[key]]
+        chips = [c for key in job.sched_keys for c in job.held.get(key, ())]
         resume = job.checkpointed_steps if job.kind == "TrainingJob" else 0
         try:
             self.b.runtime.start(job.key, job.spec, chips, resume_steps=resume, kind=job.kind)

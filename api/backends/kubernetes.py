@@ -21,7 +21,13 @@ from typing import Any
 
 from sqlalchemy import Engine
 from ultraplane.api import store
-from ultraplane.api.backends import JobSpec, capacity_json, not_found, refuse_queue
+from ultraplane.api.backends import (
+    JobSpec,
+    capacity_json,
+    not_found,
+    refuse_queue,
+    scaled_spec,
+)
 from ultraplane.api.backends.dryruns import dry_run
 from ultraplane.api.errors import ApiError
 from ultraplane.api.schemas import (
@@ -55,7 +61,7 @@ from ultraplane.ids import JobKey, UltraServerName
 from ultraplane.placement.allocator import AllocationConflict, Allocator
 from ultraplane.policies.queuedocuments import InvalidQueueError, queue_spec, resolve_queue
 from ultraplane.policies.quotas import QueueSpec
-from ultraplane.resources import UltraServer
+from ultraplane.resources import InferenceJobSpec, UltraServer
 
 log = logging.getLogger("ultraplane.api.kubernetes")
 
@@ -351,6 +357,22 @@ class KubernetesBackend:
             self.custom.delete_namespaced_custom_object(
                 GROUP, VERSION, namespace, PLURALS[kind], name)
         return last
+
+    def scale_job(self, namespace: str, name: str, replicas: int) -> JobResource:
+        """The job's scale subresource patched, as `kubectl scale` does (checked first as the
+        embedded backend checks it; the API server's own rules apply too); the operator
+        rescales it when it sees the change."""
+        current = self.get_job("InferenceJob", namespace, name)
+        if str(current.status.get("phase")) in ("Succeeded", "Failed"):
+            raise ApiError(409, "Conflict", "spec.replicas",
+                           f"InferenceJob {namespace}/{name} is {current.status['phase']}: a "
+                           "finished job cannot be scaled")
+        scaled_spec(InferenceJobSpec.model_validate(current.spec), replicas)
+        with self._errors("spec.replicas", "InferenceJob", namespace, name):
+            self.custom.patch_namespaced_custom_object_scale(
+                GROUP, VERSION, namespace, PLURALS["InferenceJob"], name,
+                {"spec": {"replicas": replicas}}, _content_type="application/merge-patch+json")
+        return self.get_job("InferenceJob", namespace, name)
 
     def patch_ultraserver(self, name: str, patch: UltraServerPatch) -> UltraServerView:
         """A JSON merge patch of the UltraServer's `failedChips` / `cordonedServers`: the
