@@ -233,3 +233,26 @@ def test_tenant_queues_are_listed_and_a_namespace_without_the_right_is_refused(
         assert "sneak" not in gone
     finally:
         kube_env.kubectl("delete", "tenantqueue", name, "--wait=false", check=False)
+
+
+def test_scale_goes_through_the_scale_subresource(
+    api: tuple[TestClient, Any], kube_namespace: str, kube_env: Any
+) -> None:
+    client, _ = api
+    path = f"/v1/namespaces/{kube_namespace}/inferencejobs"
+    body = {"metadata": {"name": "chat"},
+            "spec": {"replicas": 2, "chipsPerReplica": 4, "model": {"name": "llama-3-8b"},
+                     "load": {"requestsPerSecond": 10}}}
+    assert client.post(path, json=body).status_code == 201
+    r = client.put(f"{path}/chat/scale", json={"spec": {"replicas": 3}})
+    assert r.status_code == 200, r.text
+    assert r.json()["spec"] == {"replicas": 3}
+    got = json.loads(kube_env.kubectl("get", "-n", kube_namespace, "inferencejob", "chat",
+                                      "-o", "json").stdout)
+    assert got["spec"]["replicas"] == 3  # on the object: the operator takes it from there
+    r = client.patch(f"{path}/chat", json={"spec": {"replicas": 1}})
+    assert r.status_code == 200 and r.json()["spec"]["replicas"] == 1
+    r = client.patch(f"{path}/chat", json={"spec": {"replicas": 0}})
+    assert r.status_code == 422 and "spec.replicas" in r.json()["message"]
+    assert client.get(f"{path}/nope/scale").status_code == 404
+    assert client.patch(f"{path}/nope", json={"spec": {"replicas": 2}}).status_code == 404
