@@ -135,7 +135,8 @@ def get(args: tuple[str, ...], output: str, all_namespaces: bool, transport: Tra
             return
     _emit(items, output, single=bool(names),
           rows=job_rows(items, now_s=time.time(), wide=output == "wide",
-                        namespaces=all_namespaces, kinds=len(kinds) > 1))
+                        namespaces=all_namespaces, kinds=len(kinds) > 1,
+                        replicas=kinds == ("InferenceJob",)))
 
 
 @click.command("describe")

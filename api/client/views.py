@@ -32,19 +32,34 @@ def _ultraservers(status: dict[str, Any]) -> str:
     return ",".join(names)
 
 
+def replicas_cell(job: dict[str, Any]) -> str | None:
+    """An InferenceJob's replicas as `ready/wanted` (kubectl's READY of a Deployment): ready
+    are those whose pods all run (`status.readyReplicas`; where the API runs the job itself,
+    every placed replica of a Running job), wanted is `spec.replicas`. None for a
+    TrainingJob."""
+    if job.get("kind") != "InferenceJob":
+        return None
+    spec, status = job.get("spec") or {}, job.get("status") or {}
+    ready = status.get("readyReplicas")
+    if ready is None:
+        ready = status.get("replicas") or 0 if status.get("phase") == "Running" else 0
+    return f"{ready}/{spec.get('replicas', 1)}"
+
+
 def job_rows(jobs: list[dict[str, Any]], *, now_s: float, wide: bool, namespaces: bool,
-             kinds: bool) -> Rows:
+             kinds: bool, replicas: bool = False) -> Rows:
+    """`replicas`: a REPLICAS column (`replicas_cell`), when InferenceJobs are listed."""
     headers = (["NAMESPACE"] if namespaces else []) + ["NAME"] + (["KIND"] if kinds else []) \
-        + ["PHASE", "CHIPS", "QUEUE", "AGE"] + (["PROGRESS", "ULTRASERVERS", "REASON"]
-                                                 if wide else [])
+        + ["PHASE"] + (["REPLICAS"] if replicas else []) + ["CHIPS", "QUEUE", "AGE"] \
+        + (["PROGRESS", "ULTRASERVERS", "REASON"] if wide else [])
     rows = []
     for job in jobs:
         meta, status = job.get("metadata") or {}, job.get("status") or {}
         progress = status.get("progressPercent")
         row: list[Any] = ([meta.get("namespace")] if namespaces else []) + [meta.get("name")]
         row += [job.get("kind")] if kinds else []
-        row += [status.get("phase") or "Pending", _chips(job), status.get("queuePosition"),
-                age(meta.get("creationTimestamp"), now_s)]
+        row += [status.get("phase") or "Pending"] + ([replicas_cell(job)] if replicas else [])
+        row += [_chips(job), status.get("queuePosition"), age(meta.get("creationTimestamp"), now_s)]
         if wide:
             row += [None if progress is None else f"{float(progress):.0f}%",
                     _ultraservers(status), status.get("reason")]

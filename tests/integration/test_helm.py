@@ -214,6 +214,8 @@ PERMISSIONS = [
     ("simulator", "", "events", "create", False),
     ("api", "ultraplane.dev", "trainingjobs", "create", True),
     ("api", "ultraplane.dev", "inferencejobs", "delete", True),
+    ("api", "ultraplane.dev", "inferencejobs/scale", "patch", True),  # PATCH of replicas
+    ("api", "ultraplane.dev", "inferencejobs", "patch", False),  # nothing else of the spec
     ("api", "ultraplane.dev", "ultraservers", "list", True),
     ("api", "ultraplane.dev", "tenantqueues", "list", True),
     ("api", "ultraplane.dev", "tenantqueues", "patch", False),

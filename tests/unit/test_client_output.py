@@ -96,3 +96,22 @@ def test_shell_completion_offers_the_client(words: str, cword: str, offered: str
     env = {"_ULTRAPLANE_COMPLETE": "bash_complete", "COMP_WORDS": words, "COMP_CWORD": cword}
     result = CliRunner().invoke(main, [], prog_name="ultraplane", env=env)
     assert offered in result.output.splitlines(), result.output
+
+
+def test_get_ij_shows_replicas_ready_of_wanted() -> None:
+    from ultraplane.api.client.views import job_rows
+
+    jobs = [
+        {"kind": "InferenceJob", "metadata": {"name": "pods"}, "spec": {"replicas": 5},
+         "status": {"phase": "Running", "replicas": 4, "readyReplicas": 3, "chips": 20}},
+        {"kind": "InferenceJob", "metadata": {"name": "simulated"}, "spec": {"replicas": 2},
+         "status": {"phase": "Running", "replicas": 2, "chips": 8}},
+        {"kind": "InferenceJob", "metadata": {"name": "waits"}, "spec": {"replicas": 3},
+         "status": {"phase": "Pending", "chips": 12}},
+    ]
+    headers, rows = job_rows(jobs, now_s=0.0, wide=False, namespaces=False, kinds=False,
+                             replicas=True)
+    assert headers[:4] == ["NAME", "PHASE", "REPLICAS", "CHIPS"]
+    assert [r[2] for r in rows] == ["3/5", "2/2", "0/3"]
+    headers, _ = job_rows(jobs, now_s=0.0, wide=False, namespaces=False, kinds=True)
+    assert "REPLICAS" not in headers  # both kinds listed: the column is the InferenceJobs'
