@@ -515,7 +515,7 @@ class PodPlane:
             groups[slot[0]] = groups.get(slot[0], True) and pod is not None \
                 and pod.phase == "Running" and not pod.terminating
         ready = sum(groups.values())
-        if status.get("readyReplicas") != ready:
+        if (status.get("readyReplicas") or 0) != ready:  # (unset reads 0: no write for it)
             await self.controller.write(key, ReplicasReady(ready))
 
     def _blocked(self, key: JobKey, state: JobPods, missing: list[launches.PodPlan],
