@@ -152,3 +152,35 @@ def test_200_kubectl_scale_changes_keep_untouched_replicas_and_never_double_book
         assert jobs[name]["spec"]["replicas"] == n == len(status["allocation"]["replicas"])
         assert all(len(r["chips"]) == 4 for r in status["allocation"]["replicas"])
     assert seen.reads > ROUNDS  # the double-booking check ran at every read
+
+
+def test_a_restarted_operator_keeps_rescaled_replicas_and_follows_edits_made_while_down(
+    op: Harness, kubelet: PlayedKubelet
+) -> None:
+    # svc00 runs 3 replicas, is scaled to 1; the operator is killed; svc00 is scaled to 2 and
+    # svc01 from 2 to 1 while no operator runs. The next one re-adopts what the statuses name
+    # and follows both edits: replica 0 of each keeps its pod.
+    us = f"{op.ns}-a"
+    make_nodes(kubelet.core, us, range(36))
+    op.ultraserver(us)
+    op.start()
+    want = {"svc00": 3, "svc01": 2}
+    for name, n in want.items():
+        create(op, name, n)
+    seen = Observer(op, kubelet)
+    op.wait("the jobs to run", lambda: seen.settled(want), timeout=60)
+    scale(op, "svc00", 1)
+    want["svc00"] = 1
+    before = op.wait("svc00 to shrink", lambda: seen.settled(want), timeout=60)
+    chips = {n: seen.jobs()[n]["status"]["allocation"]["replicas"][0]["chips"] for n in want}
+    op.kill9()
+    scale(op, "svc00", 2)
+    scale(op, "svc01", 1)
+    want = {"svc00": 2, "svc01": 1}
+    op.start()
+    after = op.wait("the jobs to settle again", lambda: seen.settled(want), timeout=60)
+    jobs = seen.jobs()
+    for name in want:
+        assert after[(name, 0)] == before[(name, 0)], f"{name} replica 0 restarted"
+        assert jobs[name]["status"]["allocation"]["replicas"][0]["chips"] == chips[name]
+        assert jobs[name]["status"]["attempt"] == 1
