@@ -266,6 +266,8 @@ class StatusWriters:
             kind = event_type(change, str(current.get("phase") or ""))
             if kind is not None:
                 self.emit(new, kind, status["reason"], status["message"])
+            elif isinstance(change, Resized) and status.get("scalingMessage"):
+                self.emit(new, "Normal", "Rescaled", status["scalingMessage"])
             return True
         return False
 

@@ -9,7 +9,10 @@ from __future__ import annotations
 import asyncio
 import copy
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
 from typing import Any
+
+from ultraplane.operator.controllers import Controller
 
 from tests.unit.operator_fakes import FakeKube, controller, settle
 from ultraplane.ids import JobKey
@@ -155,5 +158,24 @@ def test_a_scale_written_before_the_admission_lands_waits_for_it() -> None:
         status = kube.ijobs["serve"]["status"]
         assert status["replicas"] == 1 and len(replicas_of(kube.ijobs["serve"])) == 1
         assert len(held(c)) == 32
+
+    run(scenario)
+
+
+def test_each_rescale_posts_a_normal_event_with_its_message() -> None:
+    async def scenario() -> None:
+        kube = FakeKube()
+        controller(kube, 1)  # the fleet
+        events: list[tuple[str, str, str]] = []
+        c = Controller(kube, clock=lambda: datetime(2026, 1, 1, tzinfo=UTC),
+                       emit=lambda body, kind, reason, message: events.append(
+                           (kind, reason, message)), batch_seconds=0, us_seconds=0)
+        kube.add_inference("serve", 3, 16)
+        await c.sync()
+        await settle(c)
+        c.observe_job(scaled(kube, "serve", 1))
+        await settle(c)
+        (said,) = [e for e in events if e[1] == "Rescaled"]
+        assert said[0] == "Normal" and said[2].startswith("Scaled down to 1 replicas")
 
     run(scenario)
