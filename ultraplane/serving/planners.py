@@ -30,6 +30,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -84,6 +85,18 @@ def meets(replica: Replica, load: Sequence[tuple[float, float]], mixes: Sequence
           objective: Objective, cap: float | None = None) -> tuple[bool, float]:
     """Whether one replica serving `load` keeps 99% of requests within each objective, and the
     share within both."""
+    # (rounded to a nanosecond and a nano-request/s: the same load computed from another
+    # clock's times differs in its last bits)
+    return _meets(replica, tuple((round(float(s), 9), round(float(r), 9)) for s, r in load),
+                  tuple(mixes), objective, cap)
+
+
+# Why a cache: a service's ticks ask the same questions again (a steady or recurring load,
+# the same candidate counts), and a day's replay asks thousands. The answer is a pure
+# function of its arguments; mixes are keyed by identity and held, so a key is never reused.
+@lru_cache(maxsize=16_384)
+def _meets(replica: Replica, load: tuple[tuple[float, float], ...], mixes: tuple[TokenMix, ...],
+           objective: Objective, cap: float | None) -> tuple[bool, float]:
     e = estimate(replica, mixes, load, cap)
     ttft = e.ttft_exceedance(objective.ttft_ms / 1e3)
     tpot = e.tpot_exceedance(objective.tpot_ms / 1e3)
@@ -107,12 +120,24 @@ def _forecast(window: Sequence[Observation], horizon_s: float) -> tuple[list[flo
     return [float(r + slope * (end + horizon_s - m)) for r, m in zip(rates, mids, strict=True)], slope
 
 
+@lru_cache(maxsize=4_096)
+def _merged(mixes: tuple[TokenMix, ...], requests: tuple[int, ...]) -> TokenMix:
+    """The window's mix (the same object for the same window: `meets` caches by it)."""
+    return merge_mixes(mixes, requests)
+
+
+@lru_cache(maxsize=4_096)
+def _work_per_prompt_token(replica: Replica, whole: TokenMix) -> float:
+    """One replica's prefill seconds per prompt token of `whole`."""
+    return estimate(replica, whole, 1.0).utilization / whole.mean_prompt
+
+
 def _guess(replica: Replica, window: Sequence[Observation], rates: Sequence[float],
            mixes: Sequence[TokenMix], whole: TokenMix, headroom: float) -> int:
     """Where the search starts: the replicas that hold the busiest intervals carrying 1% of
     the requests at 90% prefill load (one replica's prefill work per request, scaled by each
     interval's mean prompt; the load falls as 1/n with an even split)."""
-    work = estimate(replica, whole, 1.0).utilization / whole.mean_prompt  # s per prompt token
+    work = _work_per_prompt_token(replica, whole)
     rho = np.array([r * (1.0 + headroom) * m.mean_prompt * work
                     for r, m in zip(rates, mixes, strict=True)])
     count = np.array([r * o.seconds for r, o in zip(rates, window, strict=True)])
@@ -164,7 +189,7 @@ def plan(replica: Replica, window: Sequence[Observation], autoscaling: Autoscali
     if not seen:
         rec, attained, rates, mixes, slope = a.min_replicas, 1.0, [0.0] * len(window), [], 0.0
     else:
-        whole = merge_mixes([o.mix for o in seen if o.mix], [o.requests for o in seen])
+        whole = _merged(tuple(o.mix for o in seen if o.mix), tuple(o.requests for o in seen))
         mixes = [o.mix if o.mix is not None else whole for o in window]
         rates, slope = _forecast(window, horizon)
         cache: dict[int, tuple[bool, float]] = {}
