@@ -15,7 +15,9 @@ spread evenly over it.
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from ultraplane.simulator.records import ReplayResult
@@ -24,7 +26,8 @@ from ultraplane.simulator.servicefiles import ServiceSpec
 from ultraplane.simulator.services import SERVICE_POLICIES, Service
 from ultraplane.simulator.traces import TraceJob
 
-__all__ = ["inference_summary", "replay_services", "service_window", "training_chip_hours"]
+__all__ = ["inference_summary", "replay_services", "say_inference", "service_window",
+           "training_chip_hours"]
 
 
 def service_window(start_s: float, specs: Sequence[ServiceSpec]) -> tuple[float, float]:
@@ -79,3 +82,25 @@ def inference_summary(results: Sequence[ReplayResult], t0: float, t1: float
             "training_useful_chip_hours": {r.policy: training_chip_hours(r, t0, t1)
                                            for r in results},
             "services_window_s": [t0, t1]}
+
+
+def say_inference(out: Path) -> list[str]:
+    """The services' figures of a written summary.json, a line per service and policy."""
+    summary = json.loads((out / "summary.json").read_text())
+    chips = summary.get("training_useful_chip_hours", {})
+    lines = []
+    for name, by_policy in summary.get("inference", {}).items():
+        for policy, f in by_policy.items():
+            att, per = f.get("slo_attainment"), f.get("output_tokens_per_kwh")
+            lines.append(
+                f"{name} under {policy:>11}: {'n/a' if att is None else f'{att:.2%}'} of "
+                f"{f['requests']:,.0f} requests within the objective, p99 TTFT "
+                f"{_ms(f.get('ttft_p99_ms'))}, TPOT {_ms(f.get('tpot_p99_ms'))}, "
+                f"{'n/a' if per is None else f'{per:,.0f}'} output tokens/kWh, "
+                f"{f['replica_hours']:,.0f} replica-hours; training "
+                f"{chips.get(policy, 0.0):,.0f} useful chip-hours")
+    return lines
+
+
+def _ms(v: float | None) -> str:
+    return "n/a" if v is None else f"{v:,.0f} ms"
