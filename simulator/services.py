@@ -92,7 +92,7 @@ class Service:
         out: list[Observation] = []
         for lo in range(first, min(windows, len(w)), per):
             hi = min(lo + per, windows, len(w))
-            n = int(round(float(w.requests[lo:hi].sum())))
+            n = round(float(w.requests[lo:hi].sum()))
             mix = windows_mix(w, hi - 1)
             start = self.start_s + lo * WINDOW_S
             out.append(Observation(start, (hi - lo) * WINDOW_S, n, mix if n > 0 else None))
