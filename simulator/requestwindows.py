@@ -60,9 +60,18 @@ def _seconds(stamp: str) -> float:
         return datetime.fromisoformat(stamp.strip()[:26]).timestamp()
 
 
-@cache
 def load_requests(path: str) -> RequestTrace:
-    """The CSV's requests, sorted by arrival. Raises ValueError naming the file and line."""
+    """The CSV's requests, sorted by arrival. Raises ValueError naming the file and line.
+    Read once per version of the file (three policies replay the same trace)."""
+    try:
+        info = Path(path).stat()
+    except OSError as exc:
+        raise ValueError(f"cannot read {path}: {exc.strerror or exc}") from None
+    return _load(path, info.st_mtime_ns, info.st_size)
+
+
+@cache
+def _load(path: str, mtime_ns: int, size: int) -> RequestTrace:
     times: list[float] = []
     prompts: list[float] = []
     outputs: list[float] = []

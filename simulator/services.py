@@ -194,6 +194,7 @@ class Service:
         first -= first % per
         window = self._minutes(self.index, first)
         serving = sum(1 for r in self.ready if r <= t)
-        d = plan(self.replica, window, a, current=serving, history=self.history)
+        d = plan(self.replica, window, a, current=serving, history=self.history,
+                 backlog_s=self.backlog_total_s)
         self.history, self.cap, self.reason = d.history, d.cap_watts, d.reason
         return d.replicas
