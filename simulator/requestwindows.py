@@ -103,8 +103,8 @@ def _load(path: str, mtime_ns: int, size: int) -> RequestTrace:
     if not times:
         raise ValueError(f"{path} holds no request")
     order = np.argsort(np.asarray(times), kind="stable")
-    t = np.asarray(times)[order]
-    return RequestTrace(t - t[0], np.asarray(prompts, dtype=np.float64)[order],
+    arrivals = np.asarray(times, dtype=np.float64)[order]
+    return RequestTrace(arrivals - arrivals[0], np.asarray(prompts, dtype=np.float64)[order],
                         np.asarray(outputs, dtype=np.float64)[order])
 
 

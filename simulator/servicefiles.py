@@ -71,7 +71,7 @@ class ServiceSpec(SpecModel):
         return self
 
 
-def _where(error: dict[str, Any]) -> str:
+def _where(error: Any) -> str:
     return ".".join(str(p) for p in error.get("loc", ()) if p != "__root__")
 
 

@@ -193,8 +193,8 @@ class Service:
         per = round(SHAPE_S / WINDOW_S)
         first -= first % per
         window = self._minutes(self.index, first)
-        serving = sum(1 for r in self.ready if r <= t)
-        d = plan(self.replica, window, a, current=serving, history=self.history,
+        ready = sum(1 for r in self.ready if r <= t)
+        d = plan(self.replica, window, a, current=ready, history=self.history,
                  backlog_s=self.backlog_total_s)
         self.history, self.cap, self.reason = d.history, d.cap_watts, d.reason
         return d.replicas
