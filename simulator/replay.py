@@ -177,12 +177,12 @@ class Replay:
         self._submitted = 0
         for key, chips in (held or {}).items():
             self._hold(key, chips)
-        # Inference services in the same Scheduler (simulator/inferenceside.py): a service
-        # outranks training, so every waiting job must be in front of the Scheduler.
+        # Inference services in the same Scheduler (simulator/inferenceside.py). A service is
+        # submitted to the Scheduler itself and preempts running jobs only, so the training
+        # jobs keep their backlog when they share one priority.
         self.inference: InferenceSide | None = None
         if services:
             self.inference = InferenceSide(self, services)
-            self._one_priority = False
             self._remaining += len(services)
 
     def _hold(self, key: str, chips: Sequence[str]) -> None:
