@@ -174,7 +174,7 @@ def _power_budgets(value: str | None, policy: str, topology: Any) -> tuple[Any, 
 @click.option("--fleet", help="PROFILE:COUNT, e.g. trn3-gen2:64.")
 @click.option("--cluster", "cluster_file", type=click.Path(path_type=Path, dir_okay=False),
               help="A cluster YAML file (as in `ultraplane place`) instead of --fleet.")
-@click.option("--trace", "traces", multiple=True, required=True,
+@click.option("--trace", "traces", multiple=True,
               type=click.Path(path_type=Path, dir_okay=False, exists=True),
               help="Job trace CSV (repeatable; several files are merged with file-prefixed ids).")
 @click.option("--out", "out_dir", required=True, type=click.Path(path_type=Path, file_okay=False))
@@ -217,6 +217,11 @@ def _power_budgets(value: str | None, policy: str, topology: Any) -> tuple[Any, 
 @click.option("--idle-power-down", type=FiniteFloat(min=0, max=MAX_TIME_S), default=0.0,
               show_default=True, metavar="SECONDS",
               help="Power down an UltraServer idle this long (0 = off).")
+@click.option("--inference", "services_file",
+              type=click.Path(path_type=Path, dir_okay=False, exists=True),
+              help="A YAML list of inference services (InferenceJob-like specs with a request "
+                   "trace; docs/simulator.md) served on the same fleet as the --trace jobs, "
+                   "under each scaling policy: ultraplane, static-peak and hpa.")
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
 @log_level_option(default="warning")
 def simulate(fleet: str | None, cluster_file: Path | None, traces: tuple[Path, ...], out_dir: Path,
@@ -225,7 +230,7 @@ def simulate(fleet: str | None, cluster_file: Path | None, traces: tuple[Path, .
              checkpoint_interval: float, skip_bad_rows: bool, no_reservation: bool,
              queue_stretch: float | None, no_progress: bool, queues_file: Path | None = None,
              power_budget: str | None = None, power_policy: str = "Predicted",
-             idle_power_down: float = 0.0) -> None:
+             idle_power_down: float = 0.0, services_file: Path | None = None) -> None:
     """Replay a job trace offline through the core allocator and write a report."""
     from ultraplane.simulator.faults import FaultPlan
     from ultraplane.simulator.replay import ReplayConfig
@@ -235,6 +240,9 @@ def simulate(fleet: str | None, cluster_file: Path | None, traces: tuple[Path, .
 
     if (fleet is None) == (cluster_file is None):
         raise click.UsageError("give exactly one of --fleet or --cluster")
+    if not traces and services_file is None:
+        raise click.UsageError("give a job trace (--trace), inference services (--inference) "
+                               "or both")
     if fleet is not None:
         topology = parse_fleet(fleet)
         fleet_name = fleet
@@ -262,6 +270,11 @@ def simulate(fleet: str | None, cluster_file: Path | None, traces: tuple[Path, .
     jobs, bad = _load_traces(traces, skip_bad_rows, precisions)
     queues = _queues(queues_file, jobs, topology)
     budgets = _power_budgets(power_budget, power_policy, topology)
+    services = None
+    if services_file is not None:
+        from ultraplane.simulator.inferencechecks import check_services
+
+        services = check_services(services_file, topology, plan, budgets, policies)
     _check_out(out_dir)
     configs = [ReplayConfig(policy=p, chips_per_gpu=chips_per_gpu, seed=seed,
                             checkpoint_interval_s=checkpoint_interval,
@@ -274,7 +287,8 @@ def simulate(fleet: str | None, cluster_file: Path | None, traces: tuple[Path, .
     show = not no_progress and sys.stderr.isatty()
     started = time.perf_counter()
     summary = run_policies(topology, jobs, configs, out_dir, fleet_name=fleet_name,
-                           traces=[str(t) for t in traces], bad_rows=bad, progress=show, held=held)
+                           traces=[str(t) for t in traces], bad_rows=bad, progress=show, held=held,
+                           services=services)
     wall = time.perf_counter() - started
     def ratio(v: float | None) -> str:
         return "n/a" if v is None else f"{v:.2f}"
@@ -306,6 +320,11 @@ def simulate(fleet: str | None, cluster_file: Path | None, traces: tuple[Path, .
     click.echo(f"{first.get('large_job_threshold', '')}; xN = the policy's figure over the "
                "reference's (JCT and waits: lower is better; utilization: higher is better); "
                "times are simulated")
+    if services is not None:
+        from ultraplane.simulator.inferenceruns import say_inference
+
+        for line in say_inference(out_dir):
+            click.echo(line)
     if bad:
         click.echo(f"{len(bad)} bad row(s) skipped (listed in summary.json)", err=True)
     click.echo(f"wrote {out_dir}/report.html ({wall:.1f} s)")

@@ -7,7 +7,7 @@ plain records without importing the allocator or the event engine.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ultraplane.simulator.powerside import PowerFigures
@@ -85,3 +85,10 @@ class ReplayResult:
     t0: float = 0.0
     t_end: float = 0.0
     tenants: TenantFigures | None = None  # per-tenant figures, when the replay had queues
+    # (start, end, chips, ideal seconds of work it kept) of every attempt that ended: the
+    # training work done within a window (simulator/inferencereports.py)
+    attempts: list[tuple[float, float, int, float]] = field(default_factory=list)
+    services: list[Any] = field(default_factory=list)  # simulator/services.Service, if any
+    # (victim, by, time, the reason said on the victim) of every preemption
+    preemptions: list[tuple[str, str, float, str]] = field(default_factory=list)
+    inference_splits: int = 0  # service replicas placed over more than one UltraServer

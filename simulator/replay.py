@@ -23,6 +23,7 @@ from ultraplane.simulator.checkpoints import checkpointed_s, checkpoints_in, wal
 from ultraplane.simulator.events import END, SUBMIT, TICK, Engine, Event
 from ultraplane.simulator.faults import FaultPlan, FaultSource
 from ultraplane.simulator.fleets import FleetShape, Ledger, chips_per_ultraserver
+from ultraplane.simulator.inferenceside import InferenceSide
 from ultraplane.simulator.models import (
     DEFAULT_ASSUMPTIONS,
     Assumptions,
@@ -75,6 +76,8 @@ class ReplayConfig:
     power_budgets: tuple[BudgetSpec, ...] = ()
     power_capping: bool = True
     idle_power_down_s: float = 0.0
+    # Stop at this simulated time (None: when every job has ended); a study of a window.
+    until_s: float | None = None
 
     def __post_init__(self) -> None:
         if self.idle_power_down_s < 0:
@@ -119,7 +122,8 @@ class Replay:
 
     def __init__(self, topology: Any, jobs: Sequence[TraceJob], config: ReplayConfig,
                  *, progress: Callable[[int], None] | None = None,
-                 held: Mapping[str, Sequence[str]] | None = None) -> None:
+                 held: Mapping[str, Sequence[str]] | None = None,
+                 services: Sequence[Any] = ()) -> None:
         self.cfg, self.a = config, config.assumptions
         self.shape = FleetShape.of(topology)
         self.allocator = Allocator(topology, policy=config.policy)  # type: ignore[arg-type]
@@ -173,6 +177,13 @@ class Replay:
         self._submitted = 0
         for key, chips in (held or {}).items():
             self._hold(key, chips)
+        # Inference services in the same Scheduler (simulator/inferenceside.py). A service is
+        # submitted to the Scheduler itself and preempts running jobs only, so the training
+        # jobs keep their backlog when they share one priority.
+        self.inference: InferenceSide | None = None
+        if services:
+            self.inference = InferenceSide(self, services)
+            self._remaining += len(services)
 
     def _hold(self, key: str, chips: Sequence[str]) -> None:
         """A cluster file's existing allocation: busy (and drawing power) for the whole run."""
@@ -191,7 +202,13 @@ class Replay:
             self._tick_s = max((last - eng.now) / self.cfg.heatmap_bins, 1.0)
             eng.schedule(eng.now, TICK, Event("tick"))
             self.faults.start()
+        if self.inference is not None:
+            self.inference.start()
+        until = self.cfg.until_s
         while True:
+            if until is not None and (eng.peek_time() or until) > until:
+                eng.now = max(eng.now, until)
+                break
             batch = eng.pop_instant()
             if not batch:
                 break
@@ -232,6 +249,8 @@ class Replay:
         if kind == "power":
             self._power_at = None
             return False
+        if kind in ("service", "service-window") and self.inference is not None:
+            return self.inference.handle(ev, t)
         if kind in ("fail", "repair"):
             hit = self.faults.apply(ev, t, active=self._remaining > 0 and not self._stuck())
             for key, lost in hit.items():
@@ -242,13 +261,16 @@ class Replay:
     def _stuck(self) -> bool:
         """Nothing runs, nothing arrives, nothing gets repaired: queued jobs can never start."""
         return (self._running_n == 0 and self._submitted == len(self.jobs)
-                and self.faults.pending_repairs == 0)
+                and self.faults.pending_repairs == 0
+                and (self.inference is None or not self.inference.active))
 
     def _free(self) -> int:
         return self.shape.total_chips - self.ledger.busy - self.faults.failed_count()
 
     def _worth_a_cycle(self) -> bool:
         """Skip cycles that cannot admit anything (a saturated fleet, one priority class)."""
+        if self.inference is not None and self.inference.wants_cycle():
+            return True
         if not self._waiting and not len(self.backlog):
             return False
         if not self._one_priority:
@@ -384,9 +406,15 @@ class Replay:
         self._reserved = frozenset(held.ultraservers) if held is not None else frozenset()
         self._shadow = held.start if held is not None else None
         self._now = t
+        side = self.inference
         for victim in decisions.preempted:
+            if side is not None and side.owns(victim.key):
+                side.preempted(victim.key)
+                continue
             run = self.runs[victim.key]
-            self._reclaimed(run, self.runs[victim.by], t)
+            self.result.preemptions.append((victim.key, victim.by, t, victim.message))
+            if side is None or not side.owns(victim.by):
+                self._reclaimed(run, self.runs[victim.by], t)
             self._stop(run, t, released=True)
             self._waiting[victim.key] = run.chips
         for failed in decisions.failed:
@@ -398,8 +426,13 @@ class Replay:
                 self.tenants.unwait(failed.key)
             self._done()
         for admitted in decisions.admitted:
+            if side is not None and side.owns(admitted.key):
+                side.admitted(admitted, t)
+                continue
             self._unwait(admitted.key)
             self._start(self.runs[admitted.key], admitted.placements[0], t)
+        for up in decisions.scaled_up if side is not None else ():
+            side.scaled_up(up, t)  # type: ignore[union-attr]
 
     def _start(self, run: _Run, placement: Placement, t: float) -> None:
         job, a = run.job, self.a
@@ -521,11 +554,13 @@ class Replay:
         """End an attempt early: keep the work up to the last checkpoint, account energy."""
         self.engine.cancel(run.end_token)
         self._account(run, t)
+        before = run.saved
         if run.job.kind == "training":
             worked = run.v + (t - run.seg_t) * run.speed - run.delay - self._restart_cost(run)
             done = checkpointed_s(worked, self.cfg.checkpoint_interval_s,
                                   self.a.checkpoint_cost_s) * run.rate
             run.saved = min(run.saved + done, run.job.duration_s)
+        self.result.attempts.append((run.attempt_start, t, run.chips, run.saved - before))
         run.restarts += 1
         if released:
             assert run.placement is not None
@@ -545,6 +580,8 @@ class Replay:
         assert run.placement is not None
         self.result.placements.append((run.job.job_id, t, "end", run.placement.chip_ids))
         self.admissions.withdraw(JobKey(run.job.job_id))
+        self.result.attempts.append((run.attempt_start, t, run.chips,
+                                     run.job.duration_s - run.saved))
         run.record.end_s, run.record.status = t, "completed"
         self._done()
 
@@ -593,6 +630,15 @@ class Replay:
 
     def _finish(self, t: float) -> None:
         self.ledger.advance(t)
+        if self.cfg.until_s is not None:  # stopped early: the work of running attempts counts
+            for key in self.admissions.running():
+                run = self.runs.get(key)
+                if run is not None and run.started_once:
+                    worked = run.v + (t - run.seg_t) * run.speed - run.delay
+                    self.result.attempts.append((run.attempt_start, t, run.chips,
+                                                 max(worked, 0.0) * run.rate))
+        if self.inference is not None:
+            self.result.services = list(self.inference.services.values())
         for run in self.runs.values():
             if run.record.status == "pending":
                 run.record.status = "unfinished"

@@ -166,8 +166,10 @@ def _num(v: float | None) -> str:
 
 def write_report(out: Path, results: Sequence[ReplayResult], *, meta: dict[str, Any],
                  large_job_chips: int = 144, one_domain_chips: int = 144,
-                 bounds: Mapping[str, BoundResult] | None = None) -> dict[str, Any]:
-    """Write every output file; returns the summary dict."""
+                 bounds: Mapping[str, BoundResult] | None = None,
+                 extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Write every output file; returns the summary dict (the policies' blocks). `extra`
+    are top-level keys summary.json gains beside them (inference services' figures)."""
     out.mkdir(parents=True, exist_ok=True)
     idle_kw = meta.get("idle_power_kw")
     idle_w = None if idle_kw is None else float(idle_kw) * 1e3
@@ -177,7 +179,8 @@ def write_report(out: Path, results: Sequence[ReplayResult], *, meta: dict[str, 
                                              idle_watts_per_chip=meta.get("idle_watts_per_chip")),
                        **meta})
                for r in results}
-    (out / "summary.json").write_text(json.dumps(summary, indent=2, allow_nan=False) + "\n")
+    whole = {**summary, **finite(dict(extra))} if extra else summary
+    (out / "summary.json").write_text(json.dumps(whole, indent=2, allow_nan=False) + "\n")
     write_tables(out, results)
     from ultraplane.simulator.powerreports import write_power_csv
 
@@ -189,5 +192,9 @@ def write_report(out: Path, results: Sequence[ReplayResult], *, meta: dict[str, 
     from ultraplane.simulator import plots, reportpages
 
     figures = plots.write_plots(out, results, meta)
+    if any(r.services for r in results):
+        from ultraplane.simulator.inferenceplots import service_plots
+
+        figures += service_plots(out, results)
     reportpages.write_html(out, summary, figures)
     return summary

@@ -45,9 +45,24 @@ def replay_all(topology: Any, jobs: Sequence[TraceJob], configs: Sequence[Replay
 def run_policies(topology: Any, jobs: Sequence[TraceJob], configs: Sequence[ReplayConfig],
                  out: Path, *, fleet_name: str, traces: Sequence[str], bad_rows: Sequence[str],
                  progress: bool = False,
-                 held: Mapping[str, Sequence[str]] | None = None) -> dict[str, Any]:
-    """Replay every policy and write summary.json, jobs.csv, placements.jsonl, plots, report."""
-    results = replay_all(topology, jobs, configs, progress=progress, held=held)
+                 held: Mapping[str, Sequence[str]] | None = None,
+                 services: Sequence[Any] | None = None) -> dict[str, Any]:
+    """Replay every policy and write summary.json, jobs.csv, placements.jsonl, plots, report.
+    With `services` (`servicefiles.ServiceSpec`s), the replays are one per scaling policy
+    (`inferenceruns`), training placed by the first config's policy."""
+    extra: dict[str, Any] | None = None
+    if services:
+        from ultraplane.simulator.inferenceruns import (
+            inference_summary,
+            replay_services,
+            service_window,
+        )
+
+        results = replay_services(topology, jobs, services, configs[0], held=held)
+        t0 = min((j.submit_s for j in jobs), default=0.0)
+        extra = inference_summary(results, *service_window(t0, services))
+    else:
+        results = replay_all(topology, jobs, configs, progress=progress, held=held)
     # A fleet-wide power budget: the same run replays the provision-for-peak baseline (only the
     # UltraServers the budget holds at peak, the rest off; no budget needed).
     small = peak_provisioned(topology, configs[0].power_budgets) if configs else None
@@ -92,6 +107,9 @@ def run_policies(topology: Any, jobs: Sequence[TraceJob], configs: Sequence[Repl
         "held_allocations": len(held or {}),
         "bad_rows": list(bad_rows),
     }
+    if services:
+        meta["policies"] = [r.policy for r in results]
+        meta["placement_policy"] = cfg.policy
     sizes = [shape.chips_of[n] for n in shape.names]
     one = min(sizes, default=0)
     large = cfg.large_job_chips or one
@@ -103,5 +121,5 @@ def run_policies(topology: Any, jobs: Sequence[TraceJob], configs: Sequence[Repl
         "greedy": greedy_in_domain(jobs, cfg.chips_per_gpu, sizes, large),
         "fluid": fluid_bound(jobs, cfg.chips_per_gpu, sum(sizes), large),
     }
-    return write_report(out, results, meta=meta, large_job_chips=large,
+    return write_report(out, results, meta=meta, large_job_chips=large, extra=extra,
                         one_domain_chips=max(sizes, default=0), bounds=bounds)

@@ -108,8 +108,10 @@ def test_min_max_and_an_empty_window() -> None:
 def test_the_cap_is_the_lowest_that_still_meets_the_objective() -> None:
     load = window([1500.0] * 5)
     sized = plan(REPLICA, load, SPEC, current=10)
-    # one replica more than needed: its slack goes to a cap
-    d = plan(REPLICA, load, SPEC, current=sized.replicas + 1)
+    # one replica more than needed, held by the scale-down delay: its slack goes to a cap
+    d = plan(REPLICA, load, SPEC, current=sized.replicas + 1,
+             history=((240.0, sized.replicas + 1),))
+    assert d.replicas == sized.replicas + 1
     assert d.cap_watts is not None
     share = [(60.0, 1500.0 * (1 + HEADROOM) / (sized.replicas + 1))] * 5
     assert meets(REPLICA, share, [CODE] * 5, OBJECTIVE, d.cap_watts)[0]

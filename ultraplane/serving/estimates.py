@@ -85,6 +85,24 @@ class Estimate:
         p = np.where(y >= tf, 0.0, np.where(y < td, 1.0, p))
         return float(self.waits.share @ (p * self.tpot_w).sum(axis=1))
 
+    def ttft_exceedances(self, xs: Floats) -> Floats:
+        """`ttft_exceedance` at every point of `xs` at once (a replay's day-long histogram)."""
+        tails = self.waits.tail(xs[None, None, :] - self.own_s[:, :, None])
+        return np.asarray(self.waits.share @ (tails * self.prompt_w[:, :, None]).sum(axis=1))
+
+    def tpot_exceedances(self, ys: Floats) -> Floats:
+        """`tpot_exceedance` at every point of `ys` at once."""
+        tf, td = self.full_step_s[:, None, None], self.decode_step_s[:, None, None]
+        y = ys[None, None, :]
+        gap = np.maximum(1.0 / td - 1.0 / tf, 1e-12)
+        f = (1.0 / td - 1.0 / y) / gap
+        rho = np.minimum(self.rho, 1.0)[:, None, None]
+        sd = self.phi_sd[:, :, None]
+        z = (f - rho) / np.maximum(sd, 1e-12) / np.sqrt(2.0)
+        p = np.where(sd > 0, 0.5 * erfc(z), (rho > f).astype(np.float64))
+        p = np.where(y >= tf, 0.0, np.where(y < td, 1.0, p))
+        return np.asarray(self.waits.share @ (p * self.tpot_w[:, :, None]).sum(axis=1))
+
     def attainment(self, ttft_s: float, tpot_s: float) -> float:
         """Share of requests within both objectives (the two misses taken as independent)."""
         return (1.0 - self.ttft_exceedance(ttft_s)) * (1.0 - self.tpot_exceedance(tpot_s))

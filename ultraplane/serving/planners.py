@@ -16,11 +16,15 @@ The rules, each stated so a reader can check a decision by hand:
   of the forecast window plus `headroom` (default `HEADROOM`) keeps at least 99% of its
   requests within both p99 objectives (`estimates.estimate`). The window's bursts are in it,
   so a burst seen in the window is a burst sized for.
+- Backlog. Work already queued (`backlog_s`, what the engines report waiting) must drain
+  within one start-up time: its requests are added to every interval's forecast rate, spread
+  over that time. Without it a burst's queue outlives the burst on replicas sized for the
+  arrivals alone.
 - Delay. The desired count is the largest recommendation of the last `scaleDownDelaySeconds`
   (Kubernetes' scale-down stabilization): scale-ups at once, scale-downs once they have held.
 - Cap. The lowest per-chip cap on the profile's range (in `CAP_STEP_W` steps) at which the
-  replicas serving now still meet both objectives on the same forecast plus headroom: the
-  slack of a whole replica, of the scale-down delay and of minReplicas goes to energy, never
+  replicas serving now (fewer when it scales down: that takes effect at once) still meet
+  both objectives on the same forecast plus headroom: the slack of a whole replica, of the scale-down delay and of minReplicas goes to energy, never
   the margin for a burst (a cap set for the last minute's lull is a miss when the burst
   comes before the next tick). A cap at the chip's peak is no cap.
 """
@@ -30,6 +34,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -81,10 +86,23 @@ class Decision:
 
 
 def meets(replica: Replica, load: Sequence[tuple[float, float]], mixes: Sequence[TokenMix],
-          objective: Objective, cap: float | None = None) -> tuple[bool, float]:
-    """Whether one replica serving `load` keeps 99% of requests within each objective, and the
-    share within both."""
-    e = estimate(replica, mixes, load, cap)
+          objective: Objective, cap: float | None = None,
+          backlog_s: float = 0.0) -> tuple[bool, float]:
+    """Whether one replica serving `load` (from a queue of `backlog_s` seconds of prefill
+    work) keeps 99% of requests within each objective, and the share within both."""
+    # (rounded to a nanosecond and a nano-request/s: the same load computed from another
+    # clock's times differs in its last bits)
+    return _meets(replica, tuple((round(float(s), 9), round(float(r), 9)) for s, r in load),
+                  tuple(mixes), objective, cap, round(max(backlog_s, 0.0), 6))
+
+
+# Why a cache: a service's ticks ask the same questions again (a steady or recurring load,
+# the same candidate counts), and a day's replay asks thousands. The answer is a pure
+# function of its arguments; mixes are keyed by identity and held, so a key is never reused.
+@lru_cache(maxsize=16_384)
+def _meets(replica: Replica, load: tuple[tuple[float, float], ...], mixes: tuple[TokenMix, ...],
+           objective: Objective, cap: float | None, backlog_s: float) -> tuple[bool, float]:
+    e = estimate(replica, mixes, load, cap, backlog_s=backlog_s)
     ttft = e.ttft_exceedance(objective.ttft_ms / 1e3)
     tpot = e.tpot_exceedance(objective.tpot_ms / 1e3)
     return ttft <= 1.0 - QUANTILE and tpot <= 1.0 - QUANTILE, (1.0 - ttft) * (1.0 - tpot)
@@ -107,12 +125,24 @@ def _forecast(window: Sequence[Observation], horizon_s: float) -> tuple[list[flo
     return [float(r + slope * (end + horizon_s - m)) for r, m in zip(rates, mids, strict=True)], slope
 
 
+@lru_cache(maxsize=4_096)
+def _merged(mixes: tuple[TokenMix, ...], requests: tuple[int, ...]) -> TokenMix:
+    """The window's mix (the same object for the same window: `meets` caches by it)."""
+    return merge_mixes(mixes, requests)
+
+
+@lru_cache(maxsize=4_096)
+def _work_per_prompt_token(replica: Replica, whole: TokenMix) -> float:
+    """One replica's prefill seconds per prompt token of `whole`."""
+    return estimate(replica, whole, 1.0).utilization / whole.mean_prompt
+
+
 def _guess(replica: Replica, window: Sequence[Observation], rates: Sequence[float],
            mixes: Sequence[TokenMix], whole: TokenMix, headroom: float) -> int:
     """Where the search starts: the replicas that hold the busiest intervals carrying 1% of
     the requests at 90% prefill load (one replica's prefill work per request, scaled by each
     interval's mean prompt; the load falls as 1/n with an even split)."""
-    work = estimate(replica, whole, 1.0).utilization / whole.mean_prompt  # s per prompt token
+    work = _work_per_prompt_token(replica, whole)
     rho = np.array([r * (1.0 + headroom) * m.mean_prompt * work
                     for r, m in zip(rates, mixes, strict=True)])
     count = np.array([r * o.seconds for r, o in zip(rates, window, strict=True)])
@@ -150,11 +180,13 @@ def _search(fits: Callable[[int], bool], low: int, high: int, guess: int) -> int
 
 def plan(replica: Replica, window: Sequence[Observation], autoscaling: Autoscaling, *,
          current: int, history: Sequence[tuple[float, int]] = (),
-         startup_s: float | None = None, headroom: float = HEADROOM) -> Decision:
+         startup_s: float | None = None, headroom: float = HEADROOM,
+         backlog_s: float = 0.0) -> Decision:
     """Replicas and per-chip cap for a service whose requests of `window` (consecutive
     intervals, oldest first) were served by `current` replicas; `history` is the last
-    decision's, `startup_s` a replica's start-up time (the replica model's by default) and
-    `headroom` the load added to the forecast."""
+    decision's, `startup_s` a replica's start-up time (the replica model's by default),
+    `headroom` the load added to the forecast and `backlog_s` the prefill work queued over
+    the service now (seconds of one replica's work: its engines' waiting requests)."""
     if not window:
         raise ValueError("the planner needs at least one observed interval")
     a, obj = autoscaling, autoscaling.objective
@@ -164,9 +196,12 @@ def plan(replica: Replica, window: Sequence[Observation], autoscaling: Autoscali
     if not seen:
         rec, attained, rates, mixes, slope = a.min_replicas, 1.0, [0.0] * len(window), [], 0.0
     else:
-        whole = merge_mixes([o.mix for o in seen if o.mix], [o.requests for o in seen])
+        whole = _merged(tuple(o.mix for o in seen if o.mix), tuple(o.requests for o in seen))
         mixes = [o.mix if o.mix is not None else whole for o in window]
         rates, slope = _forecast(window, horizon)
+        if backlog_s > 0:  # the queue found drains within one start-up time
+            drain = backlog_s / (_work_per_prompt_token(replica, whole) * whole.mean_prompt)
+            rates = [r + drain / horizon for r in rates]
         cache: dict[int, tuple[bool, float]] = {}
 
         def sized(n: int) -> tuple[bool, float]:
@@ -181,8 +216,10 @@ def plan(replica: Replica, window: Sequence[Observation], autoscaling: Autoscali
         attained = sized(rec)[1]
     kept = (*((t, r) for t, r in history if t > end - a.scale_down_delay_s), (end, rec))
     desired = min(max(max(r for _, r in kept), a.min_replicas), a.max_replicas)
-    cap = (_cap(replica, window, [r * (1.0 + headroom) for r in rates], mixes, obj, current)
-           if seen and current > 0 else None)
+    # the replicas that will serve: a scale-down takes effect at once, a scale-up only later
+    serving = min(current, desired)
+    cap = (_cap(replica, window, [r * (1.0 + headroom) for r in rates], mixes, obj, serving)
+           if seen and serving > 0 else None)
     seconds = sum(o.seconds for o in window)
     forecast = sum(o.seconds * r for o, r in zip(window, rates, strict=True)) / seconds
     return Decision(
@@ -225,7 +262,7 @@ def _reason(window: Sequence[Observation], a: Autoscaling, desired: int, rec: in
     elif desired == a.max_replicas and attained < QUANTILE:
         count += " (maxReplicas, too few)"
     trend = f", rising {slope * 60:,.0f} req/s a minute" if slope > 0 else ""
-    capping = (f"; chips capped at {cap:.0f} W, enough on the {current} serving"
+    capping = (f"; chips capped at {cap:.0f} W, enough on the {min(current, desired)} serving"
                if cap is not None else "; chips uncapped")
     return (f"{count}: the last {minutes:.0f} min (peak {peak:,.0f} req/s{trend}) moved "
             f"{horizon:.0f} s ahead plus {headroom:.0%} headroom keeps {attained:.1%} of "
