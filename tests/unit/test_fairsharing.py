@@ -166,3 +166,41 @@ def test_fairness_preemption_properties(a_jobs: list[int], b_jobs: list[int],
     # (reclaims come first, guaranteed jobs being tried before borrowers)
     if fairly and strategy == "LessThanOrEqualToFinalShare":
         assert book.used("A") >= fair["A"]
+
+
+def test_why_names_fair_sharing_and_get_tq_shows_the_fair_share() -> None:
+    from ultraplane.api.client.views import queue_rows
+
+    from ultraplane.documents.explanation_inputs import waiting_job
+    from ultraplane.documents.explanations import ServerState, explain
+
+    message = "Preempted for fair sharing: queue B held 144 chips, below its fair share of 360"
+    body = {"kind": "TrainingJob", "metadata": {"namespace": "a", "name": "a2"},
+            "spec": {"chips": 144},
+            "status": {"phase": "Pending", "reason": "NoQuota", "message": "no room",
+                       "conditions": [{"type": "Preempted", "status": "True",
+                                       "reason": "FairSharing", "message": message}]}}
+    said = explain(waiting_job(body), [ServerState("us-0", GEN2, 144, 0)], now_s=0.0)
+    assert ("FairSharing", message) in {(b.kind, b.message) for b in said.blockers}
+    body["status"]["conditions"][0]["reason"] = "Preempted"  # type: ignore[index]
+    said = explain(waiting_job(body), [ServerState("us-0", GEN2, 144, 0)], now_s=0.0)
+    assert "FairSharing" not in {b.kind for b in said.blockers}
+
+    headers, rows = queue_rows([
+        {"metadata": {"name": "A"}, "spec": {"cohort": "org"},
+         "status": {"usedChips": 432, "fairShareChips": 360}},
+        {"metadata": {"name": "D"}, "spec": {}, "status": {"usedChips": 4}}])
+    fair = headers.index("FAIR")
+    assert headers[fair - 2:fair + 1] == ["USED", "BORROWED", "FAIR"]
+    assert [r[fair] for r in rows] == ["360", "<none>"]
+
+
+def test_the_queue_status_counts_the_fair_share_of_running_and_waiting_jobs() -> None:
+    from ultraplane.policies.queuedocuments import queue_statuses
+
+    adm = fleet()
+    a_holds_four(adm)
+    adm.submit(job("b2", "B", 144))
+    assert adm.quotas is not None
+    got = queue_statuses(adm.quotas, adm.waiting(), adm.running().values())
+    assert {q: s.get("fairShareChips") for q, s in got.items()} == {"A": 432, "B": 288, "C": 0}

@@ -6,9 +6,12 @@ whoever asks first. Where jobs run for days, a queue that borrowed first keeps t
 chips long after others want them, and shares even out only as its jobs end. So, as Kueue's fair
 sharing does, a job whose queue holds less than its fair share (its weighted max-min share of
 its cohort's nominal chips, capped at what the queue's submitted, unfinished jobs want:
-`ultraplane.policies.fairshares`), and that gets no chips otherwise (its queue's quota has no
-room, `NoQuota`, or no domain has room, `NoCapacity`, reclaim included), may preempt running
-jobs of queues of its cohort that borrow and hold more than their fair share.
+`ultraplane.policies.fairshares`), that keeps its queue within that share once admitted, and
+that gets no chips otherwise (its queue's quota has no room, `NoQuota`, or no domain has room,
+`NoCapacity`, reclaim included), may preempt running jobs of queues of its cohort that borrow
+and hold more than their fair share. Within its share: so after a preemption the preemptor
+is at or below its share and, by the default strategy, the victim's queue at or above its
+own, and neither has a claim on the other until demand moves (no ping-pong).
 
 - **One domain.** The victims are planned inside one domain the job can use, as reclaim's are
   (`ultraplane.placement.preemption`): the chips freed are the chips it runs on, never chips
@@ -24,7 +27,8 @@ jobs of queues of its cohort that borrow and hold more than their fair share.
   with its rank and resumes from that checkpoint.
 - **No thrash.** A job preempted for fairness is no victim of it again until its queue's
   `fair_preemption_interval_s` (default 600 s) has passed; jobs that started at this instant
-  are no victims either.
+  are no victims either, nor jobs predicted to end within that interval (their chips come
+  free soon without losing any work).
 - **Quotas hold.** After the eviction the job must pass its queue's quota (borrowing and
   lending limits) like any other, and a power budget's headroom; else the victims go back.
 
@@ -76,10 +80,12 @@ class FairSharing:
         self._shares: dict[str, float] | None = None  # this cycle's, once asked
         self._last: dict[JobKey, float] = {}  # victim -> when it was last preempted for fairness
         self._failed: set[tuple[object, ...]] = set()  # plans found for nothing, by what they read
+        self._exposed_memo: tuple[tuple[int, float], dict[str, list[tuple[str, QueuedJob]]]] \
+            | None = None
 
     def begin(self) -> None:
         """At a cycle's start: demand may have moved (submits, cancels, ends)."""
-        self._shares = None
+        self._shares = self._exposed_memo = None
         if len(self._failed) > 10_000:
             self._failed.clear()
         now = self._state.now
@@ -101,8 +107,9 @@ class FairSharing:
         spec = self._spec(job)
         if book is None or spec is None:
             return False
-        return (book.used(spec.name) < self.shares().get(spec.name, 0.0)
-                and self._memo(job, spec, book) not in self._failed)
+        return (book.used(spec.name) + _chips(job) <= self.shares().get(spec.name, 0.0)
+                and self._memo(job, spec, book) not in self._failed
+                and bool(self._exposed(book).get(spec.cohort or "")))
 
     def _spec(self, job: QueuedJob) -> QueueSpec | None:
         book = self._quotas.book
@@ -189,34 +196,56 @@ class FairSharing:
                     mine_after: float) -> list[QueuedJob]:
         """The running jobs `job` may preempt for fairness, each alone within the strategy,
         the least work lost first, then the lowest priority, then the latest started."""
-        now = self._state.now
-        assert now is not None
         shares = self.shares()
-        started = self._roster.started
-        found: list[tuple[float, int, float, str, QueuedJob]] = []
-        for other in self._roster.running.values():
-            if not other.preemptible or other.replicas is not None:
-                continue
-            queue = book.queue_of(other)
-            theirs = book.queues.get(queue) if queue is not None else None
-            if theirs is None or theirs.name == spec.name or theirs.cohort != spec.cohort:
+        found = []
+        for queue, other in self._exposed(book).get(spec.cohort or "", ()):
+            if queue == spec.name:
                 continue
             if spec.reclaim_within_cohort == "LowerPriority" and other.priority >= job.priority:
                 continue
-            since = started.get(other.key)
-            last = self._last.get(other.key)
-            if (since is None or since >= now or not book.borrowed(theirs.name)
-                    or (last is not None and now - last < theirs.fair_preemption_interval_s)):
-                continue
-            held = book.used(theirs.name)
-            if not allows(spec.fair_preemption, mine_after, held, held - _chips(other),
-                          shares.get(theirs.name, 0.0)):
-                continue
-            ran = now - since
-            lost = (ran % other.checkpoint_s if other.checkpoint_s else ran) * _chips(other)
-            found.append((lost, other.priority, -since, other.key, other))
-        found.sort(key=lambda f: f[:4])
-        return [f[4] for f in found]
+            held = book.used(queue)
+            if allows(spec.fair_preemption, mine_after, held, held - _chips(other),
+                      shares.get(queue, 0.0)):
+                found.append(other)
+        return found
+
+    def _exposed(self, book: QuotaBook) -> dict[str, list[tuple[str, QueuedJob]]]:
+        """Cohort -> the running jobs fair sharing may preempt at all now, best first, each
+        with its queue: one-gang preemptible jobs of queues that borrow and hold more than
+        their fair share, started before now and not preempted for fairness within their
+        queue's interval (the same for every job tried until usage or the clock moves)."""
+        now = self._state.now
+        assert now is not None
+        stamp = (book.usage_epoch, now)
+        if self._exposed_memo is not None and self._exposed_memo[0] == stamp:
+            return self._exposed_memo[1]
+        shares = self.shares()
+        over = {q for q, spec in book.queues.items()
+                if spec.cohort is not None and book.used(q) > shares.get(q, 0.0)
+                and book.borrowed(q)}
+        started, ends = self._roster.started, self._roster.ends
+        found: dict[str, list[tuple[float, int, float, str, str, QueuedJob]]] = {}
+        if over:
+            for other in self._roster.running.values():
+                queue = book.queue_of(other)
+                if queue not in over or not other.preemptible or other.replicas is not None:
+                    continue
+                theirs = book.queues[queue]
+                since = started.get(other.key)
+                last = self._last.get(other.key)
+                end = ends.get(other.key)
+                if (since is None or since >= now
+                        or (last is not None and now - last < theirs.fair_preemption_interval_s)
+                        or (end is not None and end - now < theirs.fair_preemption_interval_s)):
+                    continue
+                ran = now - since
+                lost = (ran % other.checkpoint_s if other.checkpoint_s else ran) * _chips(other)
+                found.setdefault(theirs.cohort or "", []).append(
+                    (lost, other.priority, -since, other.key, queue, other))
+        out = {cohort: [(f[4], f[5]) for f in sorted(jobs, key=lambda f: f[:4])]
+               for cohort, jobs in found.items()}
+        self._exposed_memo = (stamp, out)
+        return out
 
     def _why(self, job: QueuedJob, spec: QueueSpec, victim: QueuedJob, book: QuotaBook) -> str:
         shares = self.shares()
