@@ -5,7 +5,10 @@ Trainium chips) on a fleet of Trn3 Gen2 UltraServers sized so the offered load i
 (`--load`, default 0.85 of the fleet's chip-seconds over the trace's span, and at least enough
 UltraServers for the largest job). Each team's nominal quota is proportional to its chip-hours
 in the trace (largest remainder, so the quotas add up to the fleet), weight 1, one cohort.
-Three policies:
+(`--weights nominal`: each team's weight in proportion to its nominal quota instead, so a
+team's fair share of a contended fleet is its quota; with weight 1 a team whose quota is
+larger than an equal share counts as above its fair share while it uses only its quota, which
+no preemption takes.) Three policies:
 
 - `shared`: one queue, no quotas (how the fleet behaves without tenant queues);
 - `partitioned`: each team only its nominal chips, no borrowing (separate clusters);
@@ -90,6 +93,9 @@ def main() -> None:
     ap.add_argument("--trace", type=Path, default=DEFAULT_TRACE)
     ap.add_argument("--load", type=float, default=0.85)
     ap.add_argument("--ultraservers", type=int, default=0, help="fleet size (0: from --load)")
+    ap.add_argument("--weights", choices=("one", "nominal"), default="one",
+                    help="each team's fair-share weight: 1, or in proportion to its nominal "
+                    "quota (then its fair share of a contended fleet is its nominal quota)")
     args = ap.parse_args()
     jobs, bad = load_trace(args.trace)
     if bad:
@@ -100,7 +106,10 @@ def main() -> None:
     n = args.ultraservers or fleet_size(jobs, args.load)
     topo = build_fleet(PROFILE, n)
     nominal = proportional_quotas(jobs, n * US_CHIPS)
-    cohort = tuple(QueueSpec(t, {PROFILE: c}, cohort="org") for t, c in sorted(nominal.items()))
+    mean = sum(nominal.values()) / len(nominal)
+    cohort = tuple(QueueSpec(t, {PROFILE: c}, cohort="org",
+                             weight=1.0 if args.weights == "one" else max(c, 1) / mean)
+                   for t, c in sorted(nominal.items()))
     alone = tuple(dataclasses.replace(s, cohort=None) for s in cohort)
     base = ReplayConfig(chips_per_gpu=CHIPS_PER_GPU)
     policies = {
