@@ -150,8 +150,9 @@ class FairSharing:
                 self._allocator.release(job.key)
                 placed = None
         if placed is None:
-            for key in self._evictions.undo(evicted):
+            for key in self._evictions.undo(evicted):  # (could not be put back)
                 result.preempted.append((key, job.key))
+                result.fair_preempted[key] = why[key]
             self._failed.add(memo)
             return nofit
         now = self._state.now
