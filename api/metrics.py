@@ -42,6 +42,8 @@ class FleetCollector(Collector):
             "borrowedChips": ("ultraplane_queue_borrowed_chips",
                               "Chips a tenant queue holds above its nominal quota."),
             "nominalChips": ("ultraplane_queue_nominal_chips", "A tenant queue's nominal chips."),
+            "fairShareChips": ("ultraplane_queue_fair_share_chips",
+                               "A tenant queue's fair share of its cohort's chips now."),
             "pendingJobs": ("ultraplane_queue_pending_jobs", "Jobs waiting in a tenant queue."),
             "admittedJobs": ("ultraplane_queue_admitted_jobs", "Jobs holding a queue's chips."),
         }

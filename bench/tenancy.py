@@ -5,7 +5,10 @@ Trainium chips) on a fleet of Trn3 Gen2 UltraServers sized so the offered load i
 (`--load`, default 0.85 of the fleet's chip-seconds over the trace's span, and at least enough
 UltraServers for the largest job). Each team's nominal quota is proportional to its chip-hours
 in the trace (largest remainder, so the quotas add up to the fleet), weight 1, one cohort.
-Three policies:
+(`--weights nominal`: each team's weight in proportion to its nominal quota instead, so a
+team's fair share of a contended fleet is its quota; with weight 1 a team whose quota is
+larger than an equal share counts as above its fair share while it uses only its quota, which
+no preemption takes.) Three policies:
 
 - `shared`: one queue, no quotas (how the fleet behaves without tenant queues);
 - `partitioned`: each team only its nominal chips, no borrowing (separate clusters);
@@ -16,8 +19,10 @@ targets (issue 30) useful_util_vs_shared >= 0.97, jct_mean_vs_partitioned <= 0.6
 guarantee_p99_s <= 900, reclaim_lost_fraction <= 0.02, split_jobs_that_fit_one_domain = 0;
 and (issue 37) fair_share_maxmin_jain >= 0.85 (held chips against each team's weighted
 max-min fair share, while the teams together want more than the fleet),
-fairness_preempted_fraction + reclaim_lost_fraction <= 0.02. `borrowed_chip_time_jain` is
-issue 30's `fair_share_jain`, renamed for what it measures.
+fairness_preempted_fraction + reclaim_lost_fraction <= 0.02, and no team's mean JCT worse
+than on its own partition (`teams_worse_than_partitioned` names those that are, with a table
+of every team's). `borrowed_chip_time_jain` is issue 30's `fair_share_jain`, renamed for what
+it measures.
 
     python bench/tenancy.py [--trace FILE] [--load 0.85]
 
@@ -32,6 +37,7 @@ import json
 import math
 import time
 from pathlib import Path
+from typing import Any
 
 from ultraplane.simulator.replay import Replay, ReplayConfig
 from ultraplane.simulator.reports import summarize
@@ -67,11 +73,29 @@ def proportional_quotas(jobs: list[TraceJob], chips: int) -> dict[str, int]:
     return out
 
 
+def mean_jct_by_team(records: list[Any]) -> dict[str, float]:
+    """Each team's mean JCT (seconds) over its finished jobs."""
+    done: dict[str, list[float]] = {}
+    for r in records:
+        if r.jct_s is not None:
+            done.setdefault(r.tenant, []).append(r.jct_s)
+    return {t: sum(v) / len(v) for t, v in sorted(done.items())}
+
+
+def teams_worse(mine: dict[str, float], alone: dict[str, float]) -> list[str]:
+    """The teams whose mean JCT sharing the fleet is worse than on their own partition (the
+    sharing incentive), by more than 1% (noise of a replay's tie-breaks)."""
+    return [t for t, v in sorted(mine.items()) if t in alone and v > alone[t] * 1.01]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--trace", type=Path, default=DEFAULT_TRACE)
     ap.add_argument("--load", type=float, default=0.85)
     ap.add_argument("--ultraservers", type=int, default=0, help="fleet size (0: from --load)")
+    ap.add_argument("--weights", choices=("one", "nominal"), default="one",
+                    help="each team's fair-share weight: 1, or in proportion to its nominal "
+                    "quota (then its fair share of a contended fleet is its nominal quota)")
     args = ap.parse_args()
     jobs, bad = load_trace(args.trace)
     if bad:
@@ -82,7 +106,10 @@ def main() -> None:
     n = args.ultraservers or fleet_size(jobs, args.load)
     topo = build_fleet(PROFILE, n)
     nominal = proportional_quotas(jobs, n * US_CHIPS)
-    cohort = tuple(QueueSpec(t, {PROFILE: c}, cohort="org") for t, c in sorted(nominal.items()))
+    mean = sum(nominal.values()) / len(nominal)
+    cohort = tuple(QueueSpec(t, {PROFILE: c}, cohort="org",
+                             weight=1.0 if args.weights == "one" else max(c, 1) / mean)
+                   for t, c in sorted(nominal.items()))
     alone = tuple(dataclasses.replace(s, cohort=None) for s in cohort)
     base = ReplayConfig(chips_per_gpu=CHIPS_PER_GPU)
     policies = {
@@ -96,6 +123,7 @@ def main() -> None:
           f"{'guar p99 s':>11} {'fair':>5} {'short':>6} {'lost':>6} {'split':>5} {'s':>6}")
     s: dict[str, dict[str, float]] = {}
     held_vs_fair: dict[str, dict[str, float]] = {}
+    team_jct: dict[str, dict[str, float]] = {}
     for name, cfg in policies.items():
         started = time.process_time()
         result = Replay(topo, jobs, cfg).run()
@@ -107,6 +135,7 @@ def main() -> None:
         held_vs_fair[name] = {t: round(f.held_contended_cs[t] / f.fair_cs[t], 2)
                               for t in sorted(f.fair_cs) if f.fair_cs[t]}
         s[name] = summary
+        team_jct[name] = mean_jct_by_team(result.records)
         print(f"{name:<12} {summary['useful_utilization']:>7.1%} "
               f"{summary['jct_mean_s'] / 3600:>10.2f} {summary['queue_delay_mean_s'] / 3600:>11.2f} "
               f"{summary['guarantee_p99_s']:>11.0f} {summary['fair_share_maxmin_jain']:>5.2f} "
@@ -115,6 +144,15 @@ def main() -> None:
               f"{summary['split_jobs_that_fit_one_ultraserver']:>5} {took:>6.1f}", flush=True)
     for name, ratios in held_vs_fair.items():
         print(f"{name}: chips held / fair share while contended, per tenant: {ratios}")
+    worse = teams_worse(team_jct["ultraplane"], team_jct["partitioned"])
+    print(f"{'team':<12} {'JCT h ultraplane':>16} {'JCT h partitioned':>17} {'ratio':>6}")
+    for team in sorted(team_jct["ultraplane"]):
+        mine, alone = team_jct["ultraplane"][team], team_jct["partitioned"].get(team)
+        print(f"{team:<12} {mine / 3600:>16.2f} "
+              f"{'n/a' if alone is None else f'{alone / 3600:.2f}':>17} "
+              f"{'n/a' if not alone else f'{mine / alone:.2f}':>6}")
+    print("teams doing worse than on their own partition: "
+          + (", ".join(worse) if worse else "none"))
     u = s["ultraplane"]
     line = {
         "useful_util_vs_shared": round(u["useful_utilization"] / s["shared"]["useful_utilization"], 3),
@@ -128,6 +166,7 @@ def main() -> None:
         "jct_mean_s": round(u["jct_mean_s"], 1),
         "shared_fair_share_maxmin_jain": round(s["shared"]["fair_share_maxmin_jain"], 3),
         "split_jobs_that_fit_one_domain": int(u["split_jobs_that_fit_one_ultraserver"]),
+        "teams_worse_than_partitioned": worse,
     }
     print(json.dumps(line))
 

@@ -305,7 +305,10 @@ class Replay:
         queued = self.admissions.ranked(QueuedJob(
             JobKey(job.job_id), request, job.priority, seq, expected_s=expected,
             created_s=job.submit_s,
-            queue=job.tenant if self.admissions.quotas is not None else None))
+            queue=job.tenant if self.admissions.quotas is not None else None,
+            checkpoint_s=(self.cfg.checkpoint_interval_s + self.a.checkpoint_cost_s
+                          if job.kind == "training" and self.cfg.checkpoint_interval_s > 0
+                          else None)))
         if self.tenants is not None and job.tenant is not None:
             self.tenants.wait(job.job_id, job.tenant, chips)
         if self.power is not None:
@@ -414,7 +417,7 @@ class Replay:
             run = self.runs[victim.key]
             self.result.preemptions.append((victim.key, victim.by, t, victim.message))
             if side is None or not side.owns(victim.by):
-                self._reclaimed(run, self.runs[victim.by], t)
+                self._reclaimed(run, self.runs[victim.by], t, fairness=victim.fair_sharing)
             self._stop(run, t, released=True)
             self._waiting[victim.key] = run.chips
         for failed in decisions.failed:
@@ -607,9 +610,10 @@ class Replay:
         if queued is not None and run.chips >= self._whole_chips:
             self._whole[key] = queued.order()
 
-    def _reclaimed(self, run: _Run, by: _Run, t: float) -> None:
-        """A preempted job waits again; a preemption across tenants is a reclaim, and the
-        work since its last checkpoint is counted lost to it."""
+    def _reclaimed(self, run: _Run, by: _Run, t: float, *, fairness: bool = False) -> None:
+        """A preempted job waits again; a preemption across tenants is a reclaim (or, with
+        `fairness`, a fair-sharing preemption), and the work since its last checkpoint is
+        counted lost to it."""
         if self.tenants is None or run.job.tenant is None:
             return
         self.tenants.wait(run.job.job_id, run.job.tenant, run.chips)
@@ -621,7 +625,10 @@ class Replay:
             interval, cost = self.cfg.checkpoint_interval_s, self.a.checkpoint_cost_s
             saved = checkpointed_s(elapsed - self._restart_cost(run), interval, cost)
             kept = saved / interval * (interval + cost) if interval > 0 else 0.0  # wall seconds
-        self.tenants.reclaimed(run.job.tenant, run.chips * (elapsed - kept))
+        if fairness:
+            self.tenants.preempted_for_fairness(run.job.tenant, run.chips * (elapsed - kept))
+        else:
+            self.tenants.reclaimed(run.job.tenant, run.chips * (elapsed - kept))
 
     def _done(self) -> None:
         self._remaining -= 1

@@ -43,6 +43,9 @@ class QueuedJob:
     rank: float = 0.0
     launches: bool = False  # admitted, it starts pods: one per server (a cycle's launch budget)
     queue: str | None = None  # the tenant queue whose quota it uses (`ultraplane.policies.quotas`)
+    # seconds of run between its checkpoints, if it writes any: a preemption loses the work
+    # since the last one (fair-sharing preemption prefers victims that lose least)
+    checkpoint_s: float | None = None
 
     def __post_init__(self) -> None:
         if self.replicas is not None and self.replicas < 1:

@@ -93,7 +93,7 @@ def ultraserver_rows(servers: list[dict[str, Any]], *, wide: bool = False,
 
 def queue_rows(queues: list[dict[str, Any]], *, wide: bool = False) -> Rows:
     """`kubectl get tenantqueues` columns, from the queues' specs and statuses."""
-    headers = ["NAME", "COHORT", "NOMINAL", "USED", "BORROWED", "PENDING", "WEIGHT"] + (
+    headers = ["NAME", "COHORT", "NOMINAL", "USED", "BORROWED", "FAIR", "PENDING", "WEIGHT"] + (
         ["ADMITTED", "NAMESPACES", "DEFAULT-FOR"] if wide else [])
     rows = []
     for q in queues:
@@ -101,7 +101,8 @@ def queue_rows(queues: list[dict[str, Any]], *, wide: bool = False) -> Rows:
         row: list[Any] = [q["metadata"]["name"], spec.get("cohort") or "<none>",
                           status.get("nominalChips", sum((spec.get("nominal") or {}).values())),
                           status.get("usedChips", 0), status.get("borrowedChips", 0),
-                          status.get("pendingJobs", 0), f"{float(spec.get('weight', 1)):g}"]
+                          _fair(status), status.get("pendingJobs", 0),
+                          f"{float(spec.get('weight', 1)):g}"]
         if wide:
             allowed = spec.get("namespaces")
             row += [status.get("admittedJobs", 0),
@@ -109,6 +110,13 @@ def queue_rows(queues: list[dict[str, Any]], *, wide: bool = False) -> Rows:
                     ",".join(spec.get("defaultFor") or []) or "<none>"]
         rows.append(row)
     return headers, rows
+
+
+def _fair(status: dict[str, Any]) -> str:
+    """FAIR: the queue's fair share of chips, beside USED, the chips it holds ("<none>"
+    without one: a queue of no cohort)."""
+    share = status.get("fairShareChips")
+    return "<none>" if share is None else str(share)
 
 
 def budget_rows(budgets: list[dict[str, Any]], *, wide: bool = False) -> Rows:

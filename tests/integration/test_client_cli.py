@@ -350,9 +350,11 @@ def test_queues_from_serve_are_listed_by_the_plugin_and_a_bad_queues_file_is_exi
             return rows if len(rows) == 3 and rows[1][3] == "288" else None
 
         rows = until(listed, "research to use the whole fleet")
-        assert rows[0] == ["NAME", "COHORT", "NOMINAL", "USED", "BORROWED", "PENDING", "WEIGHT"]
-        assert rows[1] == ["research", "lab", "144", "288", "144", "0", "1"]
-        assert rows[2] == ["serving", "lab", "144", "0", "0", "0", "2"]
+        assert rows[0] == ["NAME", "COHORT", "NOMINAL", "USED", "BORROWED", "FAIR", "PENDING",
+                           "WEIGHT"]
+        # research wants the whole fleet and serving nothing: research's fair share is all
+        assert rows[1] == ["research", "lab", "144", "288", "144", "288", "0", "1"]
+        assert rows[2] == ["serving", "lab", "144", "0", "0", "0", "0", "2"]
         one = json.loads(cli("get", "tenantqueue", "serving", "-o", "json", "--server", base,
                              plugin=True).stdout)
         assert one["kind"] == "TenantQueue" and one["spec"]["weight"] == 2

@@ -90,8 +90,8 @@ def test_a_lender_reclaims_a_whole_ultraserver_from_a_borrower(
     assert both[qa]["nominalChips"] == 144
     assert {c["type"]: c["status"] for c in both[qa]["conditions"]} == {"Active": "True"}
     columns = op.env.kubectl("get", "tenantqueues", qb).stdout
-    assert columns.split("\n")[0].split()[:6] == [
-        "NAME", "COHORT", "NOMINAL", "USED", "BORROWED", "PENDING"]
+    assert columns.split("\n")[0].split()[:7] == [
+        "NAME", "COHORT", "NOMINAL", "USED", "BORROWED", "FAIR", "PENDING"]
 
 
 def test_a_namespace_without_the_right_and_a_priority_over_the_maximum_are_refused(

@@ -21,6 +21,7 @@ from ultraplane.documents.explanations import (
     end_from_progress,
     explain,
 )
+from ultraplane.documents.jobstatuses import FAIR_SHARING
 
 __all__ = [
     "explain_documents",
@@ -59,7 +60,10 @@ def waiting_job(body: Mapping[str, Any]) -> WaitingJob:
         name=f"{meta.get('namespace', '')}/{meta.get('name', '')}", kind=kind,
         phase=str(status.get("phase") or "Pending"), chips=chips, gangs=gangs,
         profile=spec.get("profile"), position=int(position) if position is not None else None,
-        reason=status.get("reason"), message=status.get("message"))
+        reason=status.get("reason"), message=status.get("message"),
+        fair_sharing=next((str(c.get("message") or "") for c in status.get("conditions") or ()
+                           if c.get("type") == "Preempted" and c.get("status") == "True"
+                           and c.get("reason") == FAIR_SHARING), None))
 
 
 def predicted_end(body: Mapping[str, Any], now_s: float) -> float | None:

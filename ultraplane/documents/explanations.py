@@ -75,11 +75,14 @@ class WaitingJob:
     position: int | None = None
     reason: str | None = None
     message: str | None = None
+    # why fair sharing preempted it, while it waits to get its chips back (its Preempted
+    # condition's message, reason FairSharing)
+    fair_sharing: str | None = None
 
 
 @dataclass(frozen=True)
 class Blocker:
-    kind: str  # NoDomainFits | Reservation | QueueAhead | Quota | Power | Unschedulable | ...
+    kind: str  # NoDomainFits | Reservation | QueueAhead | Quota | Power | FairSharing | ...
     message: str
 
 
@@ -158,6 +161,8 @@ def explain(job: WaitingJob, servers: Sequence[ServerState], *, now_s: float,
         shown = holder if visible(holder.split("/", 1)[0]) else HIDDEN
         blockers.append(Blocker("Reservation", f"{_list(names)} reserved for {shown}, which "
                                 "waits ahead of this job"))
+    if job.fair_sharing:
+        blockers.append(Blocker("FairSharing", job.fair_sharing))
     mine = [s.name for s in usable if s.reserved_for == job.name]
     if job.position is not None and job.position > 1:
         blockers.append(Blocker("QueueAhead", f"{job.position - 1} job(s) are ahead of it in "

@@ -45,6 +45,7 @@ from ultraplane.scheduling.decisions import (
 )
 
 __all__ = [
+    "FAIR_SHARING",
     "RESERVED_MARK",
     "PendingSaid",
     "Rewrite",
@@ -84,6 +85,10 @@ Status = dict[str, Any]
 StatusDecision = (Admitted | Replaced | Pending | Preempted | Evicted | Restarted | Requeued
                   | Failed | Finished | ScaledDown | ScalingUp | ScaledUp)
 
+
+# The reason of a job preempted because its queue held more than its fair share
+# (`ultraplane.scheduling.fairsharing`); `why` names fair sharing from it.
+FAIR_SHARING = "FairSharing"
 
 def stamp(now: datetime) -> str:
     return now.strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -420,7 +425,8 @@ def _status_of(current: Mapping[str, Any], decision: StatusDecision, now: dateti
     if isinstance(decision, Pending):
         return pending(current, decision.reason, decision.message, decision.position, now)
     if isinstance(decision, Preempted):
-        return preempted(current, "Preempted", decision.message, now)
+        reason = FAIR_SHARING if decision.fair_sharing else "Preempted"
+        return preempted(current, reason, decision.message, now)
     if isinstance(decision, Evicted):
         return preempted(current, decision.reason, decision.message, now)
     if isinstance(decision, Restarted):

@@ -9,15 +9,21 @@ more than it wants, the shares add up to the fleet (or to the total demand, when
 smaller), and no team can gain without taking from one whose share per weight is not larger
 (weighted max-min, as Kueue's fair sharing and DRF with one resource).
 
-Pure: the replay's ledger reads it to score a run, and a fair-sharing policy may read it to
-decide who is owed chips.
+Pure: the replay's ledger reads it to score a run, the fair-sharing policy
+(`ultraplane.scheduling.fairsharing`) to decide who is owed chips, and the queues' status to
+show it (`queue_fair_shares`: each tenant queue's share of its cohort).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING
 
-__all__ = ["fair_shares", "jain"]
+if TYPE_CHECKING:
+    from ultraplane.policies.quotas import QueueSpec, QuotaBook
+    from ultraplane.workloads import QueuedJob
+
+__all__ = ["fair_shares", "jain", "queue_fair_shares"]
 
 
 def fair_shares(demand: Mapping[str, float], weight: Mapping[str, float],
@@ -54,3 +60,24 @@ def jain(xs: list[float]) -> float:
     """Jain's index of `xs`: 1 when all are equal, 1/n when one holds everything."""
     squares = sum(x * x for x in xs)
     return (sum(xs) ** 2 / (len(xs) * squares)) if squares else 1.0
+
+
+def queue_fair_shares(book: QuotaBook, queued: Iterable[QueuedJob]) -> dict[str, float]:
+    """Each tenant queue's fair share of its cohort's nominal chips, by weight, capped at its
+    demand (the chips its running jobs hold and its `queued` jobs want); a queue of no cohort
+    has none (it borrows and lends nothing)."""
+    demand = {q: float(book.used(q)) for q in book.queues}
+    for job in queued:
+        queue = book.queue_of(job)
+        if queue in demand:
+            demand[queue] += job.request.chips * (job.replicas or 1)
+    cohorts: dict[str, list[QueueSpec]] = {}
+    for spec in book.queues.values():
+        if spec.cohort is not None:
+            cohorts.setdefault(spec.cohort, []).append(spec)
+    out: dict[str, float] = {}
+    for members in cohorts.values():
+        fleet = sum(sum(s.nominal.values()) for s in members)
+        out.update(fair_shares({s.name: demand[s.name] for s in members},
+                               {s.name: s.weight for s in members}, fleet))
+    return out

@@ -16,6 +16,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from ultraplane.policies.fairshares import queue_fair_shares
 from ultraplane.policies.policyfiles import named_specs, read_documents
 from ultraplane.policies.quotas import (
     QueueRefusal,
@@ -48,6 +49,8 @@ def queue_spec(name: str, spec: Mapping[str, Any] | TenantQueueSpec) -> QueueSpe
             borrowing_limit=model.borrowing_limit, lending_limit=model.lending_limit,
             weight=model.weight, reclaim_within_cohort=model.reclaim_within_cohort.value,
             within_queue=model.within_queue.value, max_priority=model.max_priority,
+            fair_preemption=model.fair_sharing.preemption_strategy.value,
+            fair_preemption_interval_s=float(model.fair_sharing.preemption_interval_seconds),
             namespaces=tuple(model.namespaces) if model.namespaces is not None else None,
             default_for=tuple(model.default_for))
     except ValueError as exc:
@@ -60,6 +63,8 @@ def queue_statuses(book: QuotaBook, queued: Iterable[QueuedJob], running: Iterab
     """The status document of every queue (of `names`, by default the book's): what the book
     counts, and how many of the `queued` and `running` jobs use each queue."""
     pending: dict[str | None, int] = {}
+    queued = list(queued)
+    shares = queue_fair_shares(book, queued)
     for job in queued:
         queue = book.queue_of(job)
         pending[queue] = pending.get(queue, 0) + 1
@@ -69,13 +74,16 @@ def queue_statuses(book: QuotaBook, queued: Iterable[QueuedJob], running: Iterab
         admitted[queue] = admitted.get(queue, 0) + 1
     return {name: queue_status(book, name, pending=pending.get(name, 0),
                                admitted=admitted.get(name, 0),
-                               generation=(generations or {}).get(name))
+                               generation=(generations or {}).get(name),
+                               fair_share=shares.get(name))
             for name in sorted(book.queues if names is None else names)}
 
 
 def queue_status(book: QuotaBook, name: str, *, pending: int, admitted: int,
-                 generation: int | None = None) -> dict[str, Any]:
-    """The status document (wire form) of queue `name` as `book` counts it now."""
+                 generation: int | None = None, fair_share: float | None = None
+                 ) -> dict[str, Any]:
+    """The status document (wire form) of queue `name` as `book` counts it now, with its
+    `fair_share` of chips when it has one (a queue of a cohort)."""
     spec = book.queues.get(name)
     nominal = sum(spec.nominal.values()) if spec is not None else 0
     usage = {p: n for (q, p), n in sorted(book.usage.items()) if q == name and n}
@@ -84,6 +92,8 @@ def queue_status(book: QuotaBook, name: str, *, pending: int, admitted: int,
         "borrowedChips": book.borrowed(name) if spec is not None else 0,
         "usage": usage, "admittedJobs": admitted, "pendingJobs": pending,
     }
+    if fair_share is not None:
+        status["fairShareChips"] = round(fair_share)
     if generation is not None:
         status["observedGeneration"] = generation
     return status
@@ -147,5 +157,7 @@ def queue_wire(spec: QueueSpec) -> dict[str, Any]:
         "weight": spec.weight, "reclaimWithinCohort": spec.reclaim_within_cohort,
         "withinQueue": spec.within_queue, "maxPriority": spec.max_priority,
         "namespaces": list(spec.namespaces) if spec.namespaces is not None else None,
-        "defaultFor": list(spec.default_for)}
+        "defaultFor": list(spec.default_for),
+        "fairSharing": {"preemptionStrategy": spec.fair_preemption,
+                        "preemptionIntervalSeconds": int(spec.fair_preemption_interval_s)}}
     return {k: v for k, v in wire.items() if v is not None}

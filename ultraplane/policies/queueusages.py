@@ -126,6 +126,11 @@ class QueueUsage:
         self._refusals.clear()
 
     # -- queries -------------------------------------------------------------------------
+    @property
+    def usage_epoch(self) -> int:
+        """A number that moves whenever a job gets or gives back chips (memos key on it)."""
+        return self._epoch
+
     def used(self, queue: str, profile: str | None = None) -> int:
         if profile is not None:
             return self.usage.get((queue, profile), 0)

@@ -63,7 +63,7 @@ if TYPE_CHECKING:
     from ultraplane.policies.queueusages import _Held
     from ultraplane.workloads import QueuedJob
 
-__all__ = ["INADMISSIBLE", "NO_QUOTA", "QueueRefusal", "QueueSpec", "QuotaBook", "default_queues",
+__all__ = ["INADMISSIBLE", "NO_QUOTA", "FairPreemption", "QueueRefusal", "QueueSpec", "QuotaBook", "default_queues",
            "equal_shares", "queue_refusal"]
 
 NO_QUOTA: Final = "NoQuota"  # the NoFit kind of a job its queue's quota does not admit now
@@ -71,6 +71,7 @@ INADMISSIBLE: Final = "Inadmissible"  # its queue refuses it (namespace, priorit
 
 Reclaim = Literal["Never", "LowerPriority", "Any"]
 WithinQueue = Literal["Never", "LowerPriority"]
+FairPreemption = Literal["LessThanOrEqualToFinalShare", "LessThanInitialShare", "Never"]
 
 
 @dataclass(frozen=True)
@@ -116,6 +117,11 @@ class QueueSpec:
     max_priority: int | None = None
     namespaces: tuple[str, ...] | None = None  # who may use it; None = every namespace
     default_for: tuple[str, ...] = ()  # namespaces whose jobs naming no queue use this one
+    # fair-sharing preemption (`ultraplane.scheduling.fairsharing`): the rule a job of this
+    # queue below its fair share preempts by, and how long a job of this queue preempted for
+    # fairness is spared before it can be again
+    fair_preemption: FairPreemption = "LessThanOrEqualToFinalShare"
+    fair_preemption_interval_s: float = 600.0
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -130,6 +136,10 @@ class QueueSpec:
                 raise ValueError(f"queue {self.name}: the {what} limit must be >= 0")
         if not (self.weight > 0 and math.isfinite(self.weight)):
             raise ValueError(f"queue {self.name}: the fair-share weight must be > 0")
+        if not (self.fair_preemption_interval_s >= 0
+                and math.isfinite(self.fair_preemption_interval_s)):
+            raise ValueError(f"queue {self.name}: the fair-sharing preemption interval must "
+                             "be >= 0 seconds")
 
     def admits(self, namespace: str, priority: int) -> QueueRefusal | None:
         """Why a job of `namespace` at `priority` may not use this queue, or None."""

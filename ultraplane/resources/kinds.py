@@ -121,6 +121,8 @@ KINDS: tuple[Kind, ...] = (
             ("Nominal", "integer", ".status.nominalChips", "Chips guaranteed, all profiles."),
             ("Used", "integer", ".status.usedChips", "Chips its running jobs hold."),
             ("Borrowed", "integer", ".status.borrowedChips", "Chips held above nominal."),
+            ("Fair", "integer", ".status.fairShareChips",
+             "Its weighted fair share of the cohort's chips, capped at its demand."),
             ("Pending", "integer", ".status.pendingJobs", "Jobs waiting."),
             ("Weight", "number", ".spec.weight", "Fair-share weight."),
             _AGE,

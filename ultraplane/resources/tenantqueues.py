@@ -24,8 +24,8 @@ from ultraplane.resources.commons import (
 )
 from ultraplane.resources.metas import ObjectMeta
 
-__all__ = ["ReclaimWithinCohort", "TenantQueue", "TenantQueueSpec", "TenantQueueStatus",
-           "WithinQueue"]
+__all__ = ["FairSharing", "FairSharingStrategy", "ReclaimWithinCohort", "TenantQueue",
+           "TenantQueueSpec", "TenantQueueStatus", "WithinQueue"]
 
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 _Namespace = Annotated[str, Field(min_length=1, max_length=63, pattern=DNS_LABEL)]
@@ -48,6 +48,33 @@ class WithinQueue(StrEnum):
 
     NEVER = "Never"
     LOWER_PRIORITY = "LowerPriority"
+
+
+class FairSharingStrategy(StrEnum):
+    """How a job of this queue, below its fair share, may preempt jobs of queues of its cohort
+    that borrow and hold more than theirs (Kueue's `fairSharing` preemption strategies)."""
+
+    LESS_THAN_OR_EQUAL_TO_FINAL_SHARE = "LessThanOrEqualToFinalShare"
+    LESS_THAN_INITIAL_SHARE = "LessThanInitialShare"
+    NEVER = "Never"
+
+
+class FairSharing(SpecModel):
+    """Fair-sharing preemption: how this queue takes chips back when it holds less than its
+    weighted fair share of the cohort, and how long its own jobs are spared after one."""
+
+    preemption_strategy: FairSharingStrategy = Field(
+        default=FairSharingStrategy.LESS_THAN_OR_EQUAL_TO_FINAL_SHARE,
+        description="LessThanOrEqualToFinalShare: take chips only while the other queue keeps "
+        "at least its fair share and this queue's share (chips held over fair share), its job "
+        "admitted, is no larger than the other's after; LessThanInitialShare: while this "
+        "queue's share after is below the other's before; Never: no fair-sharing preemption.",
+    )
+    preemption_interval_seconds: int = Field(
+        default=600, ge=0, le=7 * 86_400, strict=True,
+        description="A job of this queue preempted for fair sharing is not preempted for it "
+        "again within this many seconds.",
+    )
 
 
 class TenantQueueSpec(SpecModel):
@@ -108,6 +135,12 @@ class TenantQueueSpec(SpecModel):
         description="Never or LowerPriority: whether a job may preempt lower-priority jobs of "
         "its own queue.",
     )
+    fair_sharing: FairSharing = Field(
+        default_factory=FairSharing,
+        description="Fair-sharing preemption among the cohort's borrowers: a job of this queue "
+        "below its weighted fair share may preempt jobs of queues above theirs, from one "
+        "UltraServer (or domain) it can use.",
+    )
     max_priority: int | None = Field(
         default=None, strict=True, ge=-MAX_PRIORITY, le=MAX_PRIORITY,
         description="Jobs above this priority are refused (Inadmissible), so priority is no "
@@ -136,6 +169,10 @@ class TenantQueueStatus(StatusModel):
         default=None, ge=0, description="Chips held above nominal (borrowed from the cohort).")
     usage: dict[str, int] = Field(
         default_factory=dict, description="Chips held, per hardware profile.")
+    fair_share_chips: int | None = Field(
+        default=None, ge=0, description="Its weighted fair share of its cohort's nominal "
+        "chips, capped at what its running and waiting jobs want (fair-sharing preemption "
+        "evens out towards it). None: no cohort.")
     admitted_jobs: int | None = Field(default=None, ge=0, description="Jobs holding chips.")
     pending_jobs: int | None = Field(default=None, ge=0, description="Jobs waiting.")
     conditions: list[Condition] = Field(

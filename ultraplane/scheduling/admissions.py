@@ -291,7 +291,9 @@ class Admissions:
         requeued = ({j.key: j for j in self.scheduler.queued()}
                     if result.preempted and self.quotas is not None and self.quotas.active
                     else {})
-        decisions.preempted = [Preempted(v, by, self._why_preempted(requeued.get(v), by))
+        fair = result.fair_preempted
+        decisions.preempted = [Preempted(v, by, fair[v], True) if v in fair else
+                               Preempted(v, by, self._why_preempted(requeued.get(v), by))
                                for v, by in result.preempted]
         decisions.admitted = [Admitted(k, (p,), message=result.notes.get(k, ""))
                               for k, p in result.admitted]

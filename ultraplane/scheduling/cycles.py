@@ -32,6 +32,8 @@ class CycleResult:
     admitted: list[tuple[JobKey, Placement]] = field(default_factory=list)
     admitted_replicas: list[tuple[JobKey, tuple[Placement, ...]]] = field(default_factory=list)
     preempted: list[tuple[JobKey, JobKey]] = field(default_factory=list)
+    # Victims preempted for fair sharing (`fairsharing`): victim -> why, naming both queues.
+    fair_preempted: dict[JobKey, str] = field(default_factory=dict)
     pending: list[tuple[JobKey, NoFit, int]] = field(default_factory=list)
     reserved: tuple[JobKey, str, tuple[str, ...]] | None = None
     # Why an admitted job was placed as it was, when a prediction decided it (a split that

@@ -80,6 +80,7 @@ class Preempted:
     key: JobKey
     by: JobKey
     message: str = ""  # why, in words (the status message); `preempted_message` if empty
+    fair_sharing: bool = False  # its queue held more than its fair share (not a reclaim)
 
     def __post_init__(self) -> None:
         if not self.message:

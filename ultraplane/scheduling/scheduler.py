@@ -20,6 +20,8 @@ launch allowance and no-fit memo (`cycles.CycleState`); each module says why its
 - `quotagates`: tenant queues (fair-share order, refusal beyond quota, guarantees);
 - `powergates`: power budgets (powered UltraServers first, admission within headroom);
 - `evictions`: preemption, and putting the victims back when the job is not admitted;
+- `fairsharing`: a tenant queue below its fair share preempts, from one domain, queues
+  above theirs;
 - `replicas`: every part of a job placed, or none;
 - `elasticity`: a running replicated job's added replicas, placed one by one (`rescale`);
 - `splits`: a `SplitWhenItPays` job split over UltraServers when it pays;
@@ -39,7 +41,8 @@ A cycle, in this fixed order (`cycle`, `_full`, `_carried`, `_try`):
    order (`Elasticity.grow`; those behind every waiting job after the last), until one step
    decides it:
    a. the launch allowance is spent: it waits, `Deferred` (so does every job after it);
-   b. its tenant queue has no room for it (`QuotaBook.refuse`): it waits;
+   b. its tenant queue has no room for it (`QuotaBook.refuse`): it waits, unless fair
+      sharing may preempt for it (`FairSharing.may_preempt`; then to step e's end);
    c. its request already failed this cycle and no step below could change that
       (`_settled`): it waits for the same reason, at the cost of a lookup;
    d. placement, every part or none (`Replicas.place`): each part where
@@ -47,6 +50,8 @@ A cycle, in this fixed order (`cycle`, `_full`, `_carried`, `_try`):
       then the power budgets' word (`PowerGate.refuses`, `PowerGate.place_beside`);
    e. no capacity for its one gang: split if it pays (`Splits.split`), else onto reserved
       UltraServers if it ends before they are due (`Backfills.backfill`);
+   e'. still no room or capacity: fair sharing takes chips for it from queues above their
+      fair share, in one domain, if its queue is below its own (`FairSharing.preempt_for`);
    f. still no capacity: it reserves where it would start soonest, if it may
       (`Reservations.reserve`), and waits; the jobs behind it go elsewhere;
    g. placed: it holds its chips with its predicted end (`Roster.hold`) and spends its
@@ -71,6 +76,7 @@ from ultraplane.scheduling.carryovers import CarryOver
 from ultraplane.scheduling.cycles import DEFERRED, CycleResult, CycleState
 from ultraplane.scheduling.elasticity import Elasticity
 from ultraplane.scheduling.evictions import Evictions
+from ultraplane.scheduling.fairsharing import FairSharing
 from ultraplane.scheduling.powergates import PowerGate
 from ultraplane.scheduling.quotagates import QuotaGate
 from ultraplane.scheduling.replicas import Replicas
@@ -108,6 +114,7 @@ class Scheduler:
                                     self._power)
         self._elasticity = Elasticity(allocator, roster, state, gate, evictions,
                                       self._power)
+        self._fairsharing = FairSharing(allocator, roster, state, gate, evictions, self._power)
 
     @property
     def preemption(self) -> bool:
@@ -256,6 +263,7 @@ class Scheduler:
         the first job that fits. None: no limit (the simulator's and the REST API's drivers,
         and the operator without pods)."""
         self._state.now, self._state.budget = now, launch_budget
+        self._fairsharing.begin()
         if self._power.book is not None:  # the headroom moves with the clock and the
             self._carryover.forget()  # telemetry: every cycle is a full one
         result = None
@@ -308,21 +316,23 @@ class Scheduler:
                 result.deferred += 1
                 continue
             refused = quotas.refuse(job) if quotas is not None else None
-            if refused is not None:
+            if refused is not None and not self._fairsharing.may_preempt(job):
                 position += 1
                 result.pending.append((job.key, refused, position))
                 continue
             known = state.failed.get(job.request)
-            if known is not None and self._settled(job, known, result):
+            if refused is None and known is not None and self._settled(job, known, result):
                 position += 1  # what the full path below would decide, without its cost
                 result.pending.append((job.key, known, position))
                 continue
-            outcome = self._replicas.place(job, result)
+            outcome = refused if refused is not None else self._replicas.place(job, result)
             if isinstance(outcome, NoFit) and outcome.kind == "NoCapacity" and job.replicas is None:
                 if job.request.mode == "SplitWhenItPays":
                     outcome = self._splits.split(job, outcome, result)
                 if isinstance(outcome, NoFit) and self._reservations.fenced:
                     outcome = self._backfills.backfill(job, outcome, result)
+            if isinstance(outcome, NoFit):
+                outcome = self._fairsharing.preempt_for(job, outcome, result)
             if isinstance(outcome, NoFit):
                 if (outcome.kind == "NoCapacity"
                         and self._reservations.may_reserve(job, result)):
@@ -349,6 +359,7 @@ class Scheduler:
         of such jobs then costs a lookup each)."""
         return (job.replicas is None and job.request.mode != "SplitWhenItPays"
                 and not self._evictions.may_preempt(job)
+                and not self._fairsharing.may_preempt(job)
                 and not (self._reservations.fenced and job.expected_s is not None)
                 and (known.kind != "NoCapacity"
                      or not self._reservations.may_reserve(job, result)))
