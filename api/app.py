@@ -21,6 +21,7 @@ from ultraplane.api.routers import dashboard, docs
 from ultraplane.api.routers.accounting import router as accounting_router
 from ultraplane.api.routers.explanations import router as explanations_router
 from ultraplane.api.routers.health import router as health_router
+from ultraplane.api.routers.histories import router as histories_router
 from ultraplane.api.routers.jobs import inference_router, training_router
 from ultraplane.api.routers.placements import router as placements_router
 from ultraplane.api.routers.queues import router as queues_router
@@ -99,7 +100,7 @@ def create_app(
     errors.install(app)
     for router in (health_router, ultraservers_router, training_router, inference_router,
                    placements_router, accounting_router, explanations_router, queues_router,
-                   scales_router):
+                   scales_router, histories_router):
         app.include_router(router)
     openapi.install(app, guard, kubernetes=settings.backend == "kubernetes")
     docs.install(app)

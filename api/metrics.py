@@ -76,10 +76,41 @@ class FleetCollector(Collector):
             yield CounterMetricFamily("ultraplane_fleet_energy_joules",
                                       "Energy the fleet drew since it started, in joules.",
                                       value=float(data["energy_kwh"]) * 3.6e6)
+        yield from _inference(data.get("inference", []))
         phases = GaugeMetricFamily("ultraplane_jobs", "Jobs by kind and phase.", labels=["kind", "phase"])
         for (kind, phase), count in sorted(data.get("jobs", {}).items()):
             phases.add_metric([kind, phase], float(count))
         yield phases
+
+
+def _inference(services: list[dict[str, Any]]) -> Iterator[Metric]:
+    """Each serving InferenceJob's replicas, offered load and p99 TTFT against its objective
+    (a figure the fleet does not report is left out, not exported as zero)."""
+    labels = ["namespace", "name"]
+    replicas = GaugeMetricFamily("ultraplane_inferencejob_replicas",
+                                 "An InferenceJob's replicas: desired, placed and ready.",
+                                 labels=[*labels, "state"])
+    per_job = {
+        "requestsPerSecond": ("ultraplane_inferencejob_requests_per_second",
+                              "An InferenceJob's observed offered load, requests/s.", 1.0),
+        "ttftP99Ms": ("ultraplane_inferencejob_ttft_p99_seconds",
+                      "An InferenceJob's observed p99 time to first token, seconds.", 1e-3),
+        "ttftObjectiveMs": ("ultraplane_inferencejob_ttft_objective_seconds",
+                            "The p99 time to first token an InferenceJob is held to, seconds.",
+                            1e-3),
+    }
+    families = {key: GaugeMetricFamily(name, doc, labels=labels)
+                for key, (name, doc, _) in per_job.items()}
+    for service in services:
+        job = [str(service["namespace"]), str(service["name"])]
+        for state, key in (("desired", "desiredReplicas"), ("placed", "replicas"),
+                           ("ready", "readyReplicas")):
+            replicas.add_metric([*job, state], float(service[key]))
+        for key, (_, _, scale) in per_job.items():
+            if service.get(key) is not None:
+                families[key].add_metric(job, float(service[key]) * scale)
+    yield replicas
+    yield from families.values()
 
 
 class Metrics:

@@ -37,6 +37,7 @@ from ultraplane.api.backends.embeddedjobs import JobState
 from ultraplane.api.backends.executors import DecisionExecutor
 from ultraplane.api.backends.fleets import FleetView, build_topology
 from ultraplane.api.backends.heaps import Heap
+from ultraplane.api.backends.histories import InferenceHistories, history_document
 from ultraplane.api.backends.preemptionplans import Planners
 from ultraplane.api.errors import ApiError
 from ultraplane.api.schemas import (
@@ -113,6 +114,9 @@ class EmbeddedBackend:
         self.arrivals = Arrivals()  # creates in flight: their jobs are queued in creation order
         self.planners = Planners(budget_s=settings.dry_run_plan_seconds)
         self.fleet = FleetView(self.topology, self.allocator, preset)
+        # Each serving InferenceJob's recent figures (the dashboard's chart, the metrics)
+        self.histories = InferenceHistories()
+        self.services: list[dict[str, Any]] = []
         self._wake = threading.Event()
         self._heap = Heap()  # the background loop's: full collections out of requests
         self._stop = threading.Event()
@@ -247,6 +251,7 @@ class EmbeddedBackend:
         with self.lock:
             self.runner.decide(now, events=events)
             self._holders_view = None
+            self._sample_services(now)
             if self.demo is not None:
                 self.demo.step(now)
             # Only a job starting or stopping, or a power cap, changes chips or per-chip power.
@@ -257,6 +262,13 @@ class EmbeddedBackend:
                 self.fleet.energy_kwh = float(self.runtime.fleet().energy_kwh)
             self._ticks += 1
         self.persist()
+
+    def _sample_services(self, now: float) -> None:
+        """The running InferenceJobs' figures into their histories (state lock held)."""
+        self.services = self.histories.observe_jobs(now, (
+            {"metadata": {"uid": j.uid, "namespace": j.namespace, "name": j.name},
+             "spec": j.spec_wire, "status": j.status}
+            for j in self.live.values() if j.kind == "InferenceJob"))
 
     def _refresh_fleet(self) -> None:
         self.fleet.refresh(self.live, self.runtime, self.reserved)
@@ -299,6 +311,7 @@ class EmbeddedBackend:
             self._removed.add(job.uid)
         self._final.append((record, days))
         del self.jobs[job.uid]
+        self.histories.forget(job.uid)
         self._names.pop((job.kind, job.namespace, job.name), None)
         self.runner.unindex(job)
         self._changed.pop(job.uid, None)
@@ -382,6 +395,7 @@ class EmbeddedBackend:
     def fleet_summary(self) -> dict[str, Any]:
         with self.lock:
             summary = self.fleet.summary(self.jobs)
+            summary["inference"] = list(self.services)
         summary["queues"] = [{"name": q["metadata"]["name"], **q["status"]}
                              for q in self.tenant_queues()]
         summary["budgets"] = [{"name": b["metadata"]["name"], "watts": b["spec"]["watts"],
@@ -436,6 +450,15 @@ class EmbeddedBackend:
     def get_job(self, kind: JobKind, namespace: str, name: str) -> JobResource:
         with self.lock:
             return self._find(kind, namespace, name).resource()
+
+    def inference_history(self, namespace: str, name: str) -> dict[str, Any]:
+        """An InferenceJob's samples (`histories`), the figures of now included."""
+        with self.lock:
+            job = self._find("InferenceJob", namespace, name)
+            self.histories.observe(job.uid, self.sim_now(), job.status, job.spec_wire)
+            wire = {"metadata": {"name": name, "namespace": namespace, "uid": job.uid},
+                    "spec": job.spec_wire}
+        return history_document(wire, self.histories.series(job.uid))
 
     # -- writes ----------------------------------------------------------------------------
     def _name_lock(self, kind: str, namespace: str, name: str) -> threading.Lock:

@@ -29,6 +29,7 @@ from ultraplane.api.backends import (
     scaled_spec,
 )
 from ultraplane.api.backends.dryruns import dry_run
+from ultraplane.api.backends.histories import InferenceHistories, history_document
 from ultraplane.api.errors import ApiError
 from ultraplane.api.schemas import (
     DryRunRequest,
@@ -109,6 +110,8 @@ class KubernetesBackend:
         self.queue_objects: list[dict[str, Any]] = []  # TenantQueues, as of the last poll
         self.queue_specs: dict[str, QueueSpec] = {}  # and the core's reading of them
         self.budget_objects: list[dict[str, Any]] = []  # PowerBudgets, as of the last poll
+        self.histories = InferenceHistories()  # sampled at each poll and each history read
+        self.services: list[dict[str, Any]] = []  # serving InferenceJobs' figures, last poll
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._error = "not polled yet"
@@ -195,8 +198,11 @@ class KubernetesBackend:
                 reserved_by.setdefault(str(st["reservedFor"]), []).append(us.metadata.name)
         reservation = next(((tuple(names), waiting[holder]) for holder, names
                             in reserved_by.items() if holder in waiting), None)
+        services = self.histories.observe_jobs(
+            self.clock(), (obj for kind, obj in jobs if kind == "InferenceJob"))
         with self.lock:
             self.allocator, self.priorities, self.phases = allocator, priorities, phases
+            self.services = services
             self.reservation = reservation
             self.views = [self._view(us, status) for us, status in views]
             self.capacity_report = capacity_json(allocator.capacity())
@@ -262,6 +268,7 @@ class KubernetesBackend:
             "utilization": (sum(v.utilization * v.chips for v in views) /
                             max(1, sum(v.chips for v in views))),
             "jobs": dict(self.phases),
+            "inference": list(self.services),
             "queues": [{"name": q["metadata"]["name"], **(q.get("status") or {})}
                        for q in self.queue_objects],
             "budgets": [{"name": b["metadata"]["name"], "watts": (b.get("spec") or {}).get("watts"),
@@ -302,6 +309,13 @@ class KubernetesBackend:
             obj: dict[str, Any] = self.custom.get_namespaced_custom_object(  # type: ignore[assignment]
                 GROUP, VERSION, namespace, PLURALS[kind], name)
         return self._resource(kind, obj)
+
+    def inference_history(self, namespace: str, name: str) -> dict[str, Any]:
+        """An InferenceJob's samples, taken at each poll, the figures of now included."""
+        job = self.get_job("InferenceJob", namespace, name)
+        uid = str(job.metadata.uid or "")
+        self.histories.observe(uid, self.clock(), job.status, job.spec)
+        return history_document(job.model_dump(by_alias=True), self.histories.series(uid))
 
     # -- writes ------------------------------------------------------------------------------
     def _queue_specs(self) -> dict[str, QueueSpec]:

@@ -315,13 +315,20 @@ function drawTeams(queues) {
     const nominal = status.nominalChips ?? 0;
     const used = status.usedChips ?? 0;
     const borrowed = status.borrowedChips ?? 0;
-    const scale = Math.max(nominal, used, 1);
+    const fair = status.fairShareChips;  // a queue of a cohort: its weighted share now
+    const scale = Math.max(nominal, used, fair ?? 0, 1);
     const own = el("span", { class: "used" });
     const lent = el("span", { class: "borrowed" });
     own.style.width = `${(100 * (used - borrowed)) / scale}%`;  // CSSOM: allowed by the CSP
     lent.style.width = `${(100 * borrowed) / scale}%`;
     const bar = el("div", { class: "bar", role: "img",
-      "aria-label": `${used} of ${nominal} nominal chips in use, ${borrowed} borrowed` }, own, lent);
+      "aria-label": `${used} of ${nominal} nominal chips in use, ${borrowed} borrowed`
+        + (fair == null ? "" : `, fair share ${fair}`) }, own, lent);
+    if (fair != null) {
+      const mark = el("i", { class: "fair", title: `fair share: ${fair} chips` });
+      mark.style.left = `${(100 * fair) / scale}%`;
+      bar.append(mark);
+    }
     body.append(el("tr", { "data-queue": queue.metadata.name },
       el("td", { text: queue.metadata.name }),
       el("td", { text: spec.cohort || "-" }),
@@ -329,6 +336,7 @@ function drawTeams(queues) {
       el("td", { class: "num", text: String(used) }),
       el("td", { class: "num", text: String(borrowed) }),
       el("td", { class: "num", text: String(status.pendingJobs ?? 0) }),
+      el("td", { class: "num", text: fair == null ? "-" : String(fair) }),
       el("td", {}, bar)));
   }
 }
@@ -396,6 +404,7 @@ async function refresh() {
   drawQueue(waiting);
   drawTeams(queues);
   drawBudgets(budgets);
+  await drawServices(jobs);  // services.js
   drawTotals(fleet, running, waiting);
   const note = $("scope-note");
   note.hidden = scope === null;
@@ -434,6 +443,7 @@ function clearView() {
   explained.clear();
   $("legend").replaceChildren();
   $("queue").tBodies[0].replaceChildren();
+  clearServices();  // services.js
   for (const id of ["fleet-power", "fleet-chips", "fleet-failed", "fleet-running", "fleet-queued"]) $(id).textContent = "-";
   $("who").textContent = "";
   $("sign-out").hidden = true;
