@@ -8,7 +8,7 @@
 const SVG_NS = "http://www.w3.org/2000/svg";
 // At most this many services are charted (one history request each per refresh).
 const SERVICE_LIMIT = 12;
-const CHART = { width: 300, height: 80, left: 4, right: 4, top: 14, bottom: 4 };
+const CHART = { width: 300, height: 90, left: 4, right: 4, top: 18, bottom: 4 };
 const serviceCards = new Map();  // job key -> { node, facts, charts }
 
 function svgEl(tag, attrs) {
@@ -30,12 +30,12 @@ function drawChart(chart, times, series, level, empty) {
   const drawn = series.flatMap((s) => s.values.filter((v) => v != null));
   chart.svg.replaceChildren();
   chart.svg.append(svgEl("line", { class: "axis", x1: left, y1: height - bottom, x2: width - right, y2: height - bottom }));
-  if (!drawn.length) {
+  if (!drawn.length) {  // said, never drawn as zero; the objective still shows where it is
     const text = svgEl("text", { class: "empty", x: width / 2, y: height / 2 + 4, "text-anchor": "middle" });
     text.textContent = empty;
     chart.svg.append(text);
     chart.svg.setAttribute("aria-label", `${chart.title}: ${empty}`);
-    return;
+    if (level == null) return;
   }
   const top_ = Math.max(...drawn, level ?? 0, 1e-9) * 1.1;
   const t0 = times[0];
@@ -47,7 +47,7 @@ function drawChart(chart, times, series, level, empty) {
       x1: left, y1: y(level), x2: width - right, y2: y(level) }));
   }
   const said = [];
-  for (const s of series) {
+  for (const s of drawn.length ? series : []) {
     const points = [];
     let last = null;
     s.values.forEach((v, i) => {
@@ -65,6 +65,7 @@ function drawChart(chart, times, series, level, empty) {
   scale.textContent = `max ${number(top_ / 1.1, 1)}`;
   chart.svg.append(scale);
   if (level != null) said.push(`objective ${number(level, 1)}`);
+  if (!drawn.length) said.unshift(empty);
   chart.svg.setAttribute("aria-label", `${chart.title}: ${said.join(", ")}`);
 }
 
@@ -95,8 +96,9 @@ function drawService(key, history) {
   const pick = (name) => samples.map((s) => s[name]);
   const objective = history.ttftObjectiveMs;
   drawChart(entry.charts.load, times, [{ name: "load", values: pick("requestsPerSecond") }], null, "no load reported");
-  drawChart(entry.charts.replicas, times, [{ name: "desired", values: pick("desiredReplicas"), dashed: true },
-    { name: "ready", values: pick("readyReplicas") }], null, "no replicas");
+  // desired last: dashed over the ready line, both visible when they agree
+  drawChart(entry.charts.replicas, times, [{ name: "ready", values: pick("readyReplicas") },
+    { name: "desired", values: pick("desiredReplicas"), dashed: true }], null, "no replicas");
   drawChart(entry.charts.ttft, times, [{ name: "ttft", values: pick("ttftP99Ms") }], objective,
     objective == null ? "no TTFT reported, no objective" : "no TTFT reported");
   const now = samples[samples.length - 1];

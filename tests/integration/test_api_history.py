@@ -40,7 +40,7 @@ def test_history_follows_the_replicas_of_a_running_job(fleet: Fleet) -> None:
     assert r.status_code == 200, r.text
     fleet.advance(1)
     samples = fleet.client.get(f"{PATH}/serve/history").json()["samples"]
-    assert [s["readyReplicas"] for s in samples][0] == 2
+    assert samples[0]["readyReplicas"] == 2
     assert samples[-1]["readyReplicas"] == samples[-1]["desiredReplicas"] == 4
     times = [s["t"] for s in samples]
     assert times == sorted(times) and times[-1] > times[0]

@@ -262,7 +262,8 @@ def test_teams_show_their_quota_use_and_borrowing(tmp_path: Path, browser: Any) 
         until(lambda: row.locator("td").all_inner_texts()[2:6] == ["144", "287", "143", "0"],
               "research using its quota and borrowing serving's")
         label = row.locator(".bar").get_attribute("aria-label")
-        assert label == "287 of 144 nominal chips in use, 143 borrowed"
+        # serving wants nothing, so research's fair share is all it wants: 287 chips
+        assert label == "287 of 144 nominal chips in use, 143 borrowed, fair share 287"
         widths = row.locator(".bar span").evaluate_all(
             "nodes => nodes.map(n => n.getBoundingClientRect().width)")
         assert widths[0] > 0 and widths[1] > 0  # its own share and the borrowed one, both drawn
@@ -306,5 +307,98 @@ def test_power_budgets_show_their_draw_against_the_limit(tmp_path: Path, browser
         assert abs(float(cells[4].split()[0]) - (186.4 - predicted)) <= 0.11  # (each rounded)
         label = row.locator(".bar").get_attribute("aria-label")
         assert label == f"predicted {cells[2]} of 186.4 kW"
+        assert offline.attempts == []
+        assert not errors, errors
+
+
+def serve_inference(url: str, name: str, replicas: int) -> None:
+    body = {"metadata": {"name": name},
+            "spec": {"replicas": replicas, "chipsPerReplica": 4, "model": {"name": "llama"},
+                     "topology": {"requiredLevel": "server"},
+                     "load": {"requestsPerSecond": 20},
+                     "latencySLO": {"timeToFirstTokenMs": 900}}}
+    answer = httpx.post(f"{url}/v1/namespaces/team-a/inferencejobs", json=body, timeout=10)
+    assert answer.status_code == 201, answer.text
+
+
+def test_an_inference_service_is_charted_and_follows_a_rescale(tmp_path: Path,
+                                                              browser: Any) -> None:
+    with served(tmp_path, "--cluster", cluster_file(tmp_path), *FAST) as url, \
+            offline_page(browser, "dashboard-services") as (page, offline, errors):
+        page.goto(f"{url}/?poll=0.5")
+        page.wait_for_selector('[data-ultraserver="gen2-0001"] .chip')
+        assert not page.locator("#services").is_visible()
+        serve_inference(url, "chat", 2)
+        card = page.locator('[data-service="ij/team-a/chat"]')
+        until(lambda: card.count() == 1, "chat's chart")
+        ready = card.locator('[data-series="ready"]')
+        desired = card.locator('[data-series="desired"]')
+        until(lambda: ready.get_attribute("data-last") == "2", "2 ready replicas charted")
+        assert desired.get_attribute("data-last") == "2"
+        assert len(ready.get_attribute("points").split()) >= 2  # a line, not a dot
+        # the embedded fleet reports no observed load or TTFT: said, not drawn as zero
+        assert card.locator('[data-chart="load"] polyline').count() == 0
+        assert "no load reported" in card.locator('[data-chart="load"]').text_content()
+        assert card.locator('[data-chart="ttft"] [data-series="objective"]'
+                            ).get_attribute("data-last") == "900"
+        assert "objective 900 ms" in card.locator(".facts").inner_text()
+
+        answer = httpx.patch(f"{url}/v1/namespaces/team-a/inferencejobs/chat",
+                             json={"spec": {"replicas": 5}}, timeout=10)
+        assert answer.status_code == 200, answer.text
+        until(lambda: ready.get_attribute("data-last") == "5", "the ready line at 5")
+        assert desired.get_attribute("data-last") == "5"
+        ys = [float(p.split(",")[1]) for p in ready.get_attribute("points").split()]
+        assert min(ys) < max(ys), "the line steps up (SVG y grows downwards)"
+        assert ys[-1] == min(ys)
+        until(lambda: "5/5 replicas ready" in card.locator(".facts").inner_text(),
+              "the service's figures now")
+        assert offline.attempts == []
+        assert not errors, errors
+
+
+def test_queues_show_their_fair_share_beside_the_chips_they_hold(tmp_path: Path,
+                                                                 browser: Any) -> None:
+    queues = tmp_path / "queues.yaml"
+    queues.write_text("- name: research\n  nominal: {trn3-gen2: 144}\n  cohort: lab\n"
+                      "  defaultFor: [team-a]\n- name: serving\n  nominal: {trn3-gen2: 144}\n"
+                      "  cohort: lab\n  defaultFor: [team-b]\n")
+    with served(tmp_path, "--cluster", cluster_file(tmp_path), "--queues", str(queues),
+                *FAST) as url, offline_page(browser, "dashboard-fair") as (page, offline, errors):
+        page.goto(f"{url}/?poll=0.5")
+        research = page.locator('#queues tr[data-queue="research"]')
+        until(lambda: research.count() == 1, "the research queue's row")
+        submit(url, "team-a", "one", 143, level="ultraserver")
+        submit(url, "team-a", "two", 144, level="ultraserver")
+
+        def shown(name: str) -> list[str]:
+            return page.locator(f'#queues tr[data-queue="{name}"] td').all_inner_texts()
+
+        def api_status(name: str) -> dict[str, Any]:
+            got: dict[str, Any] = httpx.get(f"{url}/v1/tenantqueues/{name}",
+                                            timeout=10).json()["status"]
+            return got
+
+        until(lambda: shown("research")[3] == "287", "research holding 287 chips")
+        # serving now wants chips too: its fair share rises above the nothing it holds
+        submit(url, "team-b", "wants", 100, level="ultraserver")
+        until(lambda: api_status("serving").get("fairShareChips"), "serving's fair share")
+
+        def agrees(name: str) -> bool:
+            status = api_status(name)
+            return shown(name)[2:7] == [str(status["nominalChips"]), str(status["usedChips"]),
+                                        str(status["borrowedChips"]),
+                                        str(status["pendingJobs"]),
+                                        str(status.get("fairShareChips", "-"))]
+        for name in ("research", "serving"):
+            until(lambda n=name: agrees(n), f"{name}'s held chips and fair share as the API says")
+
+        def marked() -> bool:
+            fair = api_status("research").get("fairShareChips")
+            label = research.locator(".bar").get_attribute("aria-label") or ""
+            return fair is not None and label.endswith(f", fair share {fair}") and (
+                research.locator(".bar .fair").get_attribute("title")
+                == f"fair share: {fair} chips")
+        until(marked, "research's fair share marked on its bar")
         assert offline.attempts == []
         assert not errors, errors
