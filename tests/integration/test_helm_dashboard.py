@@ -141,7 +141,12 @@ def exported_metric_names() -> set[str]:
     api.watch_fleet(lambda: {"chips": 1, "allocated_chips": 0, "power_watts": 0.0,
                              "utilization": 0.0, "energy_kwh": 0.0,
                              "jobs": {("TrainingJob", "Running"): 1},
-                             "queues": [{"name": "q", "usedChips": 1, "nominalChips": 1}],
+                             "queues": [{"name": "q", "usedChips": 1, "nominalChips": 1,
+                                         "fairShareChips": 1}],
+                             "inference": [{"namespace": "ns", "name": "chat",
+                                            "desiredReplicas": 2, "replicas": 2,
+                                            "readyReplicas": 1, "requestsPerSecond": 10.0,
+                                            "ttftP99Ms": 400.0, "ttftObjectiveMs": 800.0}],
                              "budgets": [{"name": "b", "watts": 1.0, "predictedWatts": 1.0,
                                           "measuredWatts": 1.0, "headroomWatts": 0.0}]})
     api.requests.labels("GET", "/", "200").inc()
@@ -164,7 +169,7 @@ def test_grafana_dashboard_reads_only_metrics_the_code_exports() -> None:
     dashboard = json.loads(DASHBOARD_JSON.read_text())
     exprs = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
     assert len(exprs) >= 10
-    used = {name for e in exprs for name in re.findall(r"\b(ultraplane_[a-z_]+)\b", e)}
+    used = {name for e in exprs for name in re.findall(r"\b(ultraplane_[a-z0-9_]+)\b", e)}
     exported = exported_metric_names()
     assert used, "the dashboard reads no Ultraplane metric"
     assert used <= exported, f"not exported by the code: {sorted(used - exported)}"
@@ -172,11 +177,50 @@ def test_grafana_dashboard_reads_only_metrics_the_code_exports() -> None:
     for wanted in ("ultraplane_fleet_power_watts", "ultraplane_fleet_allocated_chips",
                    "ultraplane_jobs", "ultraplane_sim_ultraserver_power_watts",
                    "ultraplane_http_request_seconds_bucket", "ultraplane_queue_used_chips",
-                   "ultraplane_power_budget_headroom_watts"):
+                   "ultraplane_power_budget_headroom_watts", "ultraplane_inferencejob_replicas",
+                   "ultraplane_inferencejob_ttft_p99_seconds",
+                   "ultraplane_queue_fair_share_chips"):
         assert wanted in used
     ids = [p["id"] for p in dashboard["panels"]]
     assert len(ids) == len(set(ids))
     assert dashboard["uid"] and dashboard["title"] == "Ultraplane"
+
+
+def panel_metrics(dashboard: dict[str, Any], title: str) -> set[str]:
+    """The Ultraplane metrics the panel called `title` reads (it must exist)."""
+    panels = [p for p in dashboard["panels"] if p["title"] == title]
+    assert len(panels) == 1, f"no panel {title!r}"
+    return {name for t in panels[0]["targets"]
+            for name in re.findall(r"\b(ultraplane_[a-z0-9_]+)\b", t["expr"])}
+
+
+def test_grafana_dashboard_charts_inference_services_and_fair_shares() -> None:
+    """The serving and fair-sharing panels read the gauges the API exports for them."""
+    dashboard = json.loads(DASHBOARD_JSON.read_text())
+    exported = exported_metric_names()
+    wanted = {
+        "InferenceJobs: replicas desired and ready": {"ultraplane_inferencejob_replicas"},
+        "InferenceJobs: offered load": {"ultraplane_inferencejob_requests_per_second"},
+        "InferenceJobs: p99 TTFT against the objective": {
+            "ultraplane_inferencejob_ttft_p99_seconds",
+            "ultraplane_inferencejob_ttft_objective_seconds"},
+        "Tenant queues: fair share against chips held": {
+            "ultraplane_queue_fair_share_chips", "ultraplane_queue_used_chips"},
+    }
+    for title, metrics in wanted.items():
+        assert panel_metrics(dashboard, title) == metrics
+        assert metrics <= exported, f"{title}: not exported: {sorted(metrics - exported)}"
+    replicas = next(p for p in dashboard["panels"]
+                    if p["title"] == "InferenceJobs: replicas desired and ready")
+    states = {re.search(r'state="(\w+)"', t["expr"]).group(1)  # type: ignore[union-attr]
+              for t in replicas["targets"]}
+    assert states == {"desired", "ready"}
+    # no panel overlaps another (Grafana would shove one aside)
+    cells = {(p["gridPos"]["x"] + dx, p["gridPos"]["y"] + dy)
+             for p in dashboard["panels"] if p["type"] != "row"
+             for dx in range(p["gridPos"]["w"]) for dy in range(p["gridPos"]["h"])}
+    assert len(cells) == sum(p["gridPos"]["w"] * p["gridPos"]["h"]
+                             for p in dashboard["panels"] if p["type"] != "row")
 
 
 def test_values_top_level_keys_are_unique() -> None:
