@@ -43,7 +43,8 @@ def test_root_is_the_dashboard_page_with_package_assets(client: TestClient) -> N
     page = client.get("/")
     assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
     assert "https://" not in page.text and "http://" not in page.text
-    for asset in ("dashboard/static/app.js", "dashboard/static/app.css",
+    for asset in ("dashboard/static/app.js", "dashboard/static/services.js",
+                  "dashboard/static/app.css",
                   "dashboard/static/favicon.svg"):
         assert asset in page.text
         got = client.get("/" + asset)
