@@ -256,3 +256,41 @@ def test_scale_goes_through_the_scale_subresource(
     assert r.status_code == 422 and "spec.replicas" in r.json()["message"]
     assert client.get(f"{path}/nope/scale").status_code == 404
     assert client.patch(f"{path}/nope", json={"spec": {"replicas": 2}}).status_code == 404
+
+
+def test_history_and_gauges_follow_the_status_the_operator_writes(
+    api: tuple[TestClient, Any], kube_namespace: str, kube_env: Any
+) -> None:
+    """The operator's status (written here with kubectl): each poll and each read samples
+    it; `/metrics` exports it for Grafana."""
+    client, backend = api
+    path = f"/v1/namespaces/{kube_namespace}/inferencejobs"
+    body = {"metadata": {"name": "chat"},
+            "spec": {"replicas": 2, "chipsPerReplica": 4, "model": {"name": "llama-3-8b"},
+                     "load": {"requestsPerSecond": 10},
+                     "autoscaling": {"minReplicas": 1, "maxReplicas": 4, "objective": {
+                         "timeToFirstTokenMs": 700, "timePerOutputTokenMs": 40}}}}
+    assert client.post(path, json=body).status_code == 201
+
+    def status(desired: int, ready: int) -> None:
+        kube_env.kubectl("patch", "-n", kube_namespace, "inferencejob", "chat",
+                         "--subresource=status", "--type=merge", "-p", json.dumps({"status": {
+                             "phase": "Running", "replicas": ready, "readyReplicas": ready,
+                             "desiredReplicas": desired}}))
+
+    status(2, 2)
+    _poll_until(backend, lambda: backend.services, "the serving job in the poll")
+    status(3, 2)  # scaling up: one replica still to place
+    backend.poll()
+    history = client.get(f"{path}/chat/history").json()
+    assert history["ttftObjectiveMs"] == 700
+    figures = [(s["desiredReplicas"], s["readyReplicas"]) for s in history["samples"]]
+    assert figures[0] == (2, 2) and figures[-1] == (3, 2)
+    assert history["samples"][-1]["requestsPerSecond"] is None  # none reported
+    text = client.get("/metrics").text
+    job = f'name="chat",namespace="{kube_namespace}"'
+    assert f'ultraplane_inferencejob_replicas{{{job},state="desired"}} 3.0' in text
+    assert f'ultraplane_inferencejob_replicas{{{job},state="ready"}} 2.0' in text
+    assert f"ultraplane_inferencejob_ttft_objective_seconds{{{job}}} 0.7" in text
+    assert f"ultraplane_inferencejob_requests_per_second{{{job}}}" not in text
+    assert client.get(f"{path}/nope/history").status_code == 404
