@@ -217,6 +217,12 @@ def _power_budgets(value: str | None, policy: str, topology: Any) -> tuple[Any, 
 @click.option("--idle-power-down", type=FiniteFloat(min=0, max=MAX_TIME_S), default=0.0,
               show_default=True, metavar="SECONDS",
               help="Power down an UltraServer idle this long (0 = off).")
+@click.option("--no-moves", is_flag=True,
+              help="With tenant queues: never move a running job to make room for a job within "
+                   "its queue's unused quota (docs/queues.md, Moves).")
+@click.option("--checkpoint-on-notice", is_flag=True,
+              help="Training jobs save a checkpoint when told to move: a move loses the save "
+                   "time, not the work since the last periodic checkpoint.")
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
 @log_level_option(default="warning")
 def simulate(fleet: str | None, cluster_file: Path | None, traces: tuple[Path, ...], out_dir: Path,
@@ -225,7 +231,8 @@ def simulate(fleet: str | None, cluster_file: Path | None, traces: tuple[Path, .
              checkpoint_interval: float, skip_bad_rows: bool, no_reservation: bool,
              queue_stretch: float | None, no_progress: bool, queues_file: Path | None = None,
              power_budget: str | None = None, power_policy: str = "Predicted",
-             idle_power_down: float = 0.0) -> None:
+             idle_power_down: float = 0.0, no_moves: bool = False,
+             checkpoint_on_notice: bool = False) -> None:
     """Replay a job trace offline through the core allocator and write a report."""
     from ultraplane.simulator.faults import FaultPlan
     from ultraplane.simulator.replay import ReplayConfig
@@ -269,7 +276,8 @@ def simulate(fleet: str | None, cluster_file: Path | None, traces: tuple[Path, .
                             reservation=not no_reservation,
                             queue_stretch=DEFAULT_STRETCH if queue_stretch is None else queue_stretch,
                             queues=queues, power_budgets=budgets,
-                            idle_power_down_s=idle_power_down)
+                            idle_power_down_s=idle_power_down, moves=not no_moves,
+                            checkpoint_on_notice=checkpoint_on_notice)
                for p in (policies or ("ultraplane", "first-fit"))]
     show = not no_progress and sys.stderr.isatty()
     started = time.perf_counter()

@@ -28,6 +28,7 @@ class JobRecord:
     duration_s: float = 0.0  # the trace's run time (at the tightest placement, no overheads)
     max_ultraservers: int = 0  # most UltraServers any attempt spanned
     tenant: str = ""  # the trace's tenant (its queue), if it names one
+    moves: int = 0  # times the core moved it while running (`ultraplane.scheduling.moves`)
 
     @property
     def queue_delay_s(self) -> float | None:
@@ -85,3 +86,5 @@ class ReplayResult:
     t0: float = 0.0
     t_end: float = 0.0
     tenants: TenantFigures | None = None  # per-tenant figures, when the replay had queues
+    moves: int = 0  # running jobs moved to make room for a guaranteed job
+    moved_lost_chip_s: float = 0.0  # chip-seconds of work and restarts those moves lost
