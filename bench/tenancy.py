@@ -90,7 +90,8 @@ def main() -> None:
     base = ReplayConfig(chips_per_gpu=CHIPS_PER_GPU)
     policies = {
         "shared": dataclasses.replace(base, queues=cohort, enforce_quotas=False),
-        "partitioned": dataclasses.replace(base, queues=alone),
+        # (no moves: a separate cluster cannot move another team's jobs)
+        "partitioned": dataclasses.replace(base, queues=alone, moves=False),
         "ultraplane": dataclasses.replace(base, queues=cohort),
         # the same without moves (ultraplane.scheduling.moves), for guarantee_p99_s_no_moves
         "no-moves": dataclasses.replace(base, queues=cohort, moves=False),

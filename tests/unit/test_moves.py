@@ -25,6 +25,7 @@ from ultraplane.workloads import QueuedJob
 GEN2 = "trn3-gen2"
 HOURS = 36_000.0  # expected run time of the running jobs: far beyond any threshold
 _seq = iter(range(1_000_000))
+ON = MoveRules(enabled=True)
 
 
 def chips(us: int, first_server: int, servers: int) -> list[ChipId]:
@@ -40,7 +41,7 @@ def job(key: str, queue: str, n: int, **kw: object) -> QueuedJob:
 
 
 def fleet(nominal: dict[str, int], count: int, running: Sequence[tuple[QueuedJob, list[ChipId]]],
-          rules: MoveRules = MoveRules(enabled=True)) -> Admissions:
+          rules: MoveRules = ON) -> Admissions:
     book = QuotaBook([QueueSpec(q, {GEN2: c}, cohort="all") for q, c in nominal.items()])
     adm = Admissions(Allocator(build_fleet(GEN2, count)), reservation=False, quotas=book,
                      moves=rules)
@@ -194,3 +195,23 @@ def test_moves_never_double_book_and_every_move_names_the_job_it_serves(
         w_chips = set(d.admitted[0].chip_ids)
         assert not any(w_chips & set(m.placement.chip_ids) for m in d.moved)
         assert set(before) == set(adm.running()) - {"w"}  # every job still runs
+
+
+def test_spec_movable_and_checkpoint_on_notice_reach_the_queue_entry() -> None:
+    from ultraplane.documents.conversions import InvalidJobError, queued_job
+
+    base = {"chips": 8, "work": {"durationSeconds": 3600}}
+    plain = queued_job("TrainingJob", "ns", "t", base, 1)
+    assert plain.may_move and plain.checkpoint_s == 600.0 and plain.notice_s is None
+    pinned = queued_job("TrainingJob", "ns", "t", {**base, "preemptible": False}, 1)
+    assert not pinned.may_move
+    saving = queued_job("TrainingJob", "ns", "t", {
+        **base, "movable": False, "checkpointIntervalSeconds": 0,
+        "checkpoint": {"onNotice": True, "gracePeriodSeconds": 45}}, 1)
+    assert not saving.may_move and saving.checkpoint_s is None and saving.notice_s == 45.0
+    try:
+        queued_job("TrainingJob", "ns", "t", {**base, "movable": "yes"}, 1)
+    except InvalidJobError as exc:
+        assert "spec.movable" in str(exc)
+    else:
+        raise AssertionError("a non-boolean spec.movable was accepted")
