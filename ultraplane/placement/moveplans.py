@@ -62,32 +62,60 @@ class MovePlan:
 def plan_moves(allocator: Allocator, key: JobKey, request: PlacementRequest,
                candidates: Mapping[JobKey, Movable]) -> MovePlan | None:
     """Execute the cheapest plan that places `request` under `key` by moving (or evicting)
-    some of `candidates` (at most `_WIDEST` in its domain), or change nothing and return
-    None. A plan moves at least one job: evictions alone are reclaim's (`preemption`)."""
+    some of `candidates` (the cheapest sets of at most `_WIDEST` jobs of a domain, else a greedy
+    set), or change nothing and return None. A plan moves at least one job: evictions alone are reclaim's (`preemption`)."""
     held = allocator.allocations()
     domains = allocator.preemption_domains(request)
     ranked: list[tuple[float, int, int, tuple[JobKey, ...]]] = []
     for order, (_, names) in enumerate(domains):
         here = allocator.jobs_in(names)
         free = allocator.free_chips(names)
-        cands = sorted((j for j in here if j in candidates and j in held),
-                       key=lambda j: (candidates[j].cost, j))[:_NEAREST]
+        movable = [j for j in here if j in candidates and j in held]
+        cands = sorted(movable, key=lambda j: (candidates[j].cost, j))[:_NEAREST]
         sets = []
         for size in range(1, min(_WIDEST, len(cands)) + 1):
             for combo in combinations(cands, size):
                 if free + sum(here[j] for j in combo) >= request.chips:
                     sets.append((sum(candidates[j].cost for j in combo), size, combo))
         sets.sort(key=lambda s: (s[0], s[1]))
-        for cost, size, combo in sets[:_CHECKS]:
-            if isinstance(allocator.place_without(request, combo, names), Placement):
-                ranked.append((cost, size, order, combo))
-                break  # the cheapest set of this domain that frees it
+        found = next(((cost, size, combo) for cost, size, combo in sets[:_CHECKS]
+                      if isinstance(allocator.place_without(request, combo, names), Placement)),
+                     None)
+        if found is None:  # many small jobs: more than `_WIDEST` moves, chosen greedily
+            found = _greedy(allocator, request, names, movable, candidates)
+        if found is not None:
+            ranked.append((found[0], found[1], order, found[2]))
     ranked.sort(key=lambda r: r[:3])
     for cost, _, order, combo in ranked[:_TRIES]:
         plan = _execute(allocator, key, request, domains[order][1], combo, cost, candidates)
         if plan is not None:
             return plan
     return None
+
+
+def _greedy(allocator: Allocator, request: PlacementRequest, names: tuple[str, ...],
+            movable: list[JobKey], candidates: Mapping[JobKey, Movable]
+            ) -> tuple[float, int, tuple[JobKey, ...]] | None:
+    """Take jobs, cheapest per chip first, until the request fits; then drop, most costly
+    first, any it fits without."""
+    held = allocator.allocations()
+    order = sorted(movable, key=lambda j: (candidates[j].cost / max(held[j].chips, 1), j))
+    freed = allocator.free_chips(names)
+    here = allocator.jobs_in(names)
+    chosen: list[JobKey] = []
+    for j in order:
+        chosen.append(j)
+        freed += here[j]
+        if freed >= request.chips and isinstance(
+                allocator.place_without(request, chosen, names), Placement):
+            break
+    else:
+        return None
+    for j in sorted(chosen, key=lambda j: (-candidates[j].cost, j)):
+        trial = [c for c in chosen if c != j]
+        if trial and isinstance(allocator.place_without(request, trial, names), Placement):
+            chosen = trial
+    return (sum(candidates[j].cost for j in chosen), len(chosen), tuple(chosen))
 
 
 def _evict_for(allocator: Allocator, request: PlacementRequest,

@@ -63,7 +63,9 @@ class Moves:
         self.rules = rules
         self.last: dict[JobKey, float] = {}  # when each job was last moved
         self._restart: dict[str, float] = {}  # profile -> restart seconds
-        self._no_plan: set[tuple[PlacementRequest, int]] = set()  # (request, room epoch)
+        # (queue, request, room epoch) that found no plan: the same finds none until room
+        # moves (the queue decides who may be evicted)
+        self._no_plan: set[tuple[str | None, PlacementRequest, int]] = set()
 
     def may_move(self, job: QueuedJob) -> bool:
         """Whether moves may serve `job` (queues on, within nominal, one gang, a clock)."""
@@ -76,12 +78,12 @@ class Moves:
         now = self._state.now
         if now is None or not self.may_move(job):
             return nofit
-        memo = (job.request, self._allocator.room_epoch)
+        memo = (job.queue, job.request, self._allocator.room_epoch)
         if memo in self._no_plan or self._wait(job, now) <= self.rules.threshold_s:
             return nofit
         plan = plan_moves(self._allocator, job.key, job.request, self._candidates(job, now))
         if plan is None:
-            self._no_plan.add((job.request, self._allocator.room_epoch))
+            self._no_plan.add((job.queue, job.request, self._allocator.room_epoch))
             return nofit
         roster = self._roster
         for key in plan.evicted:  # borrowers reclaimed for it: they wait again
