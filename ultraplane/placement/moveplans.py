@@ -159,10 +159,10 @@ def _execute(allocator: Allocator, key: JobKey, request: PlacementRequest,
             if isinstance(new, NoFit) and candidates[j].evict:
                 continue  # evicted: it waits again
             if isinstance(new, NoFit):
-                new = _evict_for(allocator, requests[j], candidates, released)
-                if new is None:
+                room = _evict_for(allocator, requests[j], candidates, released)
+                if room is None:
                     break
-                new = allocator.assign(j, new.chip_ids, requests[j])
+                new = allocator.assign(j, room.chip_ids, requests[j])
             placed.append((j, old[j], new))
         else:
             cost += sum(candidates[v].cost for v in released if v not in combo)
