@@ -215,3 +215,19 @@ def test_spec_movable_and_checkpoint_on_notice_reach_the_queue_entry() -> None:
         assert "spec.movable" in str(exc)
     else:
         raise AssertionError("a non-boolean spec.movable was accepted")
+
+
+def test_the_moved_jobs_status_names_where_it_went_and_the_job_it_made_room_for() -> None:
+    from datetime import UTC, datetime
+
+    from ultraplane.documents.jobstatuses import status_of
+
+    adm, w = two_fragments()
+    adm.submit(w)
+    moved = adm.cycle(1000.0).moved[0]
+    status = status_of({"phase": "Running", "restarts": 0, "attempt": 1}, moved,
+                       datetime(2026, 1, 1, tzinfo=UTC))
+    assert status["reason"] == "Moved" and status["restarts"] == 1
+    assert status["allocation"]["ultraServers"] == ["gen2-0001"]
+    assert "job w of queue A" in status["message"] and "from UltraServer gen2-0000" in status[
+        "message"]
