@@ -96,6 +96,24 @@ def test_without_moves_the_guaranteed_job_waits() -> None:
     assert not d.moved and not d.admitted and [p.key for p in d.pending] == ["w"]
 
 
+def test_a_borrower_is_reclaimed_to_make_room_for_the_moved_job() -> None:
+    # gen2-0000 [ c1 56 | c2 44 | free 44 ]   gen2-0001 [ a1 100 | b3 44 (borrowed) ]
+    # A: nominal 188 (100 used); C: 100 (100 used); B: 0 (44 used: b3 borrows). w (A, 88):
+    # reclaiming b3 alone frees 44 chips, no domain. The plan moves c2 to gen2-0001, where
+    # b3 is reclaimed for it, and w takes the 88 chips of gen2-0000.
+    adm = fleet({"A": 188, "C": 100, "B": 0}, 2, [
+        (job("c1", "C", 56), chips(0, 0, 14)),
+        (job("c2", "C", 44), chips(0, 14, 11)),
+        (job("a1", "A", 100), chips(1, 0, 25)),
+        (job("b3", "B", 44), chips(1, 25, 11)),
+    ])
+    d = moved_for(adm, job("w", "A", 88))
+    assert [(m.key, m.placement.ultraservers) for m in d.moved] == [("c2", ("gen2-0001",))]
+    assert [(p.key, p.by) for p in d.preempted] == [("b3", "w")]
+    assert "reclaimed" in d.preempted[0].message
+    assert [a.key for a in d.admitted] == ["w"] and adm.is_waiting(JobKey("b3"))
+
+
 def three_fragments(**y: object) -> Admissions:
     # gen2-0000 [ fa 56 | x 44 | free 44 ]  gen2-0001 [ fb 56 | y 44 | free 44 ]
     # gen2-0002 [ fc 100 | free 44 ]
