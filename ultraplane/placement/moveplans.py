@@ -167,7 +167,8 @@ def _execute(allocator: Allocator, key: JobKey, request: PlacementRequest,
         else:
             cost += sum(candidates[v].cost for v in released if v not in combo)
             evicted = tuple(j for j in released if j not in {p[0] for p in placed})
-            if placed:
+            # never reclaim more than the request it serves (reclaim's own footprint)
+            if placed and sum(old[j].chips for j in evicted) <= request.chips:
                 return MovePlan(target, tuple(placed), evicted, cost)
         allocator.release(key)
     for j, _, _ in placed:
