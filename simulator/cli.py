@@ -222,6 +222,12 @@ def _power_budgets(value: str | None, policy: str, topology: Any) -> tuple[Any, 
               help="A YAML list of inference services (InferenceJob-like specs with a request "
                    "trace; docs/simulator.md) served on the same fleet as the --trace jobs, "
                    "under each scaling policy: ultraplane, static-peak and hpa.")
+@click.option("--no-moves", is_flag=True,
+              help="With tenant queues: never move a running job to make room for a job within "
+                   "its queue's unused quota (docs/queues.md, Moves).")
+@click.option("--checkpoint-on-notice", is_flag=True,
+              help="Training jobs save a checkpoint when told to move: a move loses the save "
+                   "time, not the work since the last periodic checkpoint.")
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
 @log_level_option(default="warning")
 def simulate(fleet: str | None, cluster_file: Path | None, traces: tuple[Path, ...], out_dir: Path,
@@ -230,7 +236,8 @@ def simulate(fleet: str | None, cluster_file: Path | None, traces: tuple[Path, .
              checkpoint_interval: float, skip_bad_rows: bool, no_reservation: bool,
              queue_stretch: float | None, no_progress: bool, queues_file: Path | None = None,
              power_budget: str | None = None, power_policy: str = "Predicted",
-             idle_power_down: float = 0.0, services_file: Path | None = None) -> None:
+             idle_power_down: float = 0.0, services_file: Path | None = None,
+             no_moves: bool = False, checkpoint_on_notice: bool = False) -> None:
     """Replay a job trace offline through the core allocator and write a report."""
     from ultraplane.simulator.faults import FaultPlan
     from ultraplane.simulator.replay import ReplayConfig
@@ -282,7 +289,8 @@ def simulate(fleet: str | None, cluster_file: Path | None, traces: tuple[Path, .
                             reservation=not no_reservation,
                             queue_stretch=DEFAULT_STRETCH if queue_stretch is None else queue_stretch,
                             queues=queues, power_budgets=budgets,
-                            idle_power_down_s=idle_power_down)
+                            idle_power_down_s=idle_power_down, moves=not no_moves,
+                            checkpoint_on_notice=checkpoint_on_notice)
                for p in (policies or ("ultraplane", "first-fit"))]
     show = not no_progress and sys.stderr.isatty()
     started = time.perf_counter()
