@@ -15,17 +15,21 @@ InferenceJob, split evenly over its ready replicas (sorted by pod name, round ro
 from __future__ import annotations
 
 import ipaddress
+import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from prometheus_client import start_http_server
+from prometheus_client import CollectorRegistry, generate_latest
 from ultraplane.simulator.modelservers import ReplicaMetrics
 from ultraplane.simulator.requesttraces import RateSteps, RequestTrace
 
 from ultraplane.serving.replicas import Replica
 
 __all__ = ["ModelPods", "PodEndpoint"]
+
+TEXT_FORMAT = "text/plain; version=0.0.4; charset=utf-8"  # the format vLLM serves
 
 @dataclass(frozen=True)
 class PodEndpoint:
@@ -44,6 +48,31 @@ class _Served:
     metrics: ReplicaMetrics
     server: Any
     thread: Any
+
+
+def _serve(ip: str, port: int, registry: CollectorRegistry) -> tuple[Any, threading.Thread]:
+    """/metrics in the classic text format whatever the Accept header: a scraper asking for
+    OpenMetrics would get prometheus-client's escaped names (`vllm_...`), where vLLM's
+    servers answer `vllm:...`."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = generate_latest(registry)
+            self.send_response(200)
+            self.send_header("Content-Type", TEXT_FORMAT)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass  # a scrape a second per replica is no news
+
+    server = ThreadingHTTPServer((ip, port), Handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True,
+                              name=f"model-server-{ip}:{port}")
+    thread.start()
+    return server, thread
 
 
 class ModelPods:
@@ -81,7 +110,7 @@ class ModelPods:
             if replica is None:
                 continue
             metrics = ReplicaMetrics(replica, replica.model.name)
-            server, thread = start_http_server(e.port, addr=e.ip, registry=metrics.registry)
+            server, thread = _serve(e.ip, e.port, metrics.registry)
             self.served[uid] = _Served(e, metrics, server, thread)
 
     def tick(self) -> int:
