@@ -130,8 +130,9 @@ class PrometheusReader:
         sel = self.selector.format(namespace=namespace, name=name)
         names = "|".join(METRICS)
         promql = f'{{__name__=~"{names}",{sel}}}[{max(int(seconds), 1)}s]'
-        firsts: dict[str, tuple[float, dict[str, float], dict[str, list[tuple[float, float]]]]]
-        firsts, lasts = {}, {}
+        Read = tuple[float, dict[str, float], dict[str, list[tuple[float, float]]]]
+        firsts: dict[str, Read] = {}
+        lasts: dict[str, Read] = {}
         for series in self.query(promql, t):
             labels = series["metric"]
             values = series["values"]

@@ -226,3 +226,39 @@ def explanation_text(doc: dict[str, Any], *, now_s: float) -> str:
         else:
             lines.append(f"Predicted start: unknown ({doc.get('basis')})")
     return "\n".join(lines)
+
+
+def scaling_text(job: dict[str, Any]) -> str:
+    """`why` of an InferenceJob: its last scaling decision, the load it was read from, and
+    the p99s against spec.autoscaling's objective ("" for a job with none of it)."""
+    if job.get("kind") != "InferenceJob":
+        return ""
+    spec, status = job.get("spec") or {}, job.get("status") or {}
+    auto, load = spec.get("autoscaling") or {}, status.get("load") or {}
+    lines = []
+    if status.get("scalingMessage"):
+        lines.append(f"Scaling: {status['scalingMessage']}")
+    if load:
+        objective = auto.get("objective") or {}
+
+        def p99(field: str, target: str) -> str:
+            said = f"{float(load[field]):,.0f} ms" if field in load else "unknown"
+            return said + (f" (objective {float(objective[target]):,.0f} ms)"
+                           if target in objective else "")
+
+        tokens = (f"; {float(load['promptTokensPerRequest']):,.0f} prompt and "
+                  f"{float(load.get('outputTokensPerRequest', 0)):,.0f} output tokens a request"
+                  if "promptTokensPerRequest" in load else "")
+        within = (f"; {100 * float(load['sloAttainment']):.1f}% of requests within both"
+                  if "sloAttainment" in load else "")
+        lines.append(f"Load: {float(load.get('requestsPerSecond', 0)):,.1f} req/s{tokens}; "
+                     f"p99 TTFT {p99('ttftP99Ms', 'timeToFirstTokenMs')}, TPOT "
+                     f"{p99('tpotP99Ms', 'timePerOutputTokenMs')}{within}")
+    if auto or status.get("desiredReplicas") is not None:
+        bounds = (f" (autoscaling {auto.get('minReplicas', 1)}-{auto.get('maxReplicas')}, "
+                  f"scale-down delay {auto.get('scaleDownDelaySeconds', 300)} s)" if auto else "")
+        lines.append(f"Replicas: {spec.get('replicas', 1)} wanted, "
+                     f"{status.get('desiredReplicas', spec.get('replicas', 1))} desired, "
+                     f"{status.get('replicas', 0)} placed, {status.get('readyReplicas', 0)} "
+                     f"ready{bounds}")
+    return "\n".join(lines)

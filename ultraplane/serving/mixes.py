@@ -64,7 +64,7 @@ class TokenMix:
     @classmethod
     def levels(cls) -> Floats:
         """The quantile levels the points stand at (for a mix read off a histogram)."""
-        return _LEVELS.copy()
+        return np.array(_LEVELS, dtype=np.float64)
 
     @classmethod
     def from_points(cls, prompts: Sequence[float], outputs: Sequence[float]) -> TokenMix:
