@@ -46,11 +46,24 @@ def replicas_cell(job: dict[str, Any]) -> str | None:
     return f"{ready}/{spec.get('replicas', 1)}"
 
 
+def load_cells(job: dict[str, Any]) -> tuple[str | None, str | None]:
+    """An autoscaled InferenceJob's LOAD (requests/s its model servers reported) and TTFT-P99
+    against the objective (`1,320/1,000ms`); None where not read."""
+    spec, load = job.get("spec") or {}, (job.get("status") or {}).get("load") or {}
+    objective = (spec.get("autoscaling") or {}).get("objective") or {}
+    rate = load.get("requestsPerSecond")
+    ttft, target = load.get("ttftP99Ms"), objective.get("timeToFirstTokenMs")
+    p99 = None if ttft is None else f"{float(ttft):,.0f}" + (
+        f"/{float(target):,.0f}ms" if target is not None else "ms")
+    return (None if rate is None else f"{float(rate):,.1f}/s"), p99
+
+
 def job_rows(jobs: list[dict[str, Any]], *, now_s: float, wide: bool, namespaces: bool,
              kinds: bool, replicas: bool = False) -> Rows:
     """`replicas`: a REPLICAS column (`replicas_cell`), when InferenceJobs are listed."""
     headers = (["NAMESPACE"] if namespaces else []) + ["NAME"] + (["KIND"] if kinds else []) \
         + ["PHASE"] + (["REPLICAS"] if replicas else []) + ["CHIPS", "QUEUE", "AGE"] \
+        + (["LOAD", "TTFT-P99"] if replicas else []) \
         + (["PROGRESS", "ULTRASERVERS", "REASON"] if wide else [])
     rows = []
     for job in jobs:
@@ -60,6 +73,7 @@ def job_rows(jobs: list[dict[str, Any]], *, now_s: float, wide: bool, namespaces
         row += [job.get("kind")] if kinds else []
         row += [status.get("phase") or "Pending"] + ([replicas_cell(job)] if replicas else [])
         row += [_chips(job), status.get("queuePosition"), age(meta.get("creationTimestamp"), now_s)]
+        row += list(load_cells(job)) if replicas else []
         if wide:
             row += [None if progress is None else f"{float(progress):.0f}%",
                     _ultraservers(status), status.get("reason")]
