@@ -167,12 +167,16 @@ class AutoscalerLoop:
                     or status.get("phase") != "Running"):
                 self.planners.forget(key)
                 continue
-            before, samples = self.reader.read(body, now, self.interval)
-            step = self.planners.step(body, before, samples)
-            if step is None:
+            try:
+                before, samples = self.reader.read(body, now, self.interval)
+                step = self.planners.step(body, before, samples)
+                if step is not None:
+                    self.write(key, body, step)
+            except Exception as exc:  # one job's bad model or unreachable reader: the others go on
+                log.warning("%s: no autoscaling this tick: %s", key, exc)
                 continue
-            steps.append(step)
-            self.write(key, body, step)
+            if step is not None:
+                steps.append(step)
         return steps
 
     def write(self, key: JobKey, body: Mapping[str, Any], step: Step) -> None:

@@ -38,7 +38,7 @@ def endpoints(core: Any, served: ModelPods, namespace: str | None = None) -> lis
     out = []
     for pod in pods:
         meta, status = pod.metadata, pod.status
-        port = metrics_port(pod.to_dict() | {"spec": _spec(pod)})
+        port = metrics_port({"spec": _spec(pod)})
         if (meta.deletion_timestamp is not None or status is None or status.phase != "Running"
                 or port is None):
             continue

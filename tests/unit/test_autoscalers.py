@@ -154,3 +154,32 @@ def test_planners_need_two_reads_before_a_step(tmp_path: Path, now: list[float])
         assert step.load.requests_per_second == pytest.approx(RATE, rel=0.05)
     finally:
         pods.close()
+
+
+def test_a_job_whose_read_fails_does_not_stop_the_others(tmp_path: Path,
+                                                         now: list[float]) -> None:
+    pods = ModelPods(uniform_trace(tmp_path), clock=lambda: now[0],
+                     replica_of_job=lambda _: REPLICA)
+    cluster = FakeCluster(pods, 1, 60)
+    broken = {**cluster.body, "metadata": {"namespace": "ns", "name": "gone", "uid": "u-gone"}}
+    direct = DirectScrapes(cluster)
+
+    class Reader:
+        def read(self, body: dict[str, Any], t: float, seconds: float) -> Any:
+            if body["metadata"]["name"] == "gone":
+                raise OSError("connection refused")
+            return direct.read(body, t, seconds)
+
+    bodies = {job_key("InferenceJob", "ns", "gone"): broken,
+              job_key("InferenceJob", "ns", "chat"): cluster.body}
+    loop = AutoscalerLoop(cluster, Reader(), bodies=lambda: bodies, planned=dict,
+                          clock=lambda: now[0], interval=10.0)
+    try:
+        assert loop.tick() == []  # a first read of "chat": nothing to compare yet
+        now[0] += 10.0
+        pods.tick()
+        (step,) = loop.tick()
+        assert step.load.requests_per_second == pytest.approx(RATE, rel=0.05)
+        assert len(cluster.statuses) == 1
+    finally:
+        pods.close()
