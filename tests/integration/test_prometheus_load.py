@@ -11,6 +11,7 @@ service alike from either.
 from __future__ import annotations
 
 import csv
+import socket
 import threading
 import time
 from pathlib import Path
@@ -55,7 +56,10 @@ def test_prometheus_and_the_direct_scrape_give_the_same_load(tmp_path: Path) -> 
     ticker = threading.Thread(target=advance, daemon=True)
     try:
         names = [f"chat-g{i}-r0-a0" for i in range(3)]
-        pods.sync(PodEndpoint(("ns", "chat"), n, n, pods.address_for(n), 18_432)
+        with socket.socket() as probe:  # a port no other test holds
+            probe.bind(("127.0.0.1", 0))
+            port = int(probe.getsockname()[1])
+        pods.sync(PodEndpoint(("ns", "chat"), n, n, pods.address_for(n), port)
                   for n in names)
         targets = [Target(s.endpoint.pod, s.endpoint.ip, s.endpoint.port)
                    for s in pods.served.values()]

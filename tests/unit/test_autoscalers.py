@@ -9,6 +9,7 @@ scale and status writes and turns a scale into ready replica pods at once.
 from __future__ import annotations
 
 import csv
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +55,9 @@ class FakeCluster:
         self.scales: list[int] = []
         self.statuses: list[dict[str, Any]] = []
         self.uids: dict[str, str] = {}
+        with socket.socket() as probe:  # a port no other test holds
+            probe.bind(("127.0.0.1", 0))
+            self.port = int(probe.getsockname()[1])
         self.ready(replicas)
 
     def ready(self, n: int) -> None:
@@ -61,7 +65,7 @@ class FakeCluster:
         for name in names:
             self.uids.setdefault(name, f"uid-{name}")
         self.served.sync(PodEndpoint(("ns", "chat"), name, self.uids[name],
-                                     self.served.address_for(self.uids[name]), 18_431)
+                                     self.served.address_for(self.uids[name]), self.port)
                          for name in names)
 
     # -- what the loop calls --
