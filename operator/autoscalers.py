@@ -185,5 +185,9 @@ class AutoscalerLoop:
             self.planned()[key] = (step.replicas, step.message)  # before the edit: not an override
             self.kube.scale_job("inferencejobs", meta["namespace"], meta["name"], step.replicas)
             log.info("%s/%s %s", meta["namespace"], meta["name"], step.message)
-        self.kube.patch_job_status("inferencejobs", meta["namespace"], meta["name"],
-                                   step.status(), "")
+        status = step.status()
+        placed = (body.get("status") or {}).get("replicas")
+        if step.replicas == step.current and isinstance(placed, int) and placed < step.current:
+            # replicas still wait to be placed: the core's message says why; keep it
+            del status["scalingMessage"]
+        self.kube.patch_job_status("inferencejobs", meta["namespace"], meta["name"], status, "")

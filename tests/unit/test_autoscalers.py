@@ -142,6 +142,27 @@ def test_a_steady_load_writes_status_but_no_scale(tmp_path: Path, now: list[floa
     assert first["load"]["outputTokensPerRequest"] == pytest.approx(150)
 
 
+def test_a_kept_count_still_being_placed_keeps_the_cores_reason(tmp_path: Path,
+                                                                now: list[float]) -> None:
+    pods = ModelPods(uniform_trace(tmp_path), clock=lambda: now[0],
+                     replica_of_job=lambda _: REPLICA)
+    cluster = FakeCluster(pods, 1, 60)
+    cluster.body["status"]["replicas"] = 0  # its one replica waits for chips
+    key = job_key("InferenceJob", "ns", "chat")
+    loop = AutoscalerLoop(cluster, DirectScrapes(cluster), bodies=lambda: {key: cluster.body},
+                          planned=dict, clock=lambda: now[0], interval=10.0)
+    try:
+        loop.tick()
+        now[0] += 10.0
+        pods.tick()
+        loop.tick()
+    finally:
+        pods.close()
+    (written,) = cluster.statuses
+    assert "scalingMessage" not in written and written["desiredReplicas"] == 1
+    assert written["load"]["requestsPerSecond"] == pytest.approx(RATE, rel=0.05)
+
+
 def test_planners_need_two_reads_before_a_step(tmp_path: Path, now: list[float]) -> None:
     pods = ModelPods(uniform_trace(tmp_path), clock=lambda: now[0],
                      replica_of_job=lambda _: REPLICA)
