@@ -346,11 +346,20 @@ def simulate(fleet: str | None, cluster_file: Path | None, traces: tuple[Path, .
 @click.option("--heartbeat-s", type=FiniteFloat(min=0.1), default=2.0, show_default=True,
               help="Seconds between status writes.")
 @click.option("--namespace", default=None, help="Watch one namespace only (default: all).")
+@click.option("--inference-trace", type=click.Path(path_type=Path, dir_okay=False, exists=True),
+              default=None, metavar="CSV",
+              help="Serve vLLM metrics on each running InferenceJob replica pod's `metrics` "
+                   "port, replaying this request trace (Azure CSV: TIMESTAMP, ContextTokens, "
+                   "GeneratedTokens) split evenly over each job's ready replicas.")
+@click.option("--rate-steps", default="0:1", show_default=True, metavar="S:X,...",
+              help="The trace's rate multiple from each second of the replay on, e.g. "
+                   "0:1,300:4,900:1.")
 @cluster_options
 @log_level_option(default="info")
 @click.pass_context
 def simulator(ctx: click.Context, time_scale: float, metrics_port: int, heartbeat_s: float,
-              namespace: str | None, kubeconfig: str | None, kube_context: str | None) -> None:
+              namespace: str | None, inference_trace: Path | None, rate_steps: str,
+              kubeconfig: str | None, kube_context: str | None) -> None:
     """Run virtual chips for admitted jobs in a Kubernetes cluster (like a kubelet).
 
     With a subcommand, run that instead: `device-plugin` is the fake Neuron device plugin.
@@ -358,10 +367,17 @@ def simulator(ctx: click.Context, time_scale: float, metrics_port: int, heartbea
     if ctx.invoked_subcommand is not None:
         return
     from ultraplane.simulator.cluster import run_cluster
+    from ultraplane.simulator.requesttraces import RateSteps, RequestTrace
 
     try:
+        steps = RateSteps.parse(rate_steps)
+        requests = RequestTrace.load(inference_trace) if inference_trace else None
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+    try:
         run_cluster(time_scale=time_scale, metrics_port=metrics_port, heartbeat_s=heartbeat_s,
-                    namespace=namespace, access=ClusterAccess(kubeconfig, kube_context))
+                    namespace=namespace, access=ClusterAccess(kubeconfig, kube_context),
+                    requests=requests, steps=steps)
     except ClusterUnavailable as exc:
         exit_unavailable(exc)
 
