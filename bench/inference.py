@@ -110,13 +110,14 @@ def main() -> None:
         "static_peak_slo_attainment": round(peak["slo_attainment"], 4),
         "training_chip_hours_vs_static_peak": ratio(chips["ultraplane"], chips["static-peak"]),
         "training_chip_hours_vs_hpa": ratio(chips["ultraplane"], chips["hpa"]),
-        "scale_up_wait_p99_s": ours["scale_up_wait_p99_s"],
+        "scale_up_wait_p99_s": (None if ours["scale_up_wait_p99_s"] is None
+                                else round(ours["scale_up_wait_p99_s"], 2)),
         "replica_startup_s": round(ours["replica_startup_s"], 2),
         "split_jobs_that_fit_one_domain": splits,
         "ttft_p99_ms": round(ours["ttft_p99_ms"], 1),
         "tpot_p99_ms": round(ours["tpot_p99_ms"], 2),
         "replica_hours": {p: round(f["replica_hours"], 1) for p, f in code.items()},
-        "requests": ours["requests"],
+        "requests": int(ours["requests"]),
         "replay_seconds": round(took, 1),
     }
     print(json.dumps(line))

@@ -22,7 +22,10 @@ max-min fair share, while the teams together want more than the fleet),
 fairness_preempted_fraction + reclaim_lost_fraction <= 0.02, and no team's mean JCT worse
 than on its own partition (`teams_worse_than_partitioned` names those that are, with a table
 of every team's). `borrowed_chip_time_jain` is issue 30's `fair_share_jain`, renamed for what
-it measures.
+it measures. `ultraplane` moves running jobs to make room for guaranteed ones
+(`ultraplane.scheduling.moves`); `no-moves` is the same policy without them, for
+`guarantee_p99_s_no_moves` (issue 38: guarantee_p99_s <= 900, moved_chip_hours_lost +
+reclaim_lost_fraction <= 0.02, max_moves_per_job <= 3).
 
     python bench/tenancy.py [--trace FILE] [--load 0.85]
 
@@ -114,8 +117,11 @@ def main() -> None:
     base = ReplayConfig(chips_per_gpu=CHIPS_PER_GPU)
     policies = {
         "shared": dataclasses.replace(base, queues=cohort, enforce_quotas=False),
-        "partitioned": dataclasses.replace(base, queues=alone),
+        # (no moves: a separate cluster cannot move another team's jobs)
+        "partitioned": dataclasses.replace(base, queues=alone, moves=False),
         "ultraplane": dataclasses.replace(base, queues=cohort),
+        # the same without moves (ultraplane.scheduling.moves), for guarantee_p99_s_no_moves
+        "no-moves": dataclasses.replace(base, queues=cohort, moves=False),
     }
     print(f"{args.trace.name}: {len(jobs)} jobs, {len(nominal)} tenants, {n} UltraServers; "
           f"nominal {dict(sorted(nominal.items()))}")
@@ -158,6 +164,13 @@ def main() -> None:
         "useful_util_vs_shared": round(u["useful_utilization"] / s["shared"]["useful_utilization"], 3),
         "jct_mean_vs_partitioned": round(u["jct_mean_s"] / s["partitioned"]["jct_mean_s"], 3),
         "guarantee_p99_s": round(u["guarantee_p99_s"], 1),
+        "guarantee_p99_s_no_moves": round(s["no-moves"]["guarantee_p99_s"], 1),
+        "moves": int(u["moves"]),
+        "moved_chip_hours_lost": round(u["moved_chip_hours_lost"], 4),
+        "max_moves_per_job": int(u["max_moves_per_job"]),
+        "useful_util_no_moves_vs_shared": round(
+            s["no-moves"]["useful_utilization"] / s["shared"]["useful_utilization"], 3),
+        "jct_mean_s_no_moves": round(s["no-moves"]["jct_mean_s"], 1),
         "fair_share_maxmin_jain": round(u["fair_share_maxmin_jain"], 3),
         "fair_share_shortfall": round(u["fair_share_shortfall"], 4),
         "borrowed_chip_time_jain": round(u["borrowed_chip_time_jain"], 3),

@@ -65,6 +65,15 @@ from ultraplane.kubeclients import (
 @click.option("--cluster-domain", default="svc", show_default=True,
               help="DNS suffix after <namespace> in the coordinator address, e.g. "
               "svc.cluster.local.")
+@click.option("--autoscale-seconds", type=FiniteFloat(0, 3600), default=None,
+              help="Seconds between reads of autoscaled InferenceJobs' load (0: no planner "
+                   "loop). [default: 30]")
+@click.option("--prometheus-url", metavar="URL", default=None,
+              help="Read the model servers' metrics from this Prometheus server's HTTP API "
+                   "instead of scraping the pods (docs/autoscaling.md lists the queries).")
+@click.option("--prometheus-selector", metavar="LABELS", default=None,
+              help="Label matchers of one job's series, {namespace} and {name} substituted. "
+                   "[default: namespace=\"{namespace}\",pod=~\"{name}-.+\"]")
 @cluster_options
 @log_level_option(default="info")
 def operator(namespaces: tuple[str, ...], all_namespaces: bool, lease: str | None,
@@ -73,7 +82,8 @@ def operator(namespaces: tuple[str, ...], all_namespaces: bool, lease: str | Non
              no_reservation: bool, queue_stretch: float | None, ultraservers_from_nodes: bool, ultraserver_label: str | None,
              server_index_label: str | None, launch_pods: bool, pod_grace_seconds: int,
              launch_backlog_seconds: float | None, cluster_domain: str,
-             kubeconfig: str | None, kube_context: str | None) -> None:
+             autoscale_seconds: float | None, prometheus_url: str | None,
+             prometheus_selector: str | None, kubeconfig: str | None, kube_context: str | None) -> None:
     """Run the Kubernetes operator (kopf): admission queue, gang placement, preemption."""
     if namespaces and all_namespaces:
         raise click.UsageError("--namespace and --all-namespaces cannot be used together.")
@@ -115,6 +125,12 @@ def operator(namespaces: tuple[str, ...], all_namespaces: bool, lease: str | Non
     if launch_backlog_seconds is not None:  # or ULTRAPLANE_LAUNCH_BACKLOG_SECONDS
         handlers.CONFIG.launch_backlog_seconds = launch_backlog_seconds
     handlers.CONFIG.cluster_domain = cluster_domain
+    if autoscale_seconds is not None:  # or ULTRAPLANE_AUTOSCALE_SECONDS
+        handlers.CONFIG.autoscale_seconds = autoscale_seconds
+    if prometheus_url:  # or ULTRAPLANE_PROMETHEUS_URL
+        handlers.CONFIG.prometheus_url = prometheus_url
+    if prometheus_selector:
+        handlers.CONFIG.prometheus_selector = prometheus_selector
     if handlers.CONFIG.launch_pods:
         handlers.watch_pods()
     handlers.CONFIG.ultraserver_label = ultraserver_label or handlers.CONFIG.ultraserver_label

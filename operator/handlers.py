@@ -17,12 +17,14 @@ import asyncio
 import logging
 import os
 import socket
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 import kopf
+from ultraplane.operator.autoscalers import AutoscalerLoop, LoadReader
 from ultraplane.operator.controllers import Controller
 from ultraplane.operator.discovery import NodeDiscovery
 from ultraplane.operator.eventposters import EventPoster
@@ -38,6 +40,12 @@ from ultraplane.operator.jobviews import (
 )
 from ultraplane.operator.kube import KubeClient, connection_info
 from ultraplane.operator.leases import LeaseElector
+from ultraplane.operator.loadreaders import (
+    DEFAULT_SELECTOR,
+    DirectScrapes,
+    PrometheusReader,
+    PrometheusReads,
+)
 from ultraplane.operator.nodes import NodeLabels
 from ultraplane.operator.pods import PodPlane
 
@@ -80,6 +88,11 @@ class Config:
     launch_backlog_seconds: float = float(os.environ.get("ULTRAPLANE_LAUNCH_BACKLOG_SECONDS",
                                                          "2"))
     cluster_domain: str = os.environ.get("ULTRAPLANE_CLUSTER_DOMAIN", "svc")
+    # the planner loop of autoscaled InferenceJobs (`autoscalers`): seconds between reads
+    autoscale_seconds: float = float(os.environ.get("ULTRAPLANE_AUTOSCALE_SECONDS", "30"))
+    prometheus_url: str | None = os.environ.get("ULTRAPLANE_PROMETHEUS_URL") or None
+    prometheus_selector: str = os.environ.get("ULTRAPLANE_PROMETHEUS_SELECTOR",
+                                              DEFAULT_SELECTOR)
     # --kubeconfig / --context (ultraplane/kubeclients.py); None: in-cluster, else the defaults
     access: ClusterAccess = field(default_factory=ClusterAccess)
 
@@ -138,6 +151,16 @@ def new_controller(kube: KubeClient) -> Controller:
                       gc_full_seconds=CONFIG.gc_full_seconds or None)
 
 
+def autoscaler(kube: KubeClient, controller: Controller) -> AutoscalerLoop:
+    """The planner loop as CONFIG sets it up: direct scrapes, or Prometheus when given."""
+    reader: LoadReader = (PrometheusReads(PrometheusReader(CONFIG.prometheus_url,
+                                                           CONFIG.prometheus_selector))
+                          if CONFIG.prometheus_url else DirectScrapes(kube))
+    return AutoscalerLoop(kube, reader, bodies=lambda: controller.bodies,
+                          planned=lambda: controller.cache.planned, clock=time.time,
+                          interval=CONFIG.autoscale_seconds, active=lambda: controller.leader)
+
+
 @kopf.on.login()
 def login(**_: Any) -> Any:
     """kopf connects as the operator's own client does (`--kubeconfig`, `--context`)."""
@@ -158,6 +181,9 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     tasks = [asyncio.create_task(controller.run(), name="ultraplane-admission"),
              asyncio.create_task(controller.queues.run(), name="ultraplane-queues"),
              asyncio.create_task(controller.budgets.run(), name="ultraplane-budgets")]
+    if CONFIG.autoscale_seconds > 0:
+        tasks.append(asyncio.create_task(autoscaler(kube, controller).run(),
+                                         name="ultraplane-autoscaler"))
     discovery: NodeDiscovery | None = None
     labels = NodeLabels(ultraserver=CONFIG.ultraserver_label,
                         server_index=CONFIG.server_index_label)

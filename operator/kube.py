@@ -168,6 +168,15 @@ class KubeClient:
         except Exception as exc:
             raise _translate(exc) from exc
 
+    def scale_job(self, plural: str, namespace: str, name: str, replicas: int) -> None:
+        """Set spec.replicas through the scale subresource, as `kubectl scale` does."""
+        try:
+            self.custom.patch_namespaced_custom_object_scale(
+                GROUP, VERSION, namespace, plural, name, {"spec": {"replicas": replicas}},
+                _content_type=MERGE)
+        except Exception as exc:
+            raise _translate(exc) from exc
+
     def set_finalizer(self, plural: str, namespace: str, name: str, finalizers: list[str],
                       present: bool, resource_version: str) -> dict[str, Any]:
         kept = [f for f in finalizers if f != FINALIZER] + ([FINALIZER] if present else [])

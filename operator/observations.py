@@ -73,6 +73,8 @@ class ObservationCache:
         self.removing: dict[JobKey, dict[str, Any]] = {}
         self.unfinalize: set[JobKey] = set()  # deleting jobs still carrying our old finalizer
         self.ghosts: set[str] = set()  # deleted UltraServers kept until their jobs finish
+        # spec.replicas the operator's planner is writing, with its reason (`autoscalers`)
+        self.planned: dict[JobKey, tuple[int, str]] = {}
         self.ready = False
 
     # -- jobs --------------------------------------------------------------------------
@@ -195,13 +197,16 @@ class ObservationCache:
         old = self.outbox.get(key)
         if held is None or held == replicas or (old is not None and not isinstance(old, Resized)):
             return  # (another decision's write first: it calls this again when it lands)
-        overridden = ""
-        if spec.get("autoscaling"):
+        overridden, reason = "", "Set by spec.replicas."
+        planned = self.planned.pop(key, None)
+        if planned is not None and planned[0] == replicas:
+            reason = planned[1]  # the planner's own edit (`autoscalers`): not an override
+        elif spec.get("autoscaling"):
             overridden = (f"spec.replicas was set to {replicas} by a writer other than the "
                           "core's planner (kubectl scale, an HPA?), while spec.autoscaling "
                           "lets the planner choose the count: applied; the planner may "
                           "change it again. Remove spec.autoscaling to size the job by hand.")
-        decision = self.admissions.rescale(key, replicas, "Set by spec.replicas.")
+        decision = self.admissions.rescale(key, replicas, reason)
         if not isinstance(decision, ScaledDown | ScalingUp):
             return
         old = self.outbox.get(key)

@@ -222,6 +222,12 @@ def _power_budgets(value: str | None, policy: str, topology: Any) -> tuple[Any, 
               help="A YAML list of inference services (InferenceJob-like specs with a request "
                    "trace; docs/simulator.md) served on the same fleet as the --trace jobs, "
                    "under each scaling policy: ultraplane, static-peak and hpa.")
+@click.option("--no-moves", is_flag=True,
+              help="With tenant queues: never move a running job to make room for a job within "
+                   "its queue's unused quota (docs/queues.md, Moves).")
+@click.option("--checkpoint-on-notice", is_flag=True,
+              help="Training jobs save a checkpoint when told to move: a move loses the save "
+                   "time, not the work since the last periodic checkpoint.")
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
 @log_level_option(default="warning")
 def simulate(fleet: str | None, cluster_file: Path | None, traces: tuple[Path, ...], out_dir: Path,
@@ -230,7 +236,8 @@ def simulate(fleet: str | None, cluster_file: Path | None, traces: tuple[Path, .
              checkpoint_interval: float, skip_bad_rows: bool, no_reservation: bool,
              queue_stretch: float | None, no_progress: bool, queues_file: Path | None = None,
              power_budget: str | None = None, power_policy: str = "Predicted",
-             idle_power_down: float = 0.0, services_file: Path | None = None) -> None:
+             idle_power_down: float = 0.0, services_file: Path | None = None,
+             no_moves: bool = False, checkpoint_on_notice: bool = False) -> None:
     """Replay a job trace offline through the core allocator and write a report."""
     from ultraplane.simulator.faults import FaultPlan
     from ultraplane.simulator.replay import ReplayConfig
@@ -282,7 +289,8 @@ def simulate(fleet: str | None, cluster_file: Path | None, traces: tuple[Path, .
                             reservation=not no_reservation,
                             queue_stretch=DEFAULT_STRETCH if queue_stretch is None else queue_stretch,
                             queues=queues, power_budgets=budgets,
-                            idle_power_down_s=idle_power_down)
+                            idle_power_down_s=idle_power_down, moves=not no_moves,
+                            checkpoint_on_notice=checkpoint_on_notice)
                for p in (policies or ("ultraplane", "first-fit"))]
     show = not no_progress and sys.stderr.isatty()
     started = time.perf_counter()
@@ -338,11 +346,20 @@ def simulate(fleet: str | None, cluster_file: Path | None, traces: tuple[Path, .
 @click.option("--heartbeat-s", type=FiniteFloat(min=0.1), default=2.0, show_default=True,
               help="Seconds between status writes.")
 @click.option("--namespace", default=None, help="Watch one namespace only (default: all).")
+@click.option("--inference-trace", type=click.Path(path_type=Path, dir_okay=False, exists=True),
+              default=None, metavar="CSV",
+              help="Serve vLLM metrics on each running InferenceJob replica pod's `metrics` "
+                   "port, replaying this request trace (Azure CSV: TIMESTAMP, ContextTokens, "
+                   "GeneratedTokens) split evenly over each job's ready replicas.")
+@click.option("--rate-steps", default="0:1", show_default=True, metavar="S:X,...",
+              help="The trace's rate multiple from each second of the replay on, e.g. "
+                   "0:1,300:4,900:1.")
 @cluster_options
 @log_level_option(default="info")
 @click.pass_context
 def simulator(ctx: click.Context, time_scale: float, metrics_port: int, heartbeat_s: float,
-              namespace: str | None, kubeconfig: str | None, kube_context: str | None) -> None:
+              namespace: str | None, inference_trace: Path | None, rate_steps: str,
+              kubeconfig: str | None, kube_context: str | None) -> None:
     """Run virtual chips for admitted jobs in a Kubernetes cluster (like a kubelet).
 
     With a subcommand, run that instead: `device-plugin` is the fake Neuron device plugin.
@@ -350,10 +367,17 @@ def simulator(ctx: click.Context, time_scale: float, metrics_port: int, heartbea
     if ctx.invoked_subcommand is not None:
         return
     from ultraplane.simulator.cluster import run_cluster
+    from ultraplane.simulator.requesttraces import RateSteps, RequestTrace
 
     try:
+        steps = RateSteps.parse(rate_steps)
+        requests = RequestTrace.load(inference_trace) if inference_trace else None
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+    try:
         run_cluster(time_scale=time_scale, metrics_port=metrics_port, heartbeat_s=heartbeat_s,
-                    namespace=namespace, access=ClusterAccess(kubeconfig, kube_context))
+                    namespace=namespace, access=ClusterAccess(kubeconfig, kube_context),
+                    requests=requests, steps=steps)
     except ClusterUnavailable as exc:
         exit_unavailable(exc)
 

@@ -18,6 +18,9 @@ from typing import Any
 
 from ultraplane.simulator.kubelets import Patch, VirtualKubelet
 from ultraplane.simulator.metrics import SimulatorMetrics
+from ultraplane.simulator.modelpods import ModelPods
+from ultraplane.simulator.podservings import endpoints, replica_reader
+from ultraplane.simulator.requesttraces import RateSteps, RequestTrace
 
 from ultraplane import kubeclients
 from ultraplane.documents.conversions import GROUP, PLURALS, VERSION
@@ -77,10 +80,18 @@ def heartbeat(api: Any, kubelet: VirtualKubelet, namespace: str | None,
         _send(api, patch)
 
 
+def serve_models(core: Any, pods: ModelPods, namespace: str | None) -> None:
+    """The replica pods' model servers: serve the running ones, then offer the load since
+    the last pass (`podservings`, `modelpods`)."""
+    pods.sync(endpoints(core, pods, namespace))
+    pods.tick()
+
+
 def run_cluster(*, time_scale: float, metrics_port: int, heartbeat_s: float,
                 namespace: str | None = None, clock: Callable[[], float] = time.time,
                 stop: threading.Event | None = None,
-                access: ClusterAccess | None = None) -> None:
+                access: ClusterAccess | None = None,
+                requests: RequestTrace | None = None, steps: RateSteps | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     stop = stop or threading.Event()
     if threading.current_thread() is threading.main_thread():
@@ -95,9 +106,22 @@ def run_cluster(*, time_scale: float, metrics_port: int, heartbeat_s: float,
         start_http_server(metrics_port, registry=metrics.registry)
     log.info("virtual kubelet up: time scale %.0fx, heartbeat %.1f s, metrics port %s",
              time_scale, heartbeat_s, metrics_port or "off")
-    while not stop.is_set():
-        try:
-            heartbeat(api, kubelet, namespace, metrics)
-        except Exception:  # keep the data plane alive across API hiccups; logged with traceback
-            log.exception("heartbeat failed; retrying")
-        stop.wait(heartbeat_s)
+    served: tuple[Any, ModelPods] | None = None
+    if requests is not None:  # model servers on the replica pods, on the wall clock
+        from kubernetes import client
+
+        served = (client.CoreV1Api(api.api_client),
+                  ModelPods(requests, clock=time.time, replica_of_job=replica_reader(api),
+                            steps=steps))
+    try:
+        while not stop.is_set():
+            try:
+                heartbeat(api, kubelet, namespace, metrics)
+                if served is not None:
+                    serve_models(*served, namespace)
+            except Exception:  # keep the data plane alive across API hiccups; logged
+                log.exception("heartbeat failed; retrying")
+            stop.wait(heartbeat_s)
+    finally:
+        if served is not None:
+            served[1].close()

@@ -28,6 +28,7 @@ class JobRecord:
     duration_s: float = 0.0  # the trace's run time (at the tightest placement, no overheads)
     max_ultraservers: int = 0  # most UltraServers any attempt spanned
     tenant: str = ""  # the trace's tenant (its queue), if it names one
+    moves: int = 0  # times the core moved it while running (`ultraplane.scheduling.moves`)
 
     @property
     def queue_delay_s(self) -> float | None:
@@ -92,3 +93,5 @@ class ReplayResult:
     # (victim, by, time, the reason said on the victim) of every preemption
     preemptions: list[tuple[str, str, float, str]] = field(default_factory=list)
     inference_splits: int = 0  # service replicas placed over more than one UltraServer
+    moves: int = 0  # running jobs moved to make room for a guaranteed job
+    moved_lost_chip_s: float = 0.0  # chip-seconds of work and restarts those moves lost

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ultraplane.simulator.backlogs import Backlog
-from ultraplane.simulator.checkpoints import checkpointed_s, checkpoints_in, wall_s
+from ultraplane.simulator.checkpoints import checkpointed_s, checkpoints_in, computed_s, wall_s
 from ultraplane.simulator.events import END, SUBMIT, TICK, Engine, Event
 from ultraplane.simulator.faults import FaultPlan, FaultSource
 from ultraplane.simulator.fleets import FleetShape, Ledger, chips_per_ultraserver
@@ -42,7 +42,8 @@ from ultraplane.placement.placements import request_from_topology
 from ultraplane.policies.powerbudgets import BudgetSpec
 from ultraplane.policies.quotas import QueueSpec, QuotaBook
 from ultraplane.resources.trainingjobs import FailurePolicy
-from ultraplane.scheduling.admissions import Admissions, Failed, Replaced
+from ultraplane.scheduling.admissions import Admissions, Failed, Moved, Replaced
+from ultraplane.scheduling.moves import MoveRules
 from ultraplane.scheduling.queueorder import DEFAULT_STRETCH, QueueOrder
 from ultraplane.workloads import QueuedJob
 
@@ -78,6 +79,14 @@ class ReplayConfig:
     idle_power_down_s: float = 0.0
     # Stop at this simulated time (None: when every job has ended); a study of a window.
     until_s: float | None = None
+    # Moves (ultraplane.scheduling.moves): with enforced tenant queues, running jobs moved so
+    # that a job within its queue's unused quota finds one UltraServer; `checkpoint_on_notice`:
+    # training jobs save when told to move (a move loses the save time, not the work since
+    # the last periodic checkpoint).
+    moves: bool = True
+    move_interval_s: float = 3600.0
+    move_threshold_s: float = 600.0
+    checkpoint_on_notice: bool = False
 
     def __post_init__(self) -> None:
         if self.idle_power_down_s < 0:
@@ -95,8 +104,8 @@ class _Run:
     """A job's mutable state across attempts."""
 
     __slots__ = ("attempt_start", "busy_w", "cap", "chips", "delay", "end_token", "extra_w", "job",
-                 "per_us", "placement", "rate", "record", "restarts", "saved", "seg_t", "speed",
-                 "started_once", "util", "v", "v_needed")
+                 "moves", "owed", "per_us", "placement", "rate", "record", "restarts", "saved",
+                 "seg_t", "speed", "started_once", "util", "v", "v_needed")
 
     def __init__(self, job: TraceJob, chips: int, record: JobRecord) -> None:
         self.job, self.chips, self.record = job, chips, record
@@ -107,6 +116,8 @@ class _Run:
         self.attempt_start = 0.0
         self.end_token = 0
         self.restarts = 0
+        self.moves = 0
+        self.owed = 0.0  # wall seconds the next attempt pays besides its work (a save on notice)
         self.started_once = False
         self.placement: Placement | None = None
         self.per_us: dict[str, int] = {}
@@ -138,7 +149,10 @@ class Replay:
         self.admissions = Admissions(self.allocator, preemption=True,
                                      reservation=config.reservation,
                                      order=QueueOrder(stretch=config.queue_stretch), quotas=book,
-                                     power=self.power.book if self.power is not None else None)
+                                     power=self.power.book if self.power is not None else None,
+                                     moves=MoveRules(config.moves and book is not None,
+                                                     config.move_interval_s,
+                                                     config.move_threshold_s))
         if self.power is not None:
             self.power.bind(self.allocator, self.engine.now)
         self._power_at: float | None = None  # the power event scheduled next
@@ -308,7 +322,9 @@ class Replay:
             queue=job.tenant if self.admissions.quotas is not None else None,
             checkpoint_s=(self.cfg.checkpoint_interval_s + self.a.checkpoint_cost_s
                           if job.kind == "training" and self.cfg.checkpoint_interval_s > 0
-                          else None)))
+                          else None),
+            notice_s=(self.a.checkpoint_cost_s
+                      if job.kind == "training" and self.cfg.checkpoint_on_notice else None)))
         if self.tenants is not None and job.tenant is not None:
             self.tenants.wait(job.job_id, job.tenant, chips)
         if self.power is not None:
@@ -420,6 +436,8 @@ class Replay:
                 self._reclaimed(run, self.runs[victim.by], t, fairness=victim.fair_sharing)
             self._stop(run, t, released=True)
             self._waiting[victim.key] = run.chips
+        for moved in decisions.moved:
+            self._move(self.runs[moved.key], moved, t)
         for failed in decisions.failed:
             run = self.runs[failed.key]
             self._unwait(failed.key)
@@ -550,20 +568,23 @@ class Replay:
         compute = (run.job.duration_s - run.saved) / run.rate
         if run.job.kind != "training":
             return self._restart_cost(run) + compute
-        return self._restart_cost(run) + wall_s(compute, self.cfg.checkpoint_interval_s,
-                                                self.a.checkpoint_cost_s)
+        return self._restart_cost(run) + run.owed + wall_s(
+            compute, self.cfg.checkpoint_interval_s, self.a.checkpoint_cost_s)
 
-    def _stop(self, run: _Run, t: float, *, released: bool) -> None:
-        """End an attempt early: keep the work up to the last checkpoint, account energy."""
+    def _stop(self, run: _Run, t: float, *, released: bool, notice: bool = False) -> None:
+        """End an attempt early: keep the work up to the last checkpoint (all of it when the
+        job saves on `notice`), account energy."""
         self.engine.cancel(run.end_token)
         self._account(run, t)
         before = run.saved
         if run.job.kind == "training":
-            worked = run.v + (t - run.seg_t) * run.speed - run.delay - self._restart_cost(run)
-            done = checkpointed_s(worked, self.cfg.checkpoint_interval_s,
-                                  self.a.checkpoint_cost_s) * run.rate
+            worked = (run.v + (t - run.seg_t) * run.speed - run.delay - self._restart_cost(run)
+                      - run.owed)
+            kept = computed_s if notice else checkpointed_s
+            done = kept(worked, self.cfg.checkpoint_interval_s, self.a.checkpoint_cost_s) * run.rate
             run.saved = min(run.saved + done, run.job.duration_s)
         self.result.attempts.append((run.attempt_start, t, run.chips, run.saved - before))
+        run.owed = 0.0
         run.restarts += 1
         if released:
             assert run.placement is not None
@@ -609,6 +630,30 @@ class Replay:
             self.tenants.wait(key, run.job.tenant, run.chips)
         if queued is not None and run.chips >= self._whole_chips:
             self._whole[key] = queued.order()
+
+    def _move(self, run: _Run, moved: Moved, t: float) -> None:
+        """A running job moved by the core to make room: it stops (keeping its checkpointed
+        work, or all of it when it saves on notice, paying the save) and starts at once on
+        its new chips, paying a restart; the work it lost and the restart count as lost."""
+        notice = self.cfg.checkpoint_on_notice and run.job.kind == "training"
+        elapsed = t - run.attempt_start
+        lost = self._unsaved_s(run, elapsed) if not notice else self.a.checkpoint_cost_s
+        self._stop(run, t, released=True, notice=notice)
+        if notice:
+            run.owed = self.a.checkpoint_cost_s
+        run.moves += 1
+        run.record.moves = run.moves
+        self.result.moves += 1
+        self.result.moved_lost_chip_s += run.chips * (lost + self.a.restart_cost_s)
+        self._start(run, moved.placement, t)
+
+    def _unsaved_s(self, run: _Run, elapsed: float) -> float:
+        """Wall seconds of an attempt `elapsed` long not kept by its periodic checkpoints."""
+        if run.job.kind != "training":
+            return elapsed
+        interval, cost = self.cfg.checkpoint_interval_s, self.a.checkpoint_cost_s
+        saved = checkpointed_s(elapsed - self._restart_cost(run) - run.owed, interval, cost)
+        return elapsed - (saved / interval * (interval + cost) if interval > 0 else 0.0)
 
     def _reclaimed(self, run: _Run, by: _Run, t: float, *, fairness: bool = False) -> None:
         """A preempted job waits again; a preemption across tenants is a reclaim (or, with

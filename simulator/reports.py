@@ -119,6 +119,11 @@ def summarize(r: ReplayResult, *, large_job_chips: int = 144, one_domain_chips: 
         from ultraplane.simulator.tenants import tenant_summary
 
         out.update(tenant_summary(r))
+        # moves serve tenant queues only: running jobs moved to make room for a guaranteed
+        # job, the work and restarts they lost over the chip-time used, the most of one job
+        out["moves"] = r.moves
+        out["moved_chip_hours_lost"] = r.moved_lost_chip_s / r.busy_chip_s if r.busy_chip_s else 0.0
+        out["max_moves_per_job"] = max((x.moves for x in r.records), default=0)
     return out
 
 

@@ -43,13 +43,23 @@ class QueuedJob:
     rank: float = 0.0
     launches: bool = False  # admitted, it starts pods: one per server (a cycle's launch budget)
     queue: str | None = None  # the tenant queue whose quota it uses (`ultraplane.policies.quotas`)
-    # seconds of run between its checkpoints, if it writes any: a preemption loses the work
-    # since the last one (fair-sharing preemption prefers victims that lose least)
+    # Moves (`ultraplane.scheduling.moves`): whether a running job may be taken off its
+    # UltraServer and placed at once elsewhere (None: when it is preemptible), how often it
+    # checkpoints (None: never, a move or a preemption loses all its work; fair-sharing
+    # preemption prefers victims that lose least) and, when it checkpoints on notice,
+    # how long the save takes (a move then loses only that).
+    movable: bool | None = None
     checkpoint_s: float | None = None
+    notice_s: float | None = None
 
     def __post_init__(self) -> None:
         if self.replicas is not None and self.replicas < 1:
             raise ValueError(f"job {self.key}: replicas must be at least 1, got {self.replicas}")
+
+    @property
+    def may_move(self) -> bool:
+        """Whether the job allows a move (`movable`, by default when preemptible)."""
+        return self.preemptible if self.movable is None else self.movable
 
     def order(self) -> tuple[int, float, int, str]:
         """Sort key: highest priority first, then lowest rank, then oldest, then key."""

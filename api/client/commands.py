@@ -23,6 +23,7 @@ from ultraplane.api.client.views import (
     explanation_text,
     job_rows,
     queue_rows,
+    scaling_text,
     top_rows,
     ultraserver_rows,
 )
@@ -248,7 +249,8 @@ def top(what: str, all_namespaces: bool, transport: Transport) -> None:
 @connection_options
 def why(args: tuple[str, ...], output: str, transport: Transport) -> None:
     """Why a job is still pending: its queue position, what blocks it, the nearest
-    UltraServers and what holds them, and its predicted start."""
+    UltraServers and what holds them, and its predicted start. For an InferenceJob, also
+    its last scaling decision and the load and p99s it was read from."""
     kinds, names = _kinds(args)
     if len(names) != 1:
         raise ClientError("why takes one job name.", 2)
@@ -256,6 +258,9 @@ def why(args: tuple[str, ...], output: str, transport: Transport) -> None:
     explained = transport.explain(job["kind"], transport.namespace, names[0])
     if output == "text":
         click.echo(explanation_text(explained, now_s=time.time()))
+        scaling = scaling_text(job)  # an InferenceJob: its last scaling decision and load
+        if scaling:
+            click.echo(scaling)
     else:
         click.echo(document([explained], "json" if output == "json" else "yaml", single=True))
 

@@ -46,11 +46,24 @@ def replicas_cell(job: dict[str, Any]) -> str | None:
     return f"{ready}/{spec.get('replicas', 1)}"
 
 
+def load_cells(job: dict[str, Any]) -> tuple[str | None, str | None]:
+    """An autoscaled InferenceJob's LOAD (requests/s its model servers reported) and TTFT-P99
+    against the objective (`1,320/1,000ms`); None where not read."""
+    spec, load = job.get("spec") or {}, (job.get("status") or {}).get("load") or {}
+    objective = (spec.get("autoscaling") or {}).get("objective") or {}
+    rate = load.get("requestsPerSecond")
+    ttft, target = load.get("ttftP99Ms"), objective.get("timeToFirstTokenMs")
+    p99 = None if ttft is None else f"{float(ttft):,.0f}" + (
+        f"/{float(target):,.0f}ms" if target is not None else "ms")
+    return (None if rate is None else f"{float(rate):,.1f}/s"), p99
+
+
 def job_rows(jobs: list[dict[str, Any]], *, now_s: float, wide: bool, namespaces: bool,
              kinds: bool, replicas: bool = False) -> Rows:
     """`replicas`: a REPLICAS column (`replicas_cell`), when InferenceJobs are listed."""
     headers = (["NAMESPACE"] if namespaces else []) + ["NAME"] + (["KIND"] if kinds else []) \
         + ["PHASE"] + (["REPLICAS"] if replicas else []) + ["CHIPS", "QUEUE", "AGE"] \
+        + (["LOAD", "TTFT-P99"] if replicas else []) \
         + (["PROGRESS", "ULTRASERVERS", "REASON"] if wide else [])
     rows = []
     for job in jobs:
@@ -60,6 +73,7 @@ def job_rows(jobs: list[dict[str, Any]], *, now_s: float, wide: bool, namespaces
         row += [job.get("kind")] if kinds else []
         row += [status.get("phase") or "Pending"] + ([replicas_cell(job)] if replicas else [])
         row += [_chips(job), status.get("queuePosition"), age(meta.get("creationTimestamp"), now_s)]
+        row += list(load_cells(job)) if replicas else []
         if wide:
             row += [None if progress is None else f"{float(progress):.0f}%",
                     _ultraservers(status), status.get("reason")]
@@ -233,4 +247,40 @@ def explanation_text(doc: dict[str, Any], *, now_s: float) -> str:
                          f"(in {span(max(0.0, start - doc['asOfSeconds']))}; {doc.get('basis')})")
         else:
             lines.append(f"Predicted start: unknown ({doc.get('basis')})")
+    return "\n".join(lines)
+
+
+def scaling_text(job: dict[str, Any]) -> str:
+    """`why` of an InferenceJob: its last scaling decision, the load it was read from, and
+    the p99s against spec.autoscaling's objective ("" for a job with none of it)."""
+    if job.get("kind") != "InferenceJob":
+        return ""
+    spec, status = job.get("spec") or {}, job.get("status") or {}
+    auto, load = spec.get("autoscaling") or {}, status.get("load") or {}
+    lines = []
+    if status.get("scalingMessage"):
+        lines.append(f"Scaling: {status['scalingMessage']}")
+    if load:
+        objective = auto.get("objective") or {}
+
+        def p99(field: str, target: str) -> str:
+            said = f"{float(load[field]):,.0f} ms" if field in load else "unknown"
+            return said + (f" (objective {float(objective[target]):,.0f} ms)"
+                           if target in objective else "")
+
+        tokens = (f"; {float(load['promptTokensPerRequest']):,.0f} prompt and "
+                  f"{float(load.get('outputTokensPerRequest', 0)):,.0f} output tokens a request"
+                  if "promptTokensPerRequest" in load else "")
+        within = (f"; {100 * float(load['sloAttainment']):.1f}% of requests within both"
+                  if "sloAttainment" in load else "")
+        lines.append(f"Load: {float(load.get('requestsPerSecond', 0)):,.1f} req/s{tokens}; "
+                     f"p99 TTFT {p99('ttftP99Ms', 'timeToFirstTokenMs')}, TPOT "
+                     f"{p99('tpotP99Ms', 'timePerOutputTokenMs')}{within}")
+    if auto or status.get("desiredReplicas") is not None:
+        bounds = (f" (autoscaling {auto.get('minReplicas', 1)}-{auto.get('maxReplicas')}, "
+                  f"scale-down delay {auto.get('scaleDownDelaySeconds', 300)} s)" if auto else "")
+        lines.append(f"Replicas: {spec.get('replicas', 1)} wanted, "
+                     f"{status.get('desiredReplicas', spec.get('replicas', 1))} desired, "
+                     f"{status.get('replicas', 0)} placed, {status.get('readyReplicas', 0)} "
+                     f"ready{bounds}")
     return "\n".join(lines)

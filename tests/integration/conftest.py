@@ -19,6 +19,7 @@ import pytest
 from tests.conftest import require_or_skip
 from tests.integration.kube_tier import KubeEnv, TierUnavailable, find_binaries
 from tests.integration.operator_harness import Harness
+from tests.integration.prometheuses import REQUIRE as REQUIRE_PROMETHEUS  # noqa: F401 (a tier)
 
 REQUIRE_ENV = "ULTRAPLANE_REQUIRE_ENVTEST"
 KUBE_FIXTURES = {"kube_env", "kube_namespace"}

@@ -115,3 +115,22 @@ def test_get_ij_shows_replicas_ready_of_wanted() -> None:
     assert [r[2] for r in rows] == ["3/5", "2/2", "0/3"]
     headers, _ = job_rows(jobs, now_s=0.0, wide=False, namespaces=False, kinds=True)
     assert "REPLICAS" not in headers  # both kinds listed: the column is the InferenceJobs'
+
+
+def test_get_ij_shows_the_load_read_and_ttft_p99_against_the_objective() -> None:
+    from ultraplane.api.client.views import job_rows
+
+    jobs = [
+        {"kind": "InferenceJob", "metadata": {"name": "chat"},
+         "spec": {"replicas": 3, "autoscaling": {"maxReplicas": 8, "objective": {
+             "timeToFirstTokenMs": 1000, "timePerOutputTokenMs": 50}}},
+         "status": {"phase": "Running", "replicas": 3, "load": {
+             "requestsPerSecond": 1830.04, "ttftP99Ms": 1320.4}}},
+        {"kind": "InferenceJob", "metadata": {"name": "fixed"}, "spec": {"replicas": 2},
+         "status": {"phase": "Running", "replicas": 2}},
+    ]
+    headers, rows = job_rows(jobs, now_s=0.0, wide=False, namespaces=False, kinds=False,
+                             replicas=True)
+    at = headers.index("LOAD")
+    assert headers[at + 1] == "TTFT-P99"
+    assert [r[at:at + 2] for r in rows] == [["1,830.0/s", "1,320/1,000ms"], [None, None]]

@@ -179,3 +179,28 @@ def test_each_rescale_posts_a_normal_event_with_its_message() -> None:
         assert said[0] == "Normal" and said[2].startswith("Scaled down to 1 replicas")
 
     run(scenario)
+
+
+def test_the_planners_own_scale_is_no_override() -> None:
+    async def scenario() -> None:
+        kube = FakeKube()
+        c = controller(kube, 1)
+        kube.add_inference("serve", 2, 16)
+        kube.ijobs["serve"]["spec"]["autoscaling"] = {
+            "minReplicas": 1, "maxReplicas": 6,
+            "objective": {"timeToFirstTokenMs": 1000, "timePerOutputTokenMs": 50}}
+        await c.sync()
+        await settle(c)
+        c.cache.planned[SERVE] = (4, "scaled 2 → 4: forecast 90 req/s")  # `autoscalers`
+        c.observe_job(scaled(kube, "serve", 4))
+        await settle(c)
+        status = kube.ijobs["serve"]["status"]
+        assert status["replicas"] == 4
+        assert "AutoscalingOverridden" not in {x["type"] for x in status.get("conditions", [])}
+        assert SERVE not in c.cache.planned
+        c.observe_job(scaled(kube, "serve", 5))  # then someone else: an override
+        await settle(c)
+        status = kube.ijobs["serve"]["status"]
+        assert "AutoscalingOverridden" in {x["type"] for x in status["conditions"]}
+
+    run(scenario)

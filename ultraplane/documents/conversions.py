@@ -155,10 +155,33 @@ def queued_job(kind: str, namespace: str, name: str, spec: Mapping[str, Any],
     queue = spec.get("queueName")
     if queue is not None and (not isinstance(queue, str) or not queue):
         raise InvalidJobError(f"spec.queueName must be a queue's name, got {queue!r}.")
+    movable = spec.get("movable")
+    if movable is not None and not isinstance(movable, bool):
+        raise InvalidJobError(f"spec.movable must be true or false, got {movable!r}.")
+    every, notice = _checkpoints(spec, kind)
     return QueuedJob(job_key(kind, namespace, name), placement_request(spec, kind), priority,
                      seq, bool(spec.get("preemptible", True)), replicas,
                      expected_s=run_estimate(spec, kind), created_s=created_s,
-                     launches=bool(spec.get("template")), queue=queue)
+                     launches=bool(spec.get("template")), queue=queue, movable=movable,
+                     checkpoint_s=every, notice_s=notice)
+
+
+def _checkpoints(spec: Mapping[str, Any], kind: str) -> tuple[float | None, float | None]:
+    """How often a TrainingJob checkpoints (None: never, or an InferenceJob) and, when it
+    saves on notice, its grace period: what a move of it loses (`ultraplane.scheduling.moves`)."""
+    if kind != "TrainingJob":
+        return None, None
+    every = spec.get("checkpointIntervalSeconds", 600)
+    notice = spec.get("checkpoint") or {}
+    if not isinstance(every, (int, float)) or isinstance(every, bool) or every < 0:
+        raise InvalidJobError(f"spec.checkpointIntervalSeconds must be seconds, got {every!r}.")
+    if not isinstance(notice, Mapping):
+        raise InvalidJobError(f"spec.checkpoint must be an object, got {notice!r}.")
+    grace = notice.get("gracePeriodSeconds", 120)
+    if not isinstance(grace, (int, float)) or isinstance(grace, bool) or grace <= 0:
+        raise InvalidJobError(f"spec.checkpoint.gracePeriodSeconds must be seconds, got {grace!r}.")
+    return (float(every) or None,
+            float(grace) if notice.get("onNotice") is True else None)
 
 
 def replica_chips(allocation: Mapping[str, Any]) -> tuple[tuple[ChipId, ...], ...]:

@@ -33,6 +33,7 @@ from ultraplane.scheduling.decisions import (
     Evicted,
     Failed,
     Finished,
+    Moved,
     Pending,
     Preempted,
     Replaced,
@@ -82,7 +83,7 @@ __all__ = [
 ]
 
 Status = dict[str, Any]
-StatusDecision = (Admitted | Replaced | Pending | Preempted | Evicted | Restarted | Requeued
+StatusDecision = (Admitted | Replaced | Moved | Pending | Preempted | Evicted | Restarted | Requeued
                   | Failed | Finished | ScaledDown | ScalingUp | ScaledUp)
 
 
@@ -419,6 +420,11 @@ def _status_of(current: Mapping[str, Any], decision: StatusDecision, now: dateti
             status = admitted(current, decision.placements[0], now, reason, decision.message)
         if isinstance(decision, Replaced):
             status["restarts"] = int(current.get("restarts") or 0) + 1
+        return status
+    if isinstance(decision, Moved):  # running again at once, on its new chips
+        status = admitted(current, decision.placement, now, "Moved",
+                          decision.message.rstrip("."))
+        status["restarts"] = int(current.get("restarts") or 0) + 1
         return status
     if isinstance(decision, ScaledDown | ScalingUp | ScaledUp):
         return rescaled(decision)

@@ -73,6 +73,11 @@ class Allocator(Inventory, DomainQueries):
     def allocations(self) -> Mapping[JobKey, Placement]:
         return MappingProxyType(self._placements)
 
+    def request_of(self, job: JobKey) -> PlacementRequest | None:
+        """The request `job` was placed for, when it was given (None for an unknown job)."""
+        rec = self._jobs.get(job)
+        return None if rec is None else rec.request
+
     def job_of(self, chip: ChipId | str) -> JobKey | None:
         slot, s, bit = self._locate(chip)
         for job in slot.jobs:

@@ -37,6 +37,18 @@ ANNOTATION_SERVER = "ultraplane.dev/server"
 ANNOTATION_CHIPS = "ultraplane.dev/chips"
 API_VERSION = "ultraplane.dev/v1alpha1"
 
+METRICS_PORT_NAME = "metrics"  # the containerPort a model server exports its metrics on
+
+
+def metrics_port(pod: Mapping[str, Any]) -> int | None:
+    """A pod's containerPort named `metrics` (vLLM's Prometheus endpoint), or None."""
+    for c in (pod.get("spec") or {}).get("containers") or []:
+        for port in c.get("ports") or []:
+            if port.get("name") == METRICS_PORT_NAME and isinstance(port.get("containerPort"), int):
+                return int(port["containerPort"])
+    return None
+
+
 _LABEL_BAD = re.compile(r"[^a-z0-9-]+")
 
 

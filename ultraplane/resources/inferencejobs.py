@@ -218,6 +218,25 @@ class InferenceAllocation(Allocation):
     )
 
 
+class ServingLoad(SpecModel):
+    """The load the model servers reported over the planner's last interval (their vLLM
+    metrics, read by the operator)."""
+
+    requests_per_second: float | None = Field(default=None, ge=0,
+                                              description="Requests finished per second.")
+    prompt_tokens_per_request: float | None = Field(default=None, ge=0,
+                                                    description="Mean prompt tokens.")
+    output_tokens_per_request: float | None = Field(default=None, ge=0,
+                                                    description="Mean output tokens.")
+    ttft_p99_ms: float | None = Field(default=None, ge=0, alias="ttftP99Ms",
+                                      description="p99 time to first token, ms.")
+    tpot_p99_ms: float | None = Field(default=None, ge=0, alias="tpotP99Ms",
+                                      description="p99 time per output token, ms.")
+    slo_attainment: float | None = Field(
+        default=None, ge=0, le=1,
+        description="Share of requests within both p99 objectives of spec.autoscaling.")
+
+
 class InferenceJobStatus(JobStatus):
     """Observed state of an inference job."""
 
@@ -256,6 +275,9 @@ class InferenceJobStatus(JobStatus):
     )
     tokens_per_megawatt: float | None = Field(
         default=None, ge=0, description="Tokens per second per megawatt drawn."
+    )
+    load: ServingLoad | None = Field(
+        default=None, description="The load the model servers reported (spec.autoscaling)."
     )
 
 

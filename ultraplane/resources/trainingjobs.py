@@ -83,6 +83,22 @@ _STEPS_NEED_SIZE = (
 )
 
 
+class CheckpointNotice(SpecModel):
+    """How the job saves when it is told to stop (a move to other chips)."""
+
+    on_notice: bool = Field(
+        default=False, strict=True,
+        description="The job writes a checkpoint when its pods are told to stop (SIGTERM), "
+        "within gracePeriodSeconds: a move then loses only that time, not the work since "
+        "the last periodic checkpoint.",
+    )
+    grace_period_seconds: int = Field(
+        default=120, ge=1, le=3600, strict=True,
+        description="Seconds the pods get to save before they are killed (their termination "
+        "grace period when the job is moved).",
+    )
+
+
 class TrainingJobSpec(SpecModel):
     """What a training job asks for. Immutable once the job is admitted."""
 
@@ -135,6 +151,17 @@ class TrainingJobSpec(SpecModel):
         le=86_400,
         description="Seconds between checkpoints; progress since the last one is lost on a "
         "restart. 0 turns checkpoints off.",
+    )
+    checkpoint: CheckpointNotice | None = Field(
+        default=None,
+        description="Whether the job saves a checkpoint on notice (onNotice, with "
+        "gracePeriodSeconds). Unset: it saves only every checkpointIntervalSeconds.",
+    )
+    movable: bool | None = Field(
+        default=None, strict=True,
+        description="Whether the scheduler may move the running job to other chips to make "
+        "room for a job within its team's unused quota (at most once an hour, and only when "
+        "that job would otherwise wait long). Unset: when preemptible.",
     )
     failure_policy: FailurePolicy = Field(
         default=FailurePolicy.RESTART_ALL,

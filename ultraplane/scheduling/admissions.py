@@ -53,6 +53,7 @@ from ultraplane.scheduling.decisions import (
     Evicted,
     Failed,
     Finished,
+    Moved,
     Observed,
     Pending,
     Preempted,
@@ -64,9 +65,11 @@ from ultraplane.scheduling.decisions import (
     ScaledDown,
     ScaledUp,
     ScalingUp,
+    moved_message,
     preempted_message,
 )
 from ultraplane.scheduling.failures import CHIP, POD, apply_policy, replace
+from ultraplane.scheduling.moves import MoveRules
 from ultraplane.scheduling.queueorder import TARGET_START, QueueOrder
 from ultraplane.scheduling.scheduler import Scheduler
 from ultraplane.workloads import QueuedJob
@@ -80,6 +83,7 @@ __all__ = [
     "Evicted",
     "Failed",
     "Finished",
+    "Moved",
     "Observed",
     "Pending",
     "Preempted",
@@ -101,13 +105,14 @@ class Admissions:
 
     def __init__(self, allocator: Allocator, *, preemption: bool = True,
                  reservation: bool = True, order: QueueOrder = TARGET_START,
-                 quotas: QuotaBook | None = None, power: PowerBook | None = None) -> None:
+                 quotas: QuotaBook | None = None, power: PowerBook | None = None,
+                 moves: MoveRules | None = None) -> None:
         self.allocator = allocator
         self.order = order  # ranks every job it is handed (`ultraplane.scheduling.queueorder`)
         # Tenant queues (`ultraplane.policies.quotas`): a job over its queue's quota waits `NoQuota`.
         self.quotas = quotas
         self.scheduler = Scheduler(allocator, preemption=preemption, reservation=reservation,
-                                   quotas=quotas, power=power)
+                                   quotas=quotas, power=power, moves=moves)
         # Power budgets (`ultraplane.policies.powerbook`): a job no budget has headroom for waits
         # `NoPower`; `power.caps()` after a cycle says which running jobs to cap.
         self.power = power
@@ -280,6 +285,14 @@ class Admissions:
         return (f"Preempted: queue {theirs} reclaimed its nominal chips for job {by} from "
                 f"queue {mine}, which was borrowing them; requeued.")
 
+    def _moved(self, key: JobKey, by: JobKey, placement: Placement, origin: tuple[str, ...],
+               lost_s: float) -> Moved:
+        book = self.quotas
+        preemptor = self.scheduler.running().get(by)
+        queue = book.queue_of(preemptor) if book is not None and preemptor is not None else None
+        return Moved(key, by, placement, origin, lost_s,
+                     moved_message(by, queue, origin, placement.ultraservers, lost_s))
+
     def cycle(self, now: float, launch_budget: int | None = None) -> Decisions:
         """Trigger: run one scheduling cycle and say what follows from it (`now`: the caller's
         clock, required so no adapter runs without the predictions: EASY backfill by predicted
@@ -295,6 +308,7 @@ class Admissions:
         decisions.preempted = [Preempted(v, by, fair[v], True) if v in fair else
                                Preempted(v, by, self._why_preempted(requeued.get(v), by))
                                for v, by in result.preempted]
+        decisions.moved = [self._moved(*m) for m in result.moved]
         decisions.admitted = [Admitted(k, (p,), message=result.notes.get(k, ""))
                               for k, p in result.admitted]
         decisions.admitted += [Admitted(k, ps, True) for k, ps in result.admitted_replicas]

@@ -50,6 +50,11 @@ class CycleResult:
     # replica added this cycle, why the rest of the scale-up waits or None when it is done).
     scaled_up: list[tuple[JobKey, tuple[tuple[int, Placement], ...], str | None]] = field(
         default_factory=list)
+    # Running jobs moved to make room for a guaranteed job (`moves`): (key, the job it made
+    # room for, its new placement, its old UltraServers, seconds of work it loses). Persisted
+    # before `admitted`: the job it made room for takes its old chips.
+    moved: list[tuple[JobKey, JobKey, Placement, tuple[str, ...], float]] = field(
+        default_factory=list)
 
     def held_for(self) -> dict[str, JobKey]:
         """UltraServer -> the job its chips are reserved for (empty without a reservation)."""

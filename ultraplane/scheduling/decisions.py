@@ -11,8 +11,8 @@ they are persisted.
 
     trigger (adapter)           Admissions method          decisions
     --------------------------  -------------------------  ---------------------------------------
-    scheduling cycle            cycle(now)                 Decisions: Preempted, Failed, Admitted,
-                                                           Pending, Reserved
+    scheduling cycle            cycle(now)                 Decisions: Preempted, Moved, Failed,
+                                                           Admitted, Pending, Reserved
     job observed                observe(job)               Observed
     spec cannot be read         invalid(key, error)        Failed (InvalidSpec)
     chip failed under a job     chip_failed(...)           Replaced | Restarted | Failed
@@ -43,6 +43,7 @@ __all__ = [
     "Evicted",
     "Failed",
     "Finished",
+    "Moved",
     "Observed",
     "Pending",
     "Preempted",
@@ -89,6 +90,34 @@ class Preempted:
 
 def preempted_message(by: str) -> str:
     return f"Preempted by higher-priority job {by}; requeued."
+
+
+@dataclass(frozen=True, slots=True)
+class Moved:
+    """The running job `key` was taken off `origin` (UltraServers) and holds `placement` now,
+    to make room for `by`, a job within its queue's unused quota; it restarts there from its
+    checkpoint at once (it does not wait), losing about `lost_s` seconds of work plus the
+    restart. `message` says so in words (its status message)."""
+
+    key: JobKey
+    by: JobKey
+    placement: Placement
+    origin: tuple[str, ...]
+    lost_s: float
+    message: str
+
+    @property
+    def chip_ids(self) -> tuple[ChipId, ...]:
+        return self.placement.chip_ids
+
+
+def moved_message(by: str, queue: str | None, origin: tuple[str, ...], to: tuple[str, ...],
+                  lost_s: float) -> str:
+    whose = f" of queue {queue}" if queue else ""
+    return (f"Moved from UltraServer {', '.join(origin)} to {', '.join(to)} to make room for "
+            f"job {by}{whose}, which is within its queue's unused quota and fits no "
+            f"UltraServer otherwise; restarted from its checkpoint (about {lost_s:.0f} s of "
+            f"work lost).")
 
 
 @dataclass(frozen=True, slots=True)
@@ -250,7 +279,7 @@ class ScaledUp:
         return len(self.placements)
 
 
-Decision = (Admitted | Preempted | Evicted | Pending | Failed | Replaced | Restarted | Finished
+Decision = (Admitted | Preempted | Moved | Evicted | Pending | Failed | Replaced | Restarted | Finished
             | Deleted | Observed | Readopted | Requeued | ScaledDown | ScalingUp | ScaledUp)
 
 
@@ -271,6 +300,10 @@ class Decisions:
     # Running replicated jobs whose added replicas this cycle placed, or that still wait for
     # them (persisted after `preempted`: a replica may reuse a victim's chips).
     scaled_up: list[ScaledUp] = field(default_factory=list)
+    # Running jobs moved to make room for an admitted job (persisted after `preempted` and
+    # before `admitted`: the admitted job takes their old chips). Only with moves on
+    # (`Admissions(moves=...)`), which the adapter that asks for them persists.
+    moved: list[Moved] = field(default_factory=list)
 
     def __iter__(self) -> Iterator[Admitted | Preempted | Pending | Failed]:
         yield from self.preempted

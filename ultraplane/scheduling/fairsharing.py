@@ -224,7 +224,7 @@ class FairSharing:
         over = {q for q, spec in book.queues.items()
                 if spec.cohort is not None and book.used(q) > shares.get(q, 0.0)
                 and book.borrowed(q)}
-        started, ends = self._roster.started, self._roster.ends
+        started, ends = self._roster.since, self._roster.ends
         found: dict[str, list[tuple[float, int, float, str, str, QueuedJob]]] = {}
         if over:
             for other in self._roster.running.values():

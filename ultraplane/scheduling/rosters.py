@@ -43,7 +43,9 @@ class Roster:
         self.running: dict[JobKey, QueuedJob] = {}
         self.owners: dict[JobKey, JobKey] = {}  # allocator key of a running part -> its job
         self.ends: dict[JobKey, float] = {}  # predicted end of running jobs
-        self.started: dict[JobKey, float] = {}  # when running jobs got their chips (a clock)
+        # When each running job last started on its chips (the cycle's clock; None without
+        # one): the work a move would lose is counted from it (`moves`).
+        self.since: dict[JobKey, float | None] = {}
         self.epoch = 0
         # How many preemptible running jobs hold each priority: a cycle reads the lowest
         # without a scan of every running job.
@@ -114,8 +116,7 @@ class Roster:
         if old is not None:
             self._unhold(old)
         self.running[job.key] = job
-        if self._state.now is not None:
-            self.started.setdefault(job.key, self._state.now)
+        self.since.setdefault(job.key, self._state.now)
         if job.preemptible:
             self._preemptible[job.priority] += 1
         for part in job.parts():
@@ -140,7 +141,7 @@ class Roster:
 
     def _release(self, job: QueuedJob) -> frozenset[ChipId]:
         self.ends.pop(job.key, None)
-        self.started.pop(job.key, None)
+        self.since.pop(job.key, None)
         freed: set[ChipId] = set()
         for part in job.parts():
             self.owners.pop(part, None)

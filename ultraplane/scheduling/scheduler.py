@@ -25,6 +25,7 @@ launch allowance and no-fit memo (`cycles.CycleState`); each module says why its
 - `replicas`: every part of a job placed, or none;
 - `elasticity`: a running replicated job's added replicas, placed one by one (`rescale`);
 - `splits`: a `SplitWhenItPays` job split over UltraServers when it pays;
+- `moves`: running jobs moved elsewhere so a guaranteed job finds one domain;
 - `reservations`: the first large job that does not fit reserves where it starts soonest;
 - `backfills`: a job onto reserved UltraServers when it ends before they are due;
 - `carryovers`: a deep queue's cycle that tries only the new arrivals.
@@ -42,7 +43,7 @@ A cycle, in this fixed order (`cycle`, `_full`, `_carried`, `_try`):
    decides it:
    a. the launch allowance is spent: it waits, `Deferred` (so does every job after it);
    b. its tenant queue has no room for it (`QuotaBook.refuse`): it waits, unless fair
-      sharing may preempt for it (`FairSharing.may_preempt`; then to step e's end);
+      sharing may preempt for it (`FairSharing.may_preempt`; then to step g);
    c. its request already failed this cycle and no step below could change that
       (`_settled`): it waits for the same reason, at the cost of a lookup;
    d. placement, every part or none (`Replicas.place`): each part where
@@ -50,11 +51,13 @@ A cycle, in this fixed order (`cycle`, `_full`, `_carried`, `_try`):
       then the power budgets' word (`PowerGate.refuses`, `PowerGate.place_beside`);
    e. no capacity for its one gang: split if it pays (`Splits.split`), else onto reserved
       UltraServers if it ends before they are due (`Backfills.backfill`);
-   e'. still no room or capacity: fair sharing takes chips for it from queues above their
+   f. a job within its tenant queue's unused quota: running jobs moved out of one domain
+      for it, when its wait would be long (`Moves.move_for`);
+   g. still no room or capacity: fair sharing takes chips for it from queues above their
       fair share, in one domain, if its queue is below its own (`FairSharing.preempt_for`);
-   f. still no capacity: it reserves where it would start soonest, if it may
+   h. still no capacity: it reserves where it would start soonest, if it may
       (`Reservations.reserve`), and waits; the jobs behind it go elsewhere;
-   g. placed: it holds its chips with its predicted end (`Roster.hold`) and spends its
+   i. placed: it holds its chips with its predicted end (`Roster.hold`) and spends its
       pods from the launch allowance.
 3. What stands for the next cycle (`CarryOver.tried`, `CarryOver.settle`).
 
@@ -77,6 +80,7 @@ from ultraplane.scheduling.cycles import DEFERRED, CycleResult, CycleState
 from ultraplane.scheduling.elasticity import Elasticity
 from ultraplane.scheduling.evictions import Evictions
 from ultraplane.scheduling.fairsharing import FairSharing
+from ultraplane.scheduling.moves import MoveRules, Moves
 from ultraplane.scheduling.powergates import PowerGate
 from ultraplane.scheduling.quotagates import QuotaGate
 from ultraplane.scheduling.replicas import Replicas
@@ -93,7 +97,7 @@ class Scheduler:
 
     def __init__(self, allocator: Allocator, *, preemption: bool = True,
                  reservation: bool = True, quotas: QuotaBook | None = None,
-                 power: PowerBook | None = None) -> None:
+                 power: PowerBook | None = None, moves: MoveRules | None = None) -> None:
         self.allocator = allocator
         # Tenant queues: admission within quota, fair-share order, reclaim (policies.quotas)
         self.quotas = quotas
@@ -115,6 +119,8 @@ class Scheduler:
         self._elasticity = Elasticity(allocator, roster, state, gate, evictions,
                                       self._power)
         self._fairsharing = FairSharing(allocator, roster, state, gate, evictions, self._power)
+        # Moves for guaranteed jobs of tenant queues (off unless the caller persists them)
+        self._moves = Moves(allocator, roster, state, gate, moves or MoveRules())
 
     @property
     def preemption(self) -> bool:
@@ -201,6 +207,11 @@ class Scheduler:
         chips = tuple(chip_ids)
         req = request if request is not None else PlacementRequest(chips=len(chips))
         self._roster.restore(QueuedJob(key, req, priority, seq, preemptible, rank=rank), chips)
+
+    def restore_job(self, job: QueuedJob, chip_ids: Iterable[ChipId]) -> None:
+        """Re-adopt a one-gang job on `chip_ids` keeping every field of `job` (its queue, run
+        time, checkpoints); raises `AllocationConflict` as `restore` does."""
+        self._roster.restore(job, tuple(chip_ids))
 
     def restore_replicas(self, job: QueuedJob, chips: Sequence[Iterable[ChipId]]) -> None:
         """Re-adopt every replica of a replicated job, all or nothing (`chips[i]` for replica
@@ -331,6 +342,8 @@ class Scheduler:
                     outcome = self._splits.split(job, outcome, result)
                 if isinstance(outcome, NoFit) and self._reservations.fenced:
                     outcome = self._backfills.backfill(job, outcome, result)
+                if isinstance(outcome, NoFit):
+                    outcome = self._moves.move_for(job, outcome, result)
             if isinstance(outcome, NoFit):
                 outcome = self._fairsharing.preempt_for(job, outcome, result)
             if isinstance(outcome, NoFit):
@@ -361,5 +374,6 @@ class Scheduler:
                 and not self._evictions.may_preempt(job)
                 and not self._fairsharing.may_preempt(job)
                 and not (self._reservations.fenced and job.expected_s is not None)
+                and not self._moves.may_move(job)
                 and (known.kind != "NoCapacity"
                      or not self._reservations.may_reserve(job, result)))

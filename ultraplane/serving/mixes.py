@@ -61,6 +61,25 @@ class TokenMix:
         """Every request alike (a spec that gives one shape, not a trace)."""
         return cls.from_samples([prompt], [output])
 
+    @classmethod
+    def levels(cls) -> Floats:
+        """The quantile levels the points stand at (for a mix read off a histogram)."""
+        return np.array(_LEVELS, dtype=np.float64)
+
+    @classmethod
+    def from_points(cls, prompts: Sequence[float], outputs: Sequence[float]) -> TokenMix:
+        """A mix whose points, at `levels()`, are given (ascending, as many as the levels)."""
+        p, o = np.sort(np.asarray(prompts, np.float64)), np.sort(np.asarray(outputs, np.float64))
+        if p.size != _LEVELS.size or o.size != _LEVELS.size:
+            raise ValueError(f"a mix has {_LEVELS.size} points")
+        return cls(p, o, _WEIGHTS.copy())
+
+    def scaled(self, mean_prompt: float, mean_output: float) -> TokenMix:
+        """The same shape with these means (lengths stay at least 1)."""
+        p = self.prompts * (mean_prompt / max(self.mean_prompt, 1e-12))
+        o = self.outputs * (mean_output / max(float(self.weights @ self.outputs), 1e-12))
+        return TokenMix(np.maximum(p, 1.0), np.maximum(o, 1.0), self.weights.copy())
+
     @property
     def mean_prompt(self) -> float:
         return float(self.weights @ self.prompts)

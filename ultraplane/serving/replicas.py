@@ -23,6 +23,7 @@ is the profile's `serving` block (assumptions, docs/simulator.md).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from functools import cache
 from typing import TypeVar
@@ -32,9 +33,9 @@ import numpy.typing as npt
 
 from ultraplane.hardware.powermodels import ChipPower, chip_power_of
 from ultraplane.hardware.profiles import ServingFigures, load_profile
-from ultraplane.serving.llms import LanguageModel
+from ultraplane.serving.llms import MODELS, LanguageModel
 
-__all__ = ["Replica", "replica_of"]
+__all__ = ["Replica", "replica_for", "replica_of"]
 
 Floats = npt.NDArray[np.float64]
 Numbers = TypeVar("Numbers", float, Floats)
@@ -148,3 +149,15 @@ def replica_of(model: LanguageModel, profile: str = "trn3-gen2", chips: int = 16
         raise ValueError(f"{model.name} at {precision} leaves no HBM for a KV cache on "
                          f"{chips} chips of {profile}")
     return replica
+
+
+def replica_for(model: str, *, chips: int, profile: str | None = None,
+                parameters_b: float | None = None, precision: str = "FP8") -> Replica:
+    """The replica an InferenceJob's spec describes: its model by catalogue name, else the
+    catalogued model nearest its parameter count (else the 70B one), on its chips of its
+    profile (trn3-gen2 when the job takes any)."""
+    known = MODELS.get(model.lower())
+    if known is None:
+        size = parameters_b if parameters_b is not None else 70.0
+        known = min(MODELS.values(), key=lambda m: abs(math.log(m.params_b / size)))
+    return replica_of(known, profile or "trn3-gen2", chips, precision)

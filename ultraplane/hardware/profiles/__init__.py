@@ -82,6 +82,9 @@ class ChipSpec(BaseModel):
     wake_seconds: float = 0.0
     cap_min_watts: float | None = None
     cap_perf_exponent: float = 0.4
+    # A job's restart on new chips (pods started, runtime up, checkpoint loaded): what a move
+    # costs besides the lost work (`ultraplane.scheduling.moves`).
+    restart_seconds: float = 60.0
     figures: dict[str, Figure] = Field(default_factory=dict, repr=False)
 
 
