@@ -272,25 +272,29 @@ def test_history_and_gauges_follow_the_status_the_operator_writes(
                          "timeToFirstTokenMs": 700, "timePerOutputTokenMs": 40}}}}
     assert client.post(path, json=body).status_code == 201
 
-    def status(desired: int, ready: int) -> None:
+    def status(desired: int, ready: int, load: dict[str, float] | None) -> None:
         kube_env.kubectl("patch", "-n", kube_namespace, "inferencejob", "chat",
                          "--subresource=status", "--type=merge", "-p", json.dumps({"status": {
                              "phase": "Running", "replicas": ready, "readyReplicas": ready,
-                             "desiredReplicas": desired}}))
+                             "desiredReplicas": desired, "load": load}}))
 
-    status(2, 2)
+    status(2, 2, None)  # no load read from the model servers yet
     _poll_until(backend, lambda: backend.services, "the serving job in the poll")
-    status(3, 2)  # scaling up: one replica still to place
+    assert client.get(f"{path}/chat/history").json()["samples"][-1]["requestsPerSecond"] is None
+    job = f'name="chat",namespace="{kube_namespace}"'
+    assert f"ultraplane_inferencejob_requests_per_second{{{job}}}" not in client.get(
+        "/metrics").text
+    status(3, 2, {"requestsPerSecond": 310.0, "ttftP99Ms": 820.0})  # scaling up for the load
     backend.poll()
     history = client.get(f"{path}/chat/history").json()
     assert history["ttftObjectiveMs"] == 700
-    figures = [(s["desiredReplicas"], s["readyReplicas"]) for s in history["samples"]]
-    assert figures[0] == (2, 2) and figures[-1] == (3, 2)
-    assert history["samples"][-1]["requestsPerSecond"] is None  # none reported
+    figures = [(s["desiredReplicas"], s["readyReplicas"], s["requestsPerSecond"],
+                s["ttftP99Ms"]) for s in history["samples"]]
+    assert figures[0] == (2, 2, None, None) and figures[-1] == (3, 2, 310.0, 820.0)
     text = client.get("/metrics").text
-    job = f'name="chat",namespace="{kube_namespace}"'
     assert f'ultraplane_inferencejob_replicas{{{job},state="desired"}} 3.0' in text
     assert f'ultraplane_inferencejob_replicas{{{job},state="ready"}} 2.0' in text
+    assert f"ultraplane_inferencejob_requests_per_second{{{job}}} 310.0" in text
+    assert f"ultraplane_inferencejob_ttft_p99_seconds{{{job}}} 0.82" in text
     assert f"ultraplane_inferencejob_ttft_objective_seconds{{{job}}} 0.7" in text
-    assert f"ultraplane_inferencejob_requests_per_second{{{job}}}" not in text
     assert client.get(f"{path}/nope/history").status_code == 404

@@ -402,3 +402,50 @@ def test_queues_show_their_fair_share_beside_the_chips_they_hold(tmp_path: Path,
         until(marked, "research's fair share marked on its bar")
         assert offline.attempts == []
         assert not errors, errors
+
+
+def test_kubernetes_mode_charts_the_load_the_operator_reports(tmp_path: Path, browser: Any,
+                                                              kube_env: Any,
+                                                              kube_namespace: str) -> None:
+    """On the real API server tier the operator writes status.load (here with kubectl): the
+    chart draws the offered load and p99 TTFT, and follows a new replica count."""
+    env = {"KUBECONFIG": str(kube_env.kubeconfig),
+           "ULTRAPLANE_KUBECONFIG": str(kube_env.kubeconfig)}
+
+    def status(replicas: int, rps: float, ttft: float) -> None:
+        kube_env.kubectl("patch", "-n", kube_namespace, "inferencejob", "chat",
+                         "--subresource=status", "--type=merge", "-p", json.dumps({"status": {
+                             "phase": "Running", "replicas": replicas, "readyReplicas": replicas,
+                             "desiredReplicas": replicas,
+                             "load": {"requestsPerSecond": rps, "ttftP99Ms": ttft}}}))
+
+    with served(tmp_path, "--backend", "kubernetes", "--tick-seconds", "0.5", env=env) as url, \
+            offline_page(browser, "dashboard-kubernetes-services") as (page, offline, errors):
+        body = {"metadata": {"name": "chat"},
+                "spec": {"replicas": 2, "chipsPerReplica": 4, "model": {"name": "llama"},
+                         "load": {"requestsPerSecond": 20},
+                         "latencySLO": {"timeToFirstTokenMs": 900}}}
+        answer = httpx.post(f"{url}/v1/namespaces/{kube_namespace}/inferencejobs", json=body,
+                            timeout=10)
+        assert answer.status_code == 201, answer.text
+        status(2, 150.0, 420.0)
+        page.goto(f"{url}/?poll=0.5")
+        card = page.locator(f'[data-service="ij/{kube_namespace}/chat"]')
+        until(lambda: card.count() == 1, "chat's chart")
+        load = card.locator('[data-chart="load"] [data-series="load"]')
+        ttft = card.locator('[data-chart="ttft"] [data-series="ttft"]')
+        until(lambda: load.count() == 1 and load.get_attribute("data-last") == "150",
+              "the offered load drawn")
+        assert ttft.get_attribute("data-last") == "420"
+        status(4, 390.0, 980.0)  # over its objective: the operator adds replicas
+        until(lambda: card.locator('[data-series="ready"]').get_attribute("data-last") == "4",
+              "the ready line at 4")
+        until(lambda: load.get_attribute("data-last") == "390", "the load line at 390")
+        assert ttft.get_attribute("data-last") == "980"
+        objective = card.locator('[data-chart="ttft"] [data-series="objective"]')
+        # SVG y grows downwards: the last TTFT point is above the objective line
+        last_y = float(ttft.get_attribute("points").split()[-1].split(",")[1])
+        assert last_y < float(objective.get_attribute("y1"))
+        assert "390 req/s" in card.locator(".facts").inner_text()
+        assert offline.attempts == []
+        assert not errors, errors
