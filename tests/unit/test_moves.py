@@ -249,3 +249,25 @@ def test_the_moved_jobs_status_names_where_it_went_and_the_job_it_made_room_for(
     assert status["allocation"]["ultraServers"] == ["gen2-0001"]
     assert "job w of queue A" in status["message"] and "from UltraServer gen2-0000" in status[
         "message"]
+
+
+def test_why_of_a_moved_job_says_where_it_went_and_for_whom() -> None:
+    from datetime import UTC, datetime
+
+    from ultraplane.documents.explanation_inputs import waiting_job
+    from ultraplane.documents.explanations import explain
+    from ultraplane.documents.jobstatuses import apply, running, status_of
+
+    adm, w = two_fragments()
+    adm.submit(w)
+    moved = adm.cycle(1000.0).moved[0]
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    current = {"phase": "Running", "attempt": 1}
+    current = apply(current, status_of(current, moved, now))
+    current = apply(current, running(current, "PodsRunning", "2 pods run", now))
+    body = {"kind": "TrainingJob", "metadata": {"namespace": "b", "name": "b1"},
+            "spec": {"chips": 44}, "status": current}
+    said = explain(waiting_job(body), [], now_s=0.0).summary
+    assert "is Running" in said
+    assert "Moved from UltraServer gen2-0000 to gen2-0001 to make room for job w" in said
+

@@ -12,7 +12,7 @@ from ultraplane.operator.controllers import Controller
 from ultraplane.operator.eventrates import EventDigests, TokenBucket
 
 from tests.unit.operator_fakes import FakeKube, controller, settle, stopped, until
-from ultraplane.ids import JobKey
+from ultraplane.ids import ChipId, JobKey
 from ultraplane.scheduling.decisions import Pending
 
 
@@ -291,3 +291,25 @@ def test_a_slow_resync_list_does_not_hold_back_admissions() -> None:
         await stopped(loop)
 
     asyncio.run(scenario())
+
+
+def test_the_operator_writes_a_move_only_once_no_other_record_holds_its_new_chips() -> None:
+    from ultraplane.operator.movewrites import clashes, recorded_holders, stop_grace
+
+    bodies = {
+        JobKey("tj/a/moved"): {"status": {"phase": "Running",
+                                          "allocation": {"chips": ["x/s00/c00"]}}},
+        JobKey("tj/a/left"): {"status": {"phase": "Preempted",
+                                         "allocation": {"chips": ["y/s00/c00"]}}},
+        JobKey("tj/a/other"): {"status": {"phase": "Admitted",
+                                          "allocation": {"chips": ["y/s00/c01"]}}},
+    }
+    holders = recorded_holders(bodies)
+    assert holders == {"x/s00/c00": "tj/a/moved", "y/s00/c01": "tj/a/other"}
+    assert clashes(JobKey("tj/a/moved"), [ChipId("x/s00/c00"), ChipId("y/s00/c00")],
+                   holders) is None  # its own old chips, and chips no record holds
+    assert clashes(JobKey("tj/b/w"), [ChipId("x/s00/c00")], holders) == "tj/a/moved"
+    assert stop_grace({"checkpoint": {"onNotice": True, "gracePeriodSeconds": 45}}) == 45
+    assert stop_grace({"checkpoint": {"onNotice": True}}) == 120
+    assert stop_grace({"checkpoint": {"gracePeriodSeconds": 30}}) == 30
+    assert stop_grace({}) is None and stop_grace({"checkpoint": {}}) is None
