@@ -45,13 +45,20 @@ class ChipWatch:
         self.held: dict[str, list[str]] = {}
         self.doubles: list[tuple[str, list[str]]] = []
         self.versions = 0
+        self.restarts = 0  # watches started again from a listing
         self.reasons: dict[str, list[str]] = {}  # job -> the reasons it went through
         self._stop = threading.Event()
-        listed = api.list_cluster_custom_object(GROUP, VERSION, "trainingjobs")
+        self._rv = ""
+        self._list()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def _list(self) -> None:
+        """Start (or start again after an expired watch) from one consistent listing."""
+        listed = self.api.list_cluster_custom_object(GROUP, VERSION, "trainingjobs")
+        self.held.clear()
         for body in listed["items"]:
             self._see("ADDED", body)
         self._rv = listed["metadata"]["resourceVersion"]
-        self._thread = threading.Thread(target=self._loop, daemon=True)
 
     def __enter__(self) -> ChipWatch:
         self._thread.start()
@@ -65,13 +72,24 @@ class ChipWatch:
         from kubernetes import watch
 
         while not self._stop.is_set():
-            stream = watch.Watch().stream(
-                self.api.list_cluster_custom_object, GROUP, VERSION, "trainingjobs",
-                resource_version=self._rv, timeout_seconds=2)
-            for event in stream:
-                body = event["object"]
-                self._rv = body["metadata"]["resourceVersion"]
-                self._see(event["type"], body)
+            try:
+                stream = watch.Watch().stream(
+                    self.api.list_cluster_custom_object, GROUP, VERSION, "trainingjobs",
+                    resource_version=self._rv, timeout_seconds=2)
+                for event in stream:
+                    if event["type"] == "ERROR":  # the version expired: list again
+                        raise RuntimeError(event["object"])
+                    body = event["object"]
+                    self._rv = body["metadata"]["resourceVersion"]
+                    self._see(event["type"], body)
+            except Exception:
+                self.restarts += 1
+                while not self._stop.wait(0.2):  # until a listing answers
+                    try:
+                        self._list()
+                        break
+                    except Exception:
+                        continue
 
     def _see(self, kind: str, body: dict[str, Any]) -> None:
         meta = body["metadata"]
