@@ -271,3 +271,20 @@ def test_why_of_a_moved_job_says_where_it_went_and_for_whom() -> None:
     assert "is Running" in said
     assert "Moved from UltraServer gen2-0000 to gen2-0001 to make room for job w" in said
 
+
+
+def test_a_job_re_adopted_after_a_restart_may_be_moved_losing_at_most_a_checkpoint_interval(
+        ) -> None:
+    # as two_fragments, but the running jobs are re-adopted before any cycle (an adapter's
+    # restart): their start is unknown, so b1's loss is bounded by its checkpoint interval
+    book = QuotaBook([QueueSpec(q, {GEN2: 144}, cohort="all") for q in ("A", "B")])
+    adm = Admissions(Allocator(build_fleet(GEN2, 2)), reservation=False, quotas=book, moves=ON)
+    for j, ids in ((job("a1", "A", 56), chips(0, 0, 14)), (job("b1", "B", 44), chips(0, 14, 11)),
+                   (job("b2", "B", 100), chips(1, 0, 25))):
+        adm.scheduler.restore_job(adm.ranked(j), ids)
+        adm.expect_end(j.key, HOURS)
+    adm.submit(job("w", "A", 88))
+    d = adm.cycle(1000.0)
+    assert [(m.key, m.lost_s) for m in d.moved] == [("b1", 600.0)]
+    assert [a.key for a in d.admitted] == ["w"]
+    no_chip_twice(adm)
