@@ -39,6 +39,9 @@ from ultraplane.kubeclients import (
 @click.option("--no-reservation", is_flag=True,
               help="Plain best-effort FIFO: the first waiting gang of whole UltraServers does "
                    "not reserve the UltraServers it waits for (see docs/operator.md).")
+@click.option("--no-moves", is_flag=True,
+              help="Never move a running job to make room for a job within its tenant "
+                   "queue's unused quota (see docs/queues.md, Moves).")
 @click.option("--queue-stretch", type=FiniteFloat(0, 1_000_000), default=None,
               help="Inside a priority, queue by target start = creation + STRETCH x the "
               "job's predicted run time (work.durationSeconds; 24 h when absent); gangs of "
@@ -79,7 +82,7 @@ from ultraplane.kubeclients import (
 def operator(namespaces: tuple[str, ...], all_namespaces: bool, lease: str | None,
              standalone: bool, lease_namespace: str, fleet: str | None, liveness: str | None, concurrency: int,
              no_events: bool, event_qps: float | None, event_burst: int | None,
-             no_reservation: bool, queue_stretch: float | None, ultraservers_from_nodes: bool, ultraserver_label: str | None,
+             no_reservation: bool, no_moves: bool, queue_stretch: float | None, ultraservers_from_nodes: bool, ultraserver_label: str | None,
              server_index_label: str | None, launch_pods: bool, pod_grace_seconds: int,
              launch_backlog_seconds: float | None, cluster_domain: str,
              autoscale_seconds: float | None, prometheus_url: str | None,
@@ -115,6 +118,8 @@ def operator(namespaces: tuple[str, ...], all_namespaces: bool, lease: str | Non
         handlers.CONFIG.event_burst = event_burst
     if no_reservation:  # or ULTRAPLANE_RESERVATION=0
         handlers.CONFIG.reservation = False
+    if no_moves:  # or ULTRAPLANE_MOVES=0
+        handlers.CONFIG.moves = False
     if queue_stretch is not None:  # or ULTRAPLANE_QUEUE_STRETCH
         handlers.CONFIG.queue_stretch = queue_stretch
     if ultraservers_from_nodes:  # or ULTRAPLANE_ULTRASERVERS_FROM_NODES=1, read at import

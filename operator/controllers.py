@@ -33,6 +33,7 @@ from ultraplane.hardware.topology import Topology
 from ultraplane.ids import JobKey
 from ultraplane.placement.allocator import Allocator
 from ultraplane.scheduling.admissions import Admissions
+from ultraplane.scheduling.moves import MoveRules
 from ultraplane.scheduling.queueorder import DEFAULT_STRETCH, QueueOrder
 
 __all__ = ["Controller", "Kube", "Parts"]
@@ -53,7 +54,7 @@ class Controller:
 
     def __init__(self, kube: Kube, *, clock: Callable[[], datetime], emit: Emit,
                  namespaces: list[str] | None = None, fleet: str | None = None,
-                 concurrency: int = 16, reservation: bool = True,
+                 concurrency: int = 16, reservation: bool = True, moves: bool = True,
                  queue_stretch: float = DEFAULT_STRETCH,
                  batch_seconds: float = 0.05, position_seconds: float = 2.0,
                  us_seconds: float = 5.0, resync_seconds: float = 300.0,
@@ -64,6 +65,9 @@ class Controller:
         self.fleet = fleet
         self.concurrency = concurrency
         self.reservation = reservation
+        # Moves run only for a tenant queue's job within its unused quota: without queues
+        # the rules are on and nothing is ever moved (`ultraplane.scheduling.moves`).
+        self.moves = MoveRules(enabled=moves)
         self.queue_stretch = queue_stretch
         self.us_seconds = us_seconds
         self.wake = asyncio.Event()  # kept across lease gains: the loop waits on it
@@ -87,7 +91,8 @@ class Controller:
         allocator = Allocator(Topology(()))
         admissions = Admissions(allocator, reservation=self.reservation,
                                 order=QueueOrder(stretch=self.queue_stretch),
-                                quotas=self.queues.book(), power=self.budgets.book())
+                                quotas=self.queues.book(), power=self.budgets.book(),
+                                moves=self.moves)
         self.queues.attach(admissions)
         self.budgets.attach(admissions)
         outbox = Outbox()

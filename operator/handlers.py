@@ -77,6 +77,8 @@ class Config:
     gc_full_seconds: float = float(os.environ.get("ULTRAPLANE_GC_FULL_SECONDS",
                                                   str(DEFAULT_FULL_SECONDS)))
     reservation: bool = os.environ.get("ULTRAPLANE_RESERVATION", "1") != "0"
+    # moves of running jobs for a tenant queue's within-quota gang (`ultraplane.scheduling.moves`)
+    moves: bool = os.environ.get("ULTRAPLANE_MOVES", "1") != "0"
     queue_stretch: float = float(os.environ.get("ULTRAPLANE_QUEUE_STRETCH", str(DEFAULT_STRETCH)))
     ultraservers_from_nodes: bool = os.environ.get("ULTRAPLANE_ULTRASERVERS_FROM_NODES") == "1"
     ultraserver_label: str = (os.environ.get("ULTRAPLANE_ULTRASERVER_LABEL")
@@ -147,6 +149,7 @@ def new_controller(kube: KubeClient) -> Controller:
     return Controller(kube, clock=utcnow, emit=post_event,
                       namespaces=CONFIG.namespaces or None, fleet=CONFIG.fleet,
                       concurrency=CONFIG.concurrency, reservation=CONFIG.reservation,
+                      moves=CONFIG.moves,
                       queue_stretch=CONFIG.queue_stretch, stats_seconds=CONFIG.stats_seconds,
                       gc_full_seconds=CONFIG.gc_full_seconds or None)
 

@@ -29,6 +29,7 @@ from typing import Protocol
 
 from ultraplane.operator.gctuning import PAUSES, HeapKeeper
 from ultraplane.operator.jobviews import expected_end, view_job
+from ultraplane.operator.movewrites import clashes, recorded_holders
 from ultraplane.operator.observations import ObservationCache
 from ultraplane.operator.outboxes import Outbox
 from ultraplane.operator.statuses import Resized
@@ -37,7 +38,7 @@ from ultraplane.operator.writers import StatusWriters
 
 from ultraplane.documents.jobstatuses import PendingSaid, pending_rewrite
 from ultraplane.ids import JobKey
-from ultraplane.scheduling.decisions import Pending
+from ultraplane.scheduling.decisions import Admitted, Moved, Pending
 
 __all__ = ["AdmissionLoop", "CycleStats", "LaunchGate"]
 
@@ -272,6 +273,8 @@ class AdmissionLoop:
             outbox.put(victim.key, victim)
         for failed in decisions.failed:
             outbox.put(failed.key, failed)
+        for move in decisions.moved:  # written with the evictions, before any admission
+            outbox.put(move.key, move)
         now = loop.time()
         refresh = now - self._last_positions >= self.position_seconds
         if refresh:
@@ -299,6 +302,8 @@ class AdmissionLoop:
             # evictions, then the admissions that reuse the chips (the kill -9 order).
             await writers.admissions_written()
         await writers.flush()  # evictions first: an admission may take a victim's chips
+        if decisions.moved or any(isinstance(outbox.get(k), Moved) for k in outbox):
+            await self._moves_written(admitted)
         if decisions.scaled_up:  # added replicas may sit on the victims' chips just written
             for up in decisions.scaled_up:
                 said = outbox.get(up.key)
@@ -316,6 +321,26 @@ class AdmissionLoop:
                   len(admitted), len(decisions.preempted), len(decisions.pending),
                   loop.time() - started)
         self.cycle_stats.add(decided - started, loop.time() - started, loop.time())
+
+    async def _moves_written(self, admitted: dict[JobKey, Admitted]) -> None:
+        """After the evictions' flush, in a cycle with moves: the moves that waited for
+        another moved job's record (a chain) are written as those land; an admission whose
+        chips are still on another job's record (a move that did not land) is not written
+        now, and is decided again (`movewrites`)."""
+        outbox, writers = self.outbox, self.writers
+        while (left := sum(isinstance(outbox.get(k), Moved) for k in outbox)) > 0:
+            await writers.flush()
+            if sum(isinstance(outbox.get(k), Moved) for k in outbox) >= left:
+                break  # no progress this round: the next cycle tries again
+        holders = recorded_holders(self.cache.bodies)
+        for key, admission in list(admitted.items()):
+            holder = clashes(key, admission.chip_ids, holders)
+            if holder is None:
+                continue
+            log.info("admission of %s waits: %s's record still holds its chips", key, holder)
+            del admitted[key]
+            self.admissions.unwritten(key)
+            self.wake.set()
 
     def _pending(self, waiting: Pending, refresh: bool) -> bool:
         """Queue a Pending write if the core's rule says so (`pending_rewrite`, the embedded

@@ -14,7 +14,9 @@ Why a pod waits for chips: the scheduler reuses a victim's chips in the cycle th
 but a Neuron device is free only when the pod holding it is gone. So no pod is created while a
 live pod of another job (or of an older attempt of the same job) holds one of its chips; the
 deletion events of those pods wake the job again. Pods are deleted with the template's
-`terminationGracePeriodSeconds` (default `--pod-grace-seconds`), the time a checkpoint gets.
+`terminationGracePeriodSeconds` (default `--pod-grace-seconds`), the time a checkpoint gets;
+the pods of a job that is moved or evicted and goes on get its
+`spec.checkpoint.gracePeriodSeconds` when it sets one (`movewrites.stop_grace`).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from ultraplane.operator.jobviews import HOLDING_PHASES, TERMINAL_PHASES, kind_of, view_job
 from ultraplane.operator.kube import Conflict, Gone, Rejected
+from ultraplane.operator.movewrites import stop_grace
 from ultraplane.operator.nodes import (
     DEFAULT_LABELS,
     NodeLabels,
@@ -426,7 +429,8 @@ class PodPlane:
             await self._delete(key, [p for p in state.pods.values() if p.live], keep_done=True)
             return
         if phase not in HOLDING_PHASES or not (status.get("allocation") or {}).get("chips"):
-            await self._delete(key, list(state.pods.values()), keep_done=False)
+            await self._delete(key, list(state.pods.values()), keep_done=False,
+                               grace=stop_grace(spec))  # evicted: it saves, if it says how
             return
         await self._run_attempt(key, state, body)
 
@@ -470,7 +474,8 @@ class PodPlane:
                                         {launches.LABEL_ATTEMPT: str(attempt)})
             pod.attempt = attempt
             current[(pod.group, pod.rank)] = pod
-        await self._delete(key, stale, keep_done=False)
+        # an older attempt's pods (a move, a restart) get the job's checkpoint grace
+        await self._delete(key, stale, keep_done=False, grace=stop_grace(body.get("spec") or {}))
 
         slots = {slot: (plan.server, PodState(phase=p.phase if (p := current.get(slot)) else "",
                                               exists=p is not None,
@@ -570,7 +575,9 @@ class PodPlane:
             self._fail(key, state, attempt, "PodRejected",
                        f"The API server refused the pod template: {refused[0]}")
 
-    async def _delete(self, key: JobKey, pods: list[PodInfo], *, keep_done: bool) -> None:
+    async def _delete(self, key: JobKey, pods: list[PodInfo], *, keep_done: bool,
+                      grace: int | None = None) -> None:
+        """`grace`: seconds a live pod gets (None: its own terminationGracePeriodSeconds)."""
         async def one(pod: PodInfo) -> None:
             ident = (pod.namespace, pod.name)
             if pod.vanished:
@@ -580,8 +587,8 @@ class PodPlane:
                 return
             self.deleting.add(ident)
             try:
-                grace = 0 if not pod.live else None  # None: the pod's own grace period
-                await self._call(self.kube.delete_pod, pod.namespace, pod.name, grace)
+                seconds = 0 if not pod.live else grace  # None: the pod's own grace period
+                await self._call(self.kube.delete_pod, pod.namespace, pod.name, seconds)
             except Gone:
                 self.deleting.discard(ident)
                 self.jobs[key].pods.pop(pod.name, None)

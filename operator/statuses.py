@@ -41,6 +41,7 @@ from ultraplane.scheduling.decisions import (
     Evicted,
     Failed,
     Finished,
+    Moved,
     Pending,
     Preempted,
     Requeued,
@@ -120,8 +121,9 @@ class Resized:
 
 Queued = StatusDecision | Resized  # what the outbox holds: the core's decisions
 Write = Queued | PodsSaid | ReplicasReady
-# Decisions that free chips another admission may take: written before any admission.
-EVICTIONS = (Preempted, Evicted, Restarted, Requeued, Failed)
+# Decisions that free chips another admission may take: written before any admission (a
+# move frees its old chips and takes new ones at once, `movewrites`).
+EVICTIONS = (Preempted, Evicted, Restarted, Requeued, Failed, Moved)
 
 
 def document(current: Mapping[str, Any], write: Write, now: datetime, *,

@@ -27,6 +27,7 @@ from ultraplane.operator.jobviews import (
     view_job,
 )
 from ultraplane.operator.kube import Conflict, Gone
+from ultraplane.operator.movewrites import clashes, recorded_holders
 from ultraplane.operator.observations import ObservationCache
 from ultraplane.operator.outboxes import Outbox
 from ultraplane.operator.statuses import (
@@ -42,7 +43,7 @@ from ultraplane.operator.statuses import (
 
 from ultraplane.ids import JobKey, kind_of_job_key
 from ultraplane.pods.launches import LABEL_JOB_UID
-from ultraplane.scheduling.decisions import Admitted, Failed, Finished, Pending, Replaced
+from ultraplane.scheduling.decisions import Admitted, Failed, Finished, Moved, Pending, Replaced
 
 log = logging.getLogger("ultraplane.operator")
 Emit = Callable[[Mapping[str, Any], str, str, str], None]
@@ -223,6 +224,14 @@ class StatusWriters:
                 return False  # admitted (or gone) since: a late Pending must never overwrite it
             if isinstance(change, Admitted | Replaced) and not admissions.is_running(key):
                 return False  # evicted or gone since it was decided: never write it Admitted
+            if isinstance(change, Moved) and not admissions.is_running(key):
+                return True  # evicted since: its eviction's write says where it stands
+            if isinstance(change, Moved) and (holder := clashes(
+                    key, change.chip_ids, recorded_holders(cache.bodies))) is not None:
+                # its new chips are still on `holder`'s record (a chain of moves): written
+                # once that job's record says it left them (`movewrites`)
+                log.debug("move of %s waits for %s's record", key, holder)
+                return False
             if isinstance(change, PodsSaid | ReplicasReady) \
                     and current.get("phase") not in HOLDING_PHASES:
                 return False  # evicted since the pods were read

@@ -395,6 +395,15 @@ def test_reservation_is_on_by_default_and_can_be_turned_off() -> None:
     assert "--no-reservation" in args({"operator": {"reservation": False}})
 
 
+def test_moves_are_on_by_default_and_can_be_turned_off() -> None:
+    def args(values: dict[str, object] | None = None) -> list[str]:
+        return component(render(values), "Deployment", "operator")["spec"]["template"]["spec"][
+            "containers"][0]["args"]
+
+    assert "--no-moves" not in args()
+    assert "--no-moves" in args({"operator": {"moves": False}})
+
+
 def test_queue_stretch_defaults_to_target_start_and_zero_is_arrival_order() -> None:
     def stretch(values: dict[str, object] | None = None) -> str:
         args = component(render(values), "Deployment", "operator")["spec"]["template"]["spec"][

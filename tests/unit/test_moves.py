@@ -249,3 +249,42 @@ def test_the_moved_jobs_status_names_where_it_went_and_the_job_it_made_room_for(
     assert status["allocation"]["ultraServers"] == ["gen2-0001"]
     assert "job w of queue A" in status["message"] and "from UltraServer gen2-0000" in status[
         "message"]
+
+
+def test_why_of_a_moved_job_says_where_it_went_and_for_whom() -> None:
+    from datetime import UTC, datetime
+
+    from ultraplane.documents.explanation_inputs import waiting_job
+    from ultraplane.documents.explanations import explain
+    from ultraplane.documents.jobstatuses import apply, running, status_of
+
+    adm, w = two_fragments()
+    adm.submit(w)
+    moved = adm.cycle(1000.0).moved[0]
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    current = {"phase": "Running", "attempt": 1}
+    current = apply(current, status_of(current, moved, now))
+    current = apply(current, running(current, "PodsRunning", "2 pods run", now))
+    body = {"kind": "TrainingJob", "metadata": {"namespace": "b", "name": "b1"},
+            "spec": {"chips": 44}, "status": current}
+    said = explain(waiting_job(body), [], now_s=0.0).summary
+    assert "is Running" in said
+    assert "Moved from UltraServer gen2-0000 to gen2-0001 to make room for job w" in said
+
+
+
+def test_a_job_re_adopted_after_a_restart_may_be_moved_losing_at_most_a_checkpoint_interval(
+        ) -> None:
+    # as two_fragments, but the running jobs are re-adopted before any cycle (an adapter's
+    # restart): their start is unknown, so b1's loss is bounded by its checkpoint interval
+    book = QuotaBook([QueueSpec(q, {GEN2: 144}, cohort="all") for q in ("A", "B")])
+    adm = Admissions(Allocator(build_fleet(GEN2, 2)), reservation=False, quotas=book, moves=ON)
+    for j, ids in ((job("a1", "A", 56), chips(0, 0, 14)), (job("b1", "B", 44), chips(0, 14, 11)),
+                   (job("b2", "B", 100), chips(1, 0, 25))):
+        adm.scheduler.restore_job(adm.ranked(j), ids)
+        adm.expect_end(j.key, HOURS)
+    adm.submit(job("w", "A", 88))
+    d = adm.cycle(1000.0)
+    assert [(m.key, m.lost_s) for m in d.moved] == [("b1", 600.0)]
+    assert [a.key for a in d.admitted] == ["w"]
+    no_chip_twice(adm)

@@ -6,13 +6,15 @@ from __future__ import annotations
 import asyncio
 import copy
 import threading
+from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from ultraplane.operator.controllers import Controller
 from ultraplane.operator.eventrates import EventDigests, TokenBucket
 
 from tests.unit.operator_fakes import FakeKube, controller, settle, stopped, until
-from ultraplane.ids import JobKey
+from ultraplane.ids import ChipId, JobKey
 from ultraplane.scheduling.decisions import Pending
 
 
@@ -291,3 +293,98 @@ def test_a_slow_resync_list_does_not_hold_back_admissions() -> None:
         await stopped(loop)
 
     asyncio.run(scenario())
+
+
+def test_the_operator_writes_a_move_only_once_no_other_record_holds_its_new_chips() -> None:
+    from ultraplane.operator.movewrites import clashes, recorded_holders, stop_grace
+
+    bodies = {
+        JobKey("tj/a/moved"): {"status": {"phase": "Running",
+                                          "allocation": {"chips": ["x/s00/c00"]}}},
+        JobKey("tj/a/left"): {"status": {"phase": "Preempted",
+                                         "allocation": {"chips": ["y/s00/c00"]}}},
+        JobKey("tj/a/other"): {"status": {"phase": "Admitted",
+                                          "allocation": {"chips": ["y/s00/c01"]}}},
+    }
+    holders = recorded_holders(bodies)
+    assert holders == {"x/s00/c00": "tj/a/moved", "y/s00/c01": "tj/a/other"}
+    assert clashes(JobKey("tj/a/moved"), [ChipId("x/s00/c00"), ChipId("y/s00/c00")],
+                   holders) is None  # its own old chips, and chips no record holds
+    assert clashes(JobKey("tj/b/w"), [ChipId("x/s00/c00")], holders) == "tj/a/moved"
+    assert stop_grace({"checkpoint": {"onNotice": True, "gracePeriodSeconds": 45}}) == 45
+    assert stop_grace({"checkpoint": {"onNotice": True}}) == 120
+    assert stop_grace({"checkpoint": {"gracePeriodSeconds": 30}}) == 30
+    assert stop_grace({}) is None and stop_grace({"checkpoint": {}}) is None
+
+
+class MovingKube(FakeKube):
+    """Two tenant queues of 144 chips in one cohort; status writes of the jobs in `fail`
+    fail (an API error), and every write is checked: no chip in two jobs' records."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fail: set[str] = set()
+        self.doubles: list[str] = []
+
+    def list_tenantqueues(self, fleet: str | None) -> list[dict[str, Any]]:
+        return [{"metadata": {"name": q}, "spec": {
+            "nominal": {"trn3-gen2": 144}, "cohort": "all", "namespaces": ["ns"],
+            **({"defaultFor": ["ns"]} if q == "qa" else {})}} for q in ("qa", "qb")]
+
+    def patch_job_status(self, plural: str, namespace: str, name: str,
+                         status: Mapping[str, Any], resource_version: str) -> dict[str, Any]:
+        if name in self.fail:
+            raise RuntimeError("the API server is unavailable")
+        new = super().patch_job_status(plural, namespace, name, status, resource_version)
+        held = [c for o in self.jobs.values()
+                if (o["status"] or {}).get("phase") in ("Admitted", "Running")
+                for c in (o["status"].get("allocation") or {}).get("chips") or ()]
+        self.doubles += [c for c in set(held) if held.count(c) > 1]
+        return new
+
+    def add_queued(self, name: str, chips: int, queue: str) -> None:
+        self.add_job(name, chips)
+        self.jobs[name]["spec"].update(queueName=queue, work={"durationSeconds": 36_000})
+
+
+def test_an_admission_waits_while_the_move_that_made_room_for_it_is_not_written() -> None:
+    # gen2-0000 [ a1 56 | b1 44 | free 44 ]   gen2-0001 [ b2 100 | free 44 ]
+    # w (queue qa, 88 chips) fits qa's unused quota but no UltraServer: b1 is moved to
+    # gen2-0001. While b1's write fails, w is not written on b1's recorded chips.
+    from ultraplane.scheduling.decisions import Moved
+
+    kube = MovingKube()
+    now = [datetime(2026, 1, 1, tzinfo=UTC)]
+    kube.servers = [{"metadata": {"name": f"gen2-{i:04d}"},
+                     "spec": {"profile": "trn3-gen2", "network": ["block-000"]}}
+                    for i in range(2)]
+    c = Controller(kube, clock=lambda: now[0], emit=lambda *a: None, batch_seconds=0,
+                   us_seconds=0)
+
+    async def go() -> None:
+        await c.sync()
+        for name, chips, queue in (("a1", 56, "qa"), ("b1", 44, "qb"), ("b2", 100, "qb")):
+            kube.add_queued(name, chips, queue)
+            c.observe_job(kube.get_job("trainingjobs", "ns", name))
+            await settle(c, 1)
+        us = {n: kube.jobs[n]["status"]["allocation"]["ultraServers"] for n in ("a1", "b1", "b2")}
+        assert us == {"a1": ["gen2-0000"], "b1": ["gen2-0000"], "b2": ["gen2-0001"]}
+        now[0] += timedelta(seconds=1000)
+        kube.fail = {"b1"}
+        kube.add_queued("w", 88, "qa")
+        c.observe_job(kube.get_job("trainingjobs", "ns", "w"))
+        await settle(c, 2)
+        assert isinstance(c.outbox.get(JobKey("tj/ns/b1")), Moved)  # to be retried
+        assert kube.jobs["w"]["status"].get("phase") != "Admitted"
+        assert kube.jobs["b1"]["status"]["allocation"]["ultraServers"] == ["gen2-0000"]
+        kube.fail = set()
+        await settle(c, 3)
+        assert kube.jobs["b1"]["status"]["reason"] == "Moved"
+        assert kube.jobs["b1"]["status"]["allocation"]["ultraServers"] == ["gen2-0001"]
+        assert kube.jobs["w"]["status"]["phase"] == "Admitted"
+        assert kube.jobs["w"]["status"]["allocation"]["ultraServers"] == ["gen2-0000"]
+        assert ("b1", "Admitted") in kube.log and kube.log.index(("b1", "Admitted")) \
+            < kube.log.index(("w", "Admitted"))
+
+    asyncio.run(go())
+    assert not kube.doubles

@@ -63,7 +63,10 @@ def waiting_job(body: Mapping[str, Any]) -> WaitingJob:
         reason=status.get("reason"), message=status.get("message"),
         fair_sharing=next((str(c.get("message") or "") for c in status.get("conditions") or ()
                            if c.get("type") == "Preempted" and c.get("status") == "True"
-                           and c.get("reason") == FAIR_SHARING), None))
+                           and c.get("reason") == FAIR_SHARING), None),
+        moved=next((str(c.get("message") or "") for c in status.get("conditions") or ()
+                    if c.get("type") == "Admitted" and c.get("status") == "True"
+                    and c.get("reason") == "Moved"), None))
 
 
 def predicted_end(body: Mapping[str, Any], now_s: float) -> float | None:

@@ -78,6 +78,9 @@ class WaitingJob:
     # why fair sharing preempted it, while it waits to get its chips back (its Preempted
     # condition's message, reason FairSharing)
     fair_sharing: str | None = None
+    # where its last move took it and for whom, while it holds the chips it was moved to
+    # (its Admitted condition's message, reason Moved)
+    moved: str | None = None
 
 
 @dataclass(frozen=True)
@@ -183,7 +186,8 @@ def explain(job: WaitingJob, servers: Sequence[ServerState], *, now_s: float,
 
 def _not_waiting(job: WaitingJob) -> str:
     if job.phase in ("Admitted", "Running"):
-        return f"{job.kind} {job.name} is {job.phase}: it holds its chips and waits for nothing"
+        said = f"{job.kind} {job.name} is {job.phase}: it holds its chips and waits for nothing"
+        return f"{said}. {job.moved}" if job.moved else said
     why = f" ({job.message})" if job.message else ""
     return f"{job.kind} {job.name} is {job.phase}{why}: it no longer waits for chips"
 

@@ -127,9 +127,12 @@ class Moves:
     def _may_move_now(self, job: QueuedJob, now: float) -> bool:
         """Whether `job` allows a move, is one gang, started before this cycle and was not
         moved within the interval."""
-        since = self._roster.since.get(job.key)
+        since = self._roster.since.get(job.key, now)
         interval = self.rules.interval_s
-        return (job.may_move and job.replicas is None and since is not None and since < now
+        # `since` None: re-adopted after a restart, started at a time unknown but before now
+        # (movable when its loss can be bounded, `_loss`)
+        started = since < now if since is not None else self._loss(job, now) != float("inf")
+        return (job.may_move and job.replicas is None and started
                 and now - self.last.get(job.key, -interval) >= interval)
 
     def _loss(self, job: QueuedJob, now: float) -> float:
@@ -138,6 +141,9 @@ class Moves:
         if job.notice_s is not None:
             return job.notice_s
         since = self._roster.since.get(job.key)
+        if since is None and job.key in self._roster.since:
+            # re-adopted after a restart, its start unknown: at most a checkpoint interval
+            return job.checkpoint_s if job.checkpoint_s else float("inf")
         elapsed = max(now - since, 0.0) if since is not None else 0.0
         every = job.checkpoint_s
         return elapsed % every if every else elapsed
