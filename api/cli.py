@@ -20,7 +20,8 @@ FLAG_OF_FIELD = {
     "backend": "--backend", "db": "--db", "fleet": "--fleet", "cluster": "--cluster",
     "time_scale": "--time-scale", "token_file": "--token-file", "tick_seconds": "--tick-seconds",
     "kubeconfig": "--kubeconfig", "kube_context": "--context", "queues": "--queues",
-    "power_budgets": "--power-budgets",
+    "power_budgets": "--power-budgets", "inference_trace": "--inference-trace",
+    "inference_rate_scale": "--rate-scale", "autoscale_seconds": "--autoscale-seconds",
 }
 
 
@@ -48,6 +49,13 @@ def _fail(message: str) -> None:
               help="Embedded fleet: tenant queues from a YAML list (docs/queues.md).")
 @click.option("--power-budgets", type=click.Path(dir_okay=False), default=None,
               help="Embedded fleet: power budgets from a YAML list (docs/power.md).")
+@click.option("--inference-trace", type=click.Path(dir_okay=False), default=None,
+              help="Embedded fleet: request trace (Azure CSV) offered to each autoscaled "
+              "InferenceJob [default: a built-in day shape].")
+@click.option("--rate-scale", "inference_rate_scale", type=FINITE_FLOAT, default=None,
+              help="Embedded fleet: multiple of the request trace's rate [default: 1].")
+@click.option("--autoscale-seconds", type=FINITE_FLOAT, default=None,
+              help="Embedded fleet: simulated seconds between planner steps [default: 30].")
 @cluster_options
 @log_level_option(default="warning")
 def serve(**opts: Any) -> None:
@@ -60,7 +68,8 @@ def serve(**opts: Any) -> None:
     overrides = {
         key: opts[key]
         for key in ("backend", "db", "fleet", "cluster", "time_scale", "token_file", "tick_seconds",
-                    "kubeconfig", "kube_context", "queues", "power_budgets")
+                    "kubeconfig", "kube_context", "queues", "power_budgets", "inference_trace",
+                    "inference_rate_scale", "autoscale_seconds")
         if opts[key] is not None
     }
     overrides["demo"] = opts["demo"] and (opts["backend"] or "embedded") == "embedded"

@@ -80,6 +80,33 @@ class Settings(BaseSettings):
         "and the fields of a PowerBudget spec) or PowerBudget objects, the same file as "
         "`ultraplane simulate --power-budget`.")
 
+    inference_trace: str | None = Field(
+        default=None, description="Embedded fleet: the request trace (Azure LLM inference CSV: "
+        "TIMESTAMP, ContextTokens, GeneratedTokens) offered to each autoscaled InferenceJob "
+        "from its creation, looping; by default a built-in day shape.")
+    inference_rate_scale: float = Field(
+        default=1.0, gt=0, le=1e6, description="Embedded fleet: multiple of the trace's rate.")
+    autoscale_seconds: float = Field(
+        default=30.0, gt=0, le=86400, description="Embedded fleet: simulated seconds between "
+        "the planner's steps for each autoscaled InferenceJob.")
+
+    @field_validator("inference_trace")
+    @classmethod
+    def _trace_file(cls, value: str | None) -> str | None:
+        if value is not None:
+            cls.read_trace(value)
+        return value
+
+    @staticmethod
+    def read_trace(path: str) -> Any:
+        """The `--inference-trace` file's requests, or ValueError with one sentence."""
+        from ultraplane.serving.requesttraces import RequestTrace
+
+        try:
+            return RequestTrace.load(Path(path))
+        except OSError as exc:
+            raise ValueError(f"cannot read {path}: {exc.strerror}") from None
+
     @field_validator("queues", "power_budgets")
     @classmethod
     def _policy_file(cls, value: str | None, info: ValidationInfo) -> str | None:

@@ -367,7 +367,8 @@ def simulator(ctx: click.Context, time_scale: float, metrics_port: int, heartbea
     if ctx.invoked_subcommand is not None:
         return
     from ultraplane.simulator.cluster import run_cluster
-    from ultraplane.simulator.requesttraces import RateSteps, RequestTrace
+
+    from ultraplane.serving.requesttraces import RateSteps, RequestTrace
 
     try:
         steps = RateSteps.parse(rate_steps)

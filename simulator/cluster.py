@@ -20,11 +20,11 @@ from ultraplane.simulator.kubelets import Patch, VirtualKubelet
 from ultraplane.simulator.metrics import SimulatorMetrics
 from ultraplane.simulator.modelpods import ModelPods
 from ultraplane.simulator.podservings import endpoints, replica_reader
-from ultraplane.simulator.requesttraces import RateSteps, RequestTrace
 
 from ultraplane import kubeclients
 from ultraplane.documents.conversions import GROUP, PLURALS, VERSION
 from ultraplane.kubeclients import ClusterAccess
+from ultraplane.serving.requesttraces import RateSteps, RequestTrace
 
 log = logging.getLogger("ultraplane.simulator")
 

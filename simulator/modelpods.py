@@ -23,9 +23,9 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, generate_latest
 from ultraplane.simulator.modelservers import ReplicaMetrics
-from ultraplane.simulator.requesttraces import RateSteps, RequestTrace
 
 from ultraplane.serving.replicas import Replica
+from ultraplane.serving.requesttraces import RateSteps, RequestTrace
 
 __all__ = ["ModelPods", "PodEndpoint"]
 

@@ -33,6 +33,7 @@ from ultraplane.api.backends import (
     scaled_spec,
 )
 from ultraplane.api.backends.arrivals import Arrivals
+from ultraplane.api.backends.autoscalers import Autoscaler, Served, day_shape
 from ultraplane.api.backends.embeddedjobs import JobState
 from ultraplane.api.backends.executors import DecisionExecutor
 from ultraplane.api.backends.fleets import FleetView, build_topology
@@ -146,6 +147,11 @@ class EmbeddedBackend:
         except BaseException:
             self.claim.release()
             raise
+        # Autoscaled InferenceJobs: the trace's load, sized by the core's planner (autoscalers)
+        self.autoscaler = Autoscaler(
+            Settings.read_trace(settings.inference_trace) if settings.inference_trace
+            else day_shape(), rate_scale=settings.inference_rate_scale,
+            every_s=settings.autoscale_seconds)
         self.demo: Any = None
         if settings.demo:
             from ultraplane.api.backends.demos import DemoStream
@@ -261,7 +267,24 @@ class EmbeddedBackend:
             else:
                 self.fleet.energy_kwh = float(self.runtime.fleet().energy_kwh)
             self._ticks += 1
+            served = [Served(j.uid, j.namespace, j.name, cast(InferenceJobSpec, j.spec),
+                             j.created_s, int(j.status.get("replicas") or 0))
+                      for j in self.live.values()
+                      if j.kind == "InferenceJob" and getattr(j.spec, "autoscaling", None)]
+        # outside the fleet lock: a new count goes through scale_job, which takes it itself
+        self.autoscaler.step(now, served, self)
         self.persist()
+
+    def write_load(self, uid: str, status: dict[str, Any], *, keep_message: bool) -> None:
+        """The planner's step into a job's status (saved by the next persist)."""
+        with self.lock:
+            job = self.jobs.get(uid)
+            if job is None or not job.running:
+                return
+            if keep_message:
+                status = {k: v for k, v in status.items() if k != "scalingMessage"}
+            job.status.update(status)
+            self.touched(job)
 
     def _sample_services(self, now: float) -> None:
         """The running InferenceJobs' figures into their histories (state lock held)."""

@@ -23,10 +23,10 @@ import pytest
 from ultraplane.simulator.cluster import serve_models
 from ultraplane.simulator.modelpods import ModelPods
 from ultraplane.simulator.podservings import replica_reader
-from ultraplane.simulator.requesttraces import RateSteps, RequestTrace
 
 from tests.integration.operator_harness import GROUP, VERSION, Harness
 from tests.integration.pod_kubelets import PlayedKubelet, delete_nodes, make_nodes
+from ultraplane.serving.requesttraces import RateSteps, RequestTrace
 
 RATE = 10.0  # requests/s of the trace: one replica of llama-3-8b on 4 chips holds it
 DELAY = 10  # scaleDownDelaySeconds

@@ -19,13 +19,13 @@ from pathlib import Path
 import pytest
 from ultraplane.operator.loadreaders import PrometheusReader, Target, scrape
 from ultraplane.simulator.modelpods import ModelPods, PodEndpoint
-from ultraplane.simulator.requesttraces import RequestTrace
 
 from tests.integration.pod_kubelets import wait_for
 from tests.integration.prometheuses import prometheus_server
 from ultraplane.serving.observations import observe
 from ultraplane.serving.planners import Autoscaling, Objective, plan
 from ultraplane.serving.replicas import replica_for
+from ultraplane.serving.requesttraces import RequestTrace
 
 RATE = 30.0
 OBJECTIVE = Objective(ttft_ms=500, tpot_ms=50)

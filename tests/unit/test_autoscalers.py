@@ -17,10 +17,10 @@ import pytest
 from ultraplane.operator.autoscalers import AutoscalerLoop, Planners
 from ultraplane.operator.loadreaders import DirectScrapes, Target, scrape
 from ultraplane.simulator.modelpods import ModelPods, PodEndpoint
-from ultraplane.simulator.requesttraces import RateSteps, RequestTrace
 
 from ultraplane.ids import job_key
 from ultraplane.serving.replicas import replica_for
+from ultraplane.serving.requesttraces import RateSteps, RequestTrace
 
 RATE = 8.0  # requests/s of the trace at multiple 1
 REPLICA = replica_for("llama-3-8b", chips=1)

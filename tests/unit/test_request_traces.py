@@ -1,11 +1,12 @@
-"""The simulated model servers' request trace and its rate steps (`simulator.requesttraces`)."""
+"""The simulated model servers' request trace and its rate steps (`serving.requesttraces`)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
-from ultraplane.simulator.requesttraces import RateSteps, RequestTrace
+
+from ultraplane.serving.requesttraces import RateSteps, RequestTrace
 
 AZURE = Path("/work/shared/reference/traces/inference/azure-llm-2023-code.csv")
 
