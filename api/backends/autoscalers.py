@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Protocol, cast
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -130,7 +130,8 @@ class Autoscaler:
         seconds = now - service.last_s
         prompts, outputs = self.trace.between(t0, t1, self.rate_scale)
         n = int(prompts.size)
-        mix = TokenMix.from_samples(prompts, outputs) if n else None
+        mix = (TokenMix.from_samples(prompts.astype(np.float64), outputs.astype(np.float64))
+               if n else None)
         ttft = tpot = attained = None
         if mix is not None and job.placed > 0:
             e = estimate(replica_of(job.spec), mix, [(seconds, n / seconds / job.placed)],
@@ -173,7 +174,7 @@ class Autoscaler:
 
 def replica_of(spec: InferenceJobSpec) -> Replica:
     """The replica the job's spec describes (the operator's reading of its wire spec)."""
-    wire = cast(dict[str, Any], spec.model_dump(mode="json", by_alias=True, exclude_none=True))
+    wire = spec.model_dump(mode="json", by_alias=True, exclude_none=True)
     model = wire.get("model") or {}
     return replica_for(str(model.get("name", "")), chips=int(wire["chipsPerReplica"]),
                        profile=wire.get("profile"),
