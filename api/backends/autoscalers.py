@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -95,13 +96,20 @@ def autoscaling_of(spec: InferenceJobSpec) -> Autoscaling | None:
 class Autoscaler:
     """Offered load and planner state per autoscaled job; `step` reads, plans and writes."""
 
-    def __init__(self, trace: RequestTrace, *, rate_scale: float = 1.0, every_s: float = 30.0,
-                 window: int = 10) -> None:
-        self.trace = trace
+    def __init__(self, trace: Callable[[], RequestTrace], *, rate_scale: float = 1.0,
+                 every_s: float = 30.0, window: int = 10) -> None:
+        self._read_trace = trace  # read at the first autoscaled job: most fleets have none
+        self._trace: RequestTrace | None = None
         self.rate_scale = rate_scale
         self.every_s = every_s
         self.window = window
         self.services: dict[str, _Service] = {}
+
+    @property
+    def trace(self) -> RequestTrace:
+        if self._trace is None:
+            self._trace = self._read_trace()
+        return self._trace
 
     def step(self, now: float, jobs: list[Served], backend: Rescaler) -> list[Decision]:
         """One planner step at simulated time `now` for each job whose window is due."""

@@ -148,10 +148,10 @@ class EmbeddedBackend:
             self.claim.release()
             raise
         # Autoscaled InferenceJobs: the trace's load, sized by the core's planner (autoscalers)
+        trace = settings.inference_trace
         self.autoscaler = Autoscaler(
-            Settings.read_trace(settings.inference_trace) if settings.inference_trace
-            else day_shape(), rate_scale=settings.inference_rate_scale,
-            every_s=settings.autoscale_seconds)
+            (lambda: Settings.read_trace(trace)) if trace else day_shape,
+            rate_scale=settings.inference_rate_scale, every_s=settings.autoscale_seconds)
         self.demo: Any = None
         if settings.demo:
             from ultraplane.api.backends.demos import DemoStream

@@ -26,14 +26,14 @@ def fleet(tmp_path: Path) -> Iterator[Fleet]:
 
 
 def test_history_follows_the_replicas_of_a_running_job(fleet: Fleet) -> None:
-    serve(fleet, 2, autoscaling={"minReplicas": 1, "maxReplicas": 6, "objective": OBJECTIVE})
+    serve(fleet, 2, latencySLO=OBJECTIVE)  # not autoscaled: the embedded planner leaves it be
     body = fleet.client.get(f"{PATH}/serve/history").json()
     assert body["kind"] == "InferenceJobHistory"
     assert body["metadata"]["name"] == "serve" and body["metadata"]["namespace"] == NS
     assert body["ttftObjectiveMs"] == 800
     last = body["samples"][-1]
     assert last["replicas"] == last["readyReplicas"] == 2
-    # the embedded fleet reports no observed load: none is made up
+    # a job without autoscaling is offered no simulated load: none is made up
     assert last["requestsPerSecond"] is None and last["ttftP99Ms"] is None
 
     r = fleet.client.patch(f"{PATH}/serve", json={"spec": {"replicas": 4}})
