@@ -22,6 +22,9 @@ from ultraplane.cli import main
         (["--token-file", "/nonexistent/tokens"], "--token-file"),
         (["--cluster", "/nonexistent/cluster.yaml"], "--cluster"),
         (["--backend", "mainframe"], "--backend"),
+        (["--inference-trace", "/nonexistent/requests.csv"], "--inference-trace"),
+        (["--rate-scale", "0"], "--rate-scale"),
+        (["--autoscale-seconds", "-5"], "--autoscale-seconds"),
     ],
 )
 def test_bad_flags_exit_2_naming_the_flag(args: list[str], flag: str, tmp_path: Path) -> None:
