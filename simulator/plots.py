@@ -27,6 +27,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.ticker import MaxNLocator
+from ultraplane.simulator.movereports import mark_moves
 from ultraplane.simulator.records import ReplayResult
 
 BINS = 600
@@ -187,12 +188,18 @@ def write_plots(out: Path, results: Sequence[ReplayResult], meta: dict[str, Any]
         if r.heat and any(any(row) for row in r.heat):
             name = f"heatmap_{r.policy}.png"
             _heatmap(out / name, r, t0, unit, label, fleet)
-            figures.append(Figure(title, name))
+            note = (f"{len(r.move_log)} moves marked: a cross where a job left, a circle "
+                    "where it went." if r.move_log else "")
+            figures.append(Figure(title, name, note))
         else:
             figures.append(Figure(title, None, f"No UltraServer ran a job under {r.policy}."))
     from ultraplane.simulator.tenants import tenant_plots
 
     figures += [Figure(title, name) for name, title in tenant_plots(out, results, t0, unit, label)]
+    from ultraplane.simulator.fairshareplots import fair_share_plots
+
+    figures += [Figure(title, name)
+                for name, title in fair_share_plots(out, results, t0, unit, label)]
     from ultraplane.simulator.powerreports import energy_plot
 
     figures += [Figure(title, name) for name, title in energy_plot(out, results)]
@@ -211,6 +218,7 @@ def _heatmap(path: Path, r: ReplayResult, t0: float, unit: float, label: str, fl
     ax.set_yticklabels([r.ultraservers[i] for i in range(0, n, step)], fontsize=7)
     ax.set_xlabel(X_LABEL.format(unit=label))
     ax.set_title(f"UltraServer occupancy, {r.policy} - {fleet}", fontsize=11)
+    mark_moves(ax, r, t0, unit)
     fig.colorbar(im, ax=ax, label="% of chips busy", pad=0.01)
     fig.tight_layout()
     fig.savefig(path)

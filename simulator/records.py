@@ -66,6 +66,41 @@ class Series:
         self.queued.append(queued)
 
 
+@dataclass(slots=True)
+class Steps:
+    """A piecewise-constant series with one sample per change: (t, value) appended only when
+    the value differs from the last, the last replaced when it changes again at the same t."""
+
+    t: list[float] = field(default_factory=list)
+    v: list[float] = field(default_factory=list)
+
+    def add(self, t: float, v: float) -> None:
+        if self.t and self.t[-1] == t:
+            self.v[-1] = v
+            if len(self.v) > 1 and self.v[-2] == v:  # back to what it was: no change
+                self.t.pop()
+                self.v.pop()
+            return
+        if self.v and self.v[-1] == v:
+            return
+        self.t.append(t)
+        self.v.append(v)
+
+
+@dataclass(frozen=True, slots=True)
+class MoveRecord:
+    """One move of a running job (`ultraplane.scheduling.moves`): when, from which
+    UltraServers to which, for which waiting job, and the chip-seconds of work and restart
+    it lost."""
+
+    t: float
+    job_id: str
+    by: str
+    origin: tuple[str, ...]
+    to: tuple[str, ...]
+    lost_chip_s: float
+
+
 @dataclass
 class ReplayResult:
     policy: str
@@ -95,3 +130,4 @@ class ReplayResult:
     inference_splits: int = 0  # service replicas placed over more than one UltraServer
     moves: int = 0  # running jobs moved to make room for a guaranteed job
     moved_lost_chip_s: float = 0.0  # chip-seconds of work and restarts those moves lost
+    move_log: list[MoveRecord] = field(default_factory=list)  # each of those moves

@@ -32,7 +32,7 @@ from ultraplane.simulator.models import (
     training_step,
 )
 from ultraplane.simulator.powerside import PowerSide
-from ultraplane.simulator.records import JobRecord, ReplayResult, Series
+from ultraplane.simulator.records import JobRecord, MoveRecord, ReplayResult, Series
 from ultraplane.simulator.tenants import TenantLedger
 from ultraplane.simulator.traces import TraceJob
 
@@ -644,7 +644,10 @@ class Replay:
         run.moves += 1
         run.record.moves = run.moves
         self.result.moves += 1
-        self.result.moved_lost_chip_s += run.chips * (lost + self.a.restart_cost_s)
+        lost_chip_s = run.chips * (lost + self.a.restart_cost_s)
+        self.result.moved_lost_chip_s += lost_chip_s
+        self.result.move_log.append(MoveRecord(t, run.job.job_id, str(moved.by), moved.origin,
+                                               moved.placement.ultraservers, lost_chip_s))
         self._start(run, moved.placement, t)
 
     def _unsaved_s(self, run: _Run, elapsed: float) -> float:

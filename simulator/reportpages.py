@@ -57,6 +57,8 @@ ROWS: tuple[tuple[str, str, str], ...] = (
     ("fair_share_shortfall", "chips short of fair shares, of the fleet", "{:.1%}"),
     ("borrowed_chip_time_jain", "borrowed chip-time per weight (Jain)", "{:.3f}"),
     ("reclaim_lost_fraction", "chip-time lost to reclaim", "{:.2%}"),
+    ("moves", "running jobs moved to make room (moves)", "{:,.0f}"),
+    ("moved_chip_hours_lost", "chip-time lost to moves", "{:.2%}"),
 )
 
 _ENV = jinja2.Environment(loader=jinja2.PackageLoader("ultraplane.simulator", "templates"),
@@ -77,8 +79,9 @@ def cell(v: Any, f: str) -> str:
 
 
 def render(summary: Mapping[str, Mapping[str, Any]], figures: Sequence[Figure],
-           images: Mapping[str, str]) -> str:
-    """The page's HTML; `images` maps a figure's file name to its data URL."""
+           images: Mapping[str, str], moves: Sequence[Mapping[str, str]] = ()) -> str:
+    """The page's HTML; `images` maps a figure's file name to its data URL; `moves` are the
+    rows of the moves table (`movereports.move_rows`)."""
     policies = list(summary)
     first: Mapping[str, Any] = next(iter(summary.values()), {})
     bounds: Mapping[str, Any] = next((s["bounds"] for s in summary.values() if "bounds" in s), {})
@@ -93,12 +96,13 @@ def render(summary: Mapping[str, Mapping[str, Any]], figures: Sequence[Figure],
         verdict=compare(summary), policies=policies, rows=rows, refs=refs,
         energy={p: energy_in_words(s) for p, s in summary.items()},
         settings=settings_in_words(first), large=str(first.get("large_job_threshold", "")),
-        figures=figures, images=images)
+        figures=figures, images=images, moves=moves,
+        moves_total=sum(int(s.get("moves") or 0) for s in summary.values()))
 
 
 def write_html(out: Path, summary: Mapping[str, Mapping[str, Any]],
-               figures: Sequence[Figure]) -> None:
+               figures: Sequence[Figure], moves: Sequence[Mapping[str, str]] = ()) -> None:
     """Write out/report.html with every plot inlined."""
     images = {f.file: "data:image/png;base64," + base64.b64encode((out / f.file).read_bytes())
               .decode() for f in figures if f.file}
-    (out / "report.html").write_text(render(summary, figures, images))
+    (out / "report.html").write_text(render(summary, figures, images, moves))

@@ -153,11 +153,11 @@ def write_tables(out: Path, results: Sequence[ReplayResult]) -> None:
     with (out / "jobs.csv").open("w", newline="") as fh:
         w = csv.writer(fh)
         w.writerow(["job_id", "policy", "submit_s", "start_s", "end_s", "chips", "ultraservers",
-                    "energy_kwh", "tenant"])
+                    "energy_kwh", "tenant", "moves"])
         for r in results:
             for x in r.records:
                 w.writerow([x.job_id, r.policy, _num(x.submit_s), _num(x.start_s), _num(x.end_s),
-                            x.chips, x.ultraservers, f"{x.energy_kwh:.6f}", x.tenant])
+                            x.chips, x.ultraservers, f"{x.energy_kwh:.6f}", x.tenant, x.moves])
     with (out / "placements.jsonl").open("w") as fh:
         for r in results:
             for job_id, t, event, chips in r.placements:
@@ -201,5 +201,7 @@ def write_report(out: Path, results: Sequence[ReplayResult], *, meta: dict[str, 
         from ultraplane.simulator.inferenceplots import service_plots
 
         figures += service_plots(out, results)
-    reportpages.write_html(out, summary, figures)
+    from ultraplane.simulator.movereports import move_rows
+
+    reportpages.write_html(out, summary, figures, moves=move_rows(results))
     return summary

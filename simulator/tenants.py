@@ -26,6 +26,9 @@ replay advances, from the same instants the loop pops, and reported after it.
   low even for a fair scheduler when one team wanted more for an hour and another for a
   month); `borrowed_chip_time_jain_rate` is the same index with each tenant's borrowed
   chip-time taken per second it wanted more.
+- For the report's fair-share figure (`simulator/fairshareplots.py`), each tenant's chips
+  held and fair share are recorded as step series, one sample per change: fair shares are
+  computed once per instant whose demand changed (and the fairness figures read that cache).
 - `reclaim_lost_fraction`: chip-time lost to reclaim preemption (work since the victim's last
   checkpoint) over all chip-time used; `fairness_preempted_fraction` the same for
   fair-sharing preemption.
@@ -39,6 +42,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from ultraplane.simulator.records import Steps
 
 from ultraplane.policies.fairshares import fair_shares, jain
 from ultraplane.policies.quotas import QueueSpec
@@ -67,6 +72,9 @@ class TenantFigures:
     guarantee_s: dict[str, float] = field(default_factory=dict)  # job -> time kept out
     t: list[float] = field(default_factory=list)
     used: dict[str, list[int]] = field(default_factory=dict)  # samples for the plot
+    # per tenant, one sample per change: chips held, and its fair share (the fair-share plot)
+    held: dict[str, Steps] = field(default_factory=dict)
+    fair: dict[str, Steps] = field(default_factory=dict)
     span_s: float = 0.0
 
     def fleet(self) -> dict[str, float]:
@@ -96,6 +104,8 @@ class TenantLedger:
         self.figures = TenantFigures({s.name: sum(s.nominal.values()) for s in specs},
                                      {s.name: s.weight for s in specs})
         self.figures.used = {s.name: [] for s in specs}
+        self.figures.held = {s.name: Steps() for s in specs}
+        self.figures.fair = {s.name: Steps() for s in specs}
         self._t = self._t0 = start
         self._sample_s = sample_s
         self._next_sample = start
@@ -106,10 +116,17 @@ class TenantLedger:
         self._demand: Counter[str] = Counter()
         self._clock: dict[tuple[str, int], float] = {}  # time the size fit the unused nominal
         self._since: dict[str, tuple[str, int, float]] = {}  # job -> (tenant, chips, clock)
+        # Fair shares change only when demand does (a start moves chips from waiting to held):
+        # computed once per instant that changed it, recorded, and scored from the cache.
+        self._changed = True
+        self._wanted: dict[str, int] = {}
+        self._shares: dict[str, float] = {}
 
     def advance(self, t: float) -> None:
         dt = t - self._t
         f = self.figures
+        if self._changed:
+            self._share_out()
         if dt > 0:
             for tenant, nominal in f.nominal.items():
                 used = self.used[tenant]
@@ -131,13 +148,21 @@ class TenantLedger:
                 series.append(self.used[tenant])
             self._next_sample = t + self._sample_s
 
+    def _share_out(self) -> None:
+        """Each tenant's fair share of the state set at `self._t`, recorded on change."""
+        f = self.figures
+        self._wanted = {t: self.used[t] + self._demand[t] for t in f.nominal}
+        self._shares = fair_shares(self._wanted, f.weight, self._fleet)
+        for tenant, share in self._shares.items():
+            f.fair[tenant].add(self._t, share)
+        self._changed = False
+
     def _score_fairness(self, dt: float) -> None:
         """Add `dt` of the max-min fairness figures, if the tenants want more than the fleet."""
         f = self.figures
-        demand = {t: self.used[t] + self._demand[t] for t in f.nominal}
-        if sum(demand.values()) <= self._fleet:
+        if sum(self._wanted.values()) <= self._fleet:
             return
-        fair = fair_shares(demand, f.weight, self._fleet)
+        fair = self._shares
         owed = [t for t, share in fair.items() if share > 0]
         f.contended_s += dt
         for t, share in fair.items():
@@ -153,6 +178,7 @@ class TenantLedger:
         self._waiting[tenant][chips] += 1
         self._demand[tenant] += chips
         self._since[job] = (tenant, chips, self._clock.get((tenant, chips), 0.0))
+        self._changed = True
 
     def unwait(self, job: str) -> None:
         got = self._since.pop(job, None)
@@ -161,14 +187,23 @@ class TenantLedger:
         tenant, chips, clock = got
         self._waiting[tenant][chips] -= 1
         self._demand[tenant] -= chips
+        self._changed = True
         kept = self._clock.get((tenant, chips), 0.0) - clock
         self.figures.guarantee_s[job] = self.figures.guarantee_s.get(job, 0.0) + kept
 
     def hold(self, tenant: str, chips: int) -> None:
         self.used[tenant] += chips
+        self._held(tenant)
 
     def release(self, tenant: str, chips: int) -> None:
         self.used[tenant] -= chips
+        self._held(tenant)
+
+    def _held(self, tenant: str) -> None:
+        steps = self.figures.held.get(tenant)
+        if steps is not None:  # a tenant the queues name (the others are not plotted)
+            steps.add(self._t, self.used[tenant])
+            self._changed = True
 
     def reclaimed(self, tenant: str, chip_s: float) -> None:
         self.figures.lost_cs[tenant] += chip_s

@@ -42,7 +42,7 @@ def test_outputs_for_both_policies(tmp_path: Path) -> None:
     with (out / "jobs.csv").open() as fh:
         rows = list(csv.DictReader(fh))
     assert list(rows[0]) == ["job_id", "policy", "submit_s", "start_s", "end_s", "chips",
-                             "ultraservers", "energy_kwh", "tenant"]
+                             "ultraservers", "energy_kwh", "tenant", "moves"]
     assert {(r["job_id"], r["policy"]) for r in rows} >= {("a", "ultraplane"), ("a", "first-fit")}
     a = next(r for r in rows if r["job_id"] == "a")
     assert (a["start_s"], a["end_s"], a["chips"]) == ("0", "1030", "64")
