@@ -204,3 +204,34 @@ def test_the_queue_status_counts_the_fair_share_of_running_and_waiting_jobs() ->
     assert adm.quotas is not None
     got = queue_statuses(adm.quotas, adm.waiting(), adm.running().values())
     assert {q: s.get("fairShareChips") for q, s in got.items()} == {"A": 432, "B": 288, "C": 0}
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["submit", "delete", "requeue", "cycle"]),
+                          st.integers(0, 11), st.sampled_from("ABC"),
+                          st.sampled_from([16, 72, 144])), max_size=30))
+def test_the_queues_demand_kept_as_jobs_come_and_go_equals_a_recount(
+        steps: list[tuple[str, int, str, int]]) -> None:
+    # The shares a cycle decides by are read from the roster's running tally of what the
+    # queued jobs want (not a pass over a deep queue): after any submits, edits, deletes,
+    # requeues, admissions and preemptions, it gives what a recount of the queued jobs gives.
+    from ultraplane.policies.fairshares import queue_fair_shares, wanted_fair_shares
+    adm = fleet()
+    t = 0.0
+    for action, n, queue, chips in steps:
+        key = f"j{n}"
+        if action == "delete":
+            adm.deleted(JobKey(key))
+        elif action == "requeue":
+            adm.requeue(JobKey(key))
+        elif action == "cycle":
+            t += 700.0
+            adm.cycle(t)
+        elif not adm.scheduler.is_running(JobKey(key)):
+            adm.submit(job(key, queue, chips))
+        roster = adm.scheduler._roster
+        book = roster._quotas
+        assert book is not None
+        assert wanted_fair_shares(book, roster.wanted) == queue_fair_shares(
+            book, roster.queued.values())
+        assert all(roster.wanted.values())

@@ -16,14 +16,17 @@ show it (`queue_fair_shares`: each tenant queue's share of its cohort).
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
+
+from ultraplane.ids import namespace_of_job_key
 
 if TYPE_CHECKING:
     from ultraplane.policies.quotas import QueueSpec, QuotaBook
     from ultraplane.workloads import QueuedJob
 
-__all__ = ["fair_shares", "jain", "queue_fair_shares"]
+__all__ = ["fair_shares", "jain", "queue_fair_shares", "wanted_fair_shares"]
 
 
 def fair_shares(demand: Mapping[str, float], weight: Mapping[str, float],
@@ -66,11 +69,22 @@ def queue_fair_shares(book: QuotaBook, queued: Iterable[QueuedJob]) -> dict[str,
     """Each tenant queue's fair share of its cohort's nominal chips, by weight, capped at its
     demand (the chips its running jobs hold and its `queued` jobs want); a queue of no cohort
     has none (it borrows and lends nothing)."""
-    demand = {q: float(book.used(q)) for q in book.queues}
+    wanted: Counter[tuple[str | None, str]] = Counter()
     for job in queued:
-        queue = book.queue_of(job)
+        wanted[(job.queue, namespace_of_job_key(job.key))] += job.request.chips * (job.replicas or 1)
+    return wanted_fair_shares(book, wanted)
+
+
+def wanted_fair_shares(book: QuotaBook, wanted: Mapping[tuple[str | None, str], int]
+                       ) -> dict[str, float]:
+    """`queue_fair_shares` from the chips the queued jobs want, tallied by (the queue a job
+    names, its namespace), as the scheduler's roster keeps them: a few entries to read
+    instead of every job of a deep queue."""
+    demand = {q: float(book.used(q)) for q in book.queues}
+    for (named, namespace), chips in wanted.items():
+        queue = book.queue_named(named, namespace)
         if queue in demand:
-            demand[queue] += job.request.chips * (job.replicas or 1)
+            demand[queue] += chips
     cohorts: dict[str, list[QueueSpec]] = {}
     for spec in book.queues.values():
         if spec.cohort is not None:

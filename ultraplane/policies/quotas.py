@@ -260,6 +260,12 @@ class QuotaBook(QueueUsage, Reclaims):
             return job.queue
         return self._defaults.get(namespace_of_job_key(job.key)) if self._defaults else None
 
+    def queue_named(self, named: str | None, namespace: str) -> str | None:
+        """The queue a job uses that names `named` (or none) in `namespace` (`queue_of`)."""
+        if named is not None:
+            return named
+        return self._defaults.get(namespace) if self._defaults else None
+
     def _profiles_for(self, spec: QueueSpec) -> tuple[str, ...]:
         return self._profiles or tuple(sorted(spec.nominal))
 

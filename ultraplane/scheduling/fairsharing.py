@@ -41,7 +41,7 @@ from __future__ import annotations
 from ultraplane.ids import JobKey
 from ultraplane.placement.allocator import Allocator, NoFit, Placement
 from ultraplane.placement.preemption import plan_preemption
-from ultraplane.policies.fairshares import queue_fair_shares
+from ultraplane.policies.fairshares import wanted_fair_shares
 from ultraplane.policies.quotas import NO_QUOTA, FairPreemption, QueueSpec, QuotaBook
 from ultraplane.scheduling.cycles import CycleResult, CycleState
 from ultraplane.scheduling.evictions import Evicted, Evictions
@@ -98,7 +98,7 @@ class FairSharing:
         if book is None:
             return {}
         if self._shares is None:
-            self._shares = queue_fair_shares(book, self._roster.queued.values())
+            self._shares = wanted_fair_shares(book, self._roster.wanted)
         return self._shares
 
     def may_preempt(self, job: QueuedJob) -> bool:

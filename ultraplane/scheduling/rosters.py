@@ -18,7 +18,7 @@ import math
 from collections import Counter
 from collections.abc import Iterable, Sequence
 
-from ultraplane.ids import ChipId, JobKey
+from ultraplane.ids import ChipId, JobKey, namespace_of_job_key
 from ultraplane.placement.allocator import AllocationConflict, Allocator, Placement
 from ultraplane.policies.powerbook import PowerBook
 from ultraplane.policies.quotas import QuotaBook
@@ -39,6 +39,11 @@ class Roster:
         self._quotas = quotas
         self._power = power
         self.queued: dict[JobKey, QueuedJob] = {}
+        # The chips the queued jobs want, by (the queue a job names, its namespace): what a
+        # tenant queue's demand is read from (`fairshares.queue_fair_shares`) at the cost of
+        # a few entries, not a pass over a deep queue each cycle. Keyed by what the job says,
+        # not by the queue it resolves to, so that a change of the queues needs no recount.
+        self.wanted: Counter[tuple[str | None, str]] = Counter()
         self.arrivals: dict[JobKey, QueuedJob] = {}  # queued since the last cycle
         self.running: dict[JobKey, QueuedJob] = {}
         self.owners: dict[JobKey, JobKey] = {}  # allocator key of a running part -> its job
@@ -58,10 +63,10 @@ class Roster:
             self.epoch += 1  # an edit of a job the last cycle tried
         else:
             self.arrivals[job.key] = job
-        self.queued[job.key] = job
+        self._queue(job)
 
     def cancel(self, key: JobKey) -> frozenset[ChipId]:
-        if self.queued.pop(key, None) is not None and self.arrivals.pop(key, None) is None:
+        if self._unqueue(key) is not None and self.arrivals.pop(key, None) is None:
             self.epoch += 1  # the positions behind it move
         job = self.running.pop(key, None)
         if job is None:
@@ -76,14 +81,14 @@ class Roster:
             return self.queued.get(key)
         self._unhold(job)
         self._release(job)
-        self.queued[key] = job
+        self._queue(job)
         self.epoch += 1
         return job
 
     def restore(self, job: QueuedJob, chips: tuple[ChipId, ...]) -> None:
         """Re-adopt a one-gang job that already holds `chips`; it leaves the queue even when
         the allocator refuses them (`AllocationConflict`)."""
-        self.queued.pop(job.key, None)
+        self._unqueue(job.key)
         self.arrivals.pop(job.key, None)
         self.epoch += 1
         self._allocator.assign(job.key, chips, job.request)
@@ -109,9 +114,30 @@ class Roster:
         self.epoch += 1
         self.hold(job)
 
+    def _queue(self, job: QueuedJob) -> None:
+        """`job` waits (in place of an earlier version of it, if any, keeping its place)."""
+        old = self.queued.get(job.key)
+        if old is not None:
+            self._untally(old)
+        self.queued[job.key] = job
+        self.wanted[_wants_key(job)] += _wants(job)
+
+    def _unqueue(self, key: JobKey) -> QueuedJob | None:
+        """`key` no longer waits; the job that did, if any."""
+        job = self.queued.pop(key, None)
+        if job is not None:
+            self._untally(job)
+        return job
+
+    def _untally(self, job: QueuedJob) -> None:
+        tally = _wants_key(job)
+        self.wanted[tally] -= _wants(job)
+        if not self.wanted[tally]:
+            del self.wanted[tally]
+
     def hold(self, job: QueuedJob) -> None:
         """`job` holds the chips the allocator assigned to its parts: it runs."""
-        self.queued.pop(job.key, None)
+        self._unqueue(job.key)
         old = self.running.get(job.key)
         if old is not None:
             self._unhold(old)
@@ -169,3 +195,11 @@ class Roster:
             for us, chips in placement.chips_by_ultraserver:  # cached per placement
                 out.setdefault(us, []).append((end, chips))
         return out
+
+
+def _wants_key(job: QueuedJob) -> tuple[str | None, str]:
+    return (job.queue, namespace_of_job_key(job.key))
+
+
+def _wants(job: QueuedJob) -> int:
+    return job.request.chips * (job.replicas or 1)
