@@ -258,10 +258,11 @@ class QuotaBook(QueueUsage, Reclaims):
         """The queue `job` uses: the one it names, else its namespace's default, else none."""
         if job.queue is not None:
             return job.queue
-        return self._defaults.get(namespace_of_job_key(job.key)) if self._defaults else None
+        return self.queue_named(None, namespace_of_job_key(job.key))
 
     def queue_named(self, named: str | None, namespace: str) -> str | None:
-        """The queue a job uses that names `named` (or none) in `namespace` (`queue_of`)."""
+        """The queue a job that names `named` (or none) in `namespace` uses: `named`, else
+        the namespace's default, else none (`queue_of` by what a job says)."""
         if named is not None:
             return named
         return self._defaults.get(namespace) if self._defaults else None
