@@ -232,6 +232,6 @@ def test_the_queues_demand_kept_as_jobs_come_and_go_equals_a_recount(
         roster = adm.scheduler._roster
         book = roster._quotas
         assert book is not None
-        assert wanted_fair_shares(book, roster.wanted) == queue_fair_shares(
+        assert wanted_fair_shares(book, roster.queued_chips) == queue_fair_shares(
             book, roster.queued.values())
-        assert all(roster.wanted.values())
+        assert all(roster.queued_chips.values())

@@ -98,7 +98,7 @@ class FairSharing:
         if book is None:
             return {}
         if self._shares is None:
-            self._shares = wanted_fair_shares(book, self._roster.wanted)
+            self._shares = wanted_fair_shares(book, self._roster.queued_chips)
         return self._shares
 
     def may_preempt(self, job: QueuedJob) -> bool:

@@ -43,7 +43,7 @@ class Roster:
         # tenant queue's demand is read from (`fairshares.queue_fair_shares`) at the cost of
         # a few entries, not a pass over a deep queue each cycle. Keyed by what the job says,
         # not by the queue it resolves to, so that a change of the queues needs no recount.
-        self.wanted: Counter[tuple[str | None, str]] = Counter()
+        self.queued_chips: Counter[tuple[str | None, str]] = Counter()
         self.arrivals: dict[JobKey, QueuedJob] = {}  # queued since the last cycle
         self.running: dict[JobKey, QueuedJob] = {}
         self.owners: dict[JobKey, JobKey] = {}  # allocator key of a running part -> its job
@@ -120,7 +120,7 @@ class Roster:
         if old is not None:
             self._untally(old)
         self.queued[job.key] = job
-        self.wanted[_wants_key(job)] += _wants(job)
+        self.queued_chips[_wants_key(job)] += _wants(job)
 
     def _unqueue(self, key: JobKey) -> QueuedJob | None:
         """`key` no longer waits; the job that did, if any."""
@@ -131,9 +131,9 @@ class Roster:
 
     def _untally(self, job: QueuedJob) -> None:
         tally = _wants_key(job)
-        self.wanted[tally] -= _wants(job)
-        if not self.wanted[tally]:
-            del self.wanted[tally]
+        self.queued_chips[tally] -= _wants(job)
+        if not self.queued_chips[tally]:
+            del self.queued_chips[tally]
 
     def hold(self, job: QueuedJob) -> None:
         """`job` holds the chips the allocator assigned to its parts: it runs."""
