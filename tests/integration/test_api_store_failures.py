@@ -191,12 +191,15 @@ def _refuse_writes(engine: Engine) -> Callable[[], None]:
             dbapi_connection.commit()
         cursor.close()
 
+    # Engine.dispose, not Pool.dispose: a connection the background tick has checked out
+    # belongs to the replaced pool and is never handed out again, so no writable connection
+    # outlives the switch and no read-only one outlives the undo.
     event.listen(engine, "connect", read_only)
-    engine.pool.dispose()  # every later connection is a new one, read-only
+    engine.dispose()  # every later connection is a new one, read-only
 
     def undo() -> None:
         event.remove(engine, "connect", read_only)
-        engine.pool.dispose()
+        engine.dispose()
 
     return undo
 
