@@ -24,6 +24,7 @@ import math
 import urllib.parse
 import urllib.request
 from collections.abc import Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,6 +43,7 @@ HISTOGRAMS = {"ttft": "vllm:time_to_first_token_seconds",
 METRICS = (*COUNTERS.values(), *GAUGES.values(), *(f"{h}_bucket" for h in HISTOGRAMS.values()),
            *(f"{h}_sum" for h in HISTOGRAMS.values()))
 DEFAULT_SELECTOR = 'namespace="{namespace}",pod=~"{name}-.+"'
+SCRAPE_WORKERS = 32  # concurrent fetches across all jobs; more would only queue on the GIL
 
 
 @dataclass(frozen=True)
@@ -94,16 +96,26 @@ def parse_exposition(text: str, t: float) -> ReplicaSample:
     return _sample(t, values, buckets)
 
 
+def _fetch(target: Target, t: float, timeout: float) -> ReplicaSample | None:
+    try:
+        with urllib.request.urlopen(target.url, timeout=timeout) as r:
+            return parse_exposition(r.read().decode(), t)
+    except (OSError, ValueError):
+        return None
+
+
+# One pool for every job's scrapes: a service of a hundred replicas, or one whose pods hang,
+# costs one timeout, not one per pod, and never holds up the next service's read.
+_SCRAPES = ThreadPoolExecutor(max_workers=SCRAPE_WORKERS, thread_name_prefix="ultraplane-scrape")
+
+
 def scrape(targets: Iterable[Target], t: float, timeout: float = 2.0) -> dict[str, ReplicaSample]:
-    """Each target's metrics now; a target that does not answer is left out (not ready)."""
-    out = {}
-    for target in targets:
-        try:
-            with urllib.request.urlopen(target.url, timeout=timeout) as r:
-                out[target.pod] = parse_exposition(r.read().decode(), t)
-        except (OSError, ValueError):
-            continue
-    return out
+    """Each target's metrics now, fetched at once; a target that does not answer within
+    `timeout` is left out (not ready)."""
+    futures = {target.pod: _SCRAPES.submit(_fetch, target, t, timeout) for target in targets}
+    done, _ = wait(futures.values(), timeout=timeout + 1.0)
+    return {pod: sample for pod, f in futures.items()
+            if f in done and (sample := f.result()) is not None}
 
 
 class PrometheusReader:

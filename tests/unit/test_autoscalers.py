@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import socket
+import time
 from pathlib import Path
 from typing import Any
 
@@ -207,4 +208,27 @@ def test_a_job_whose_read_fails_does_not_stop_the_others(tmp_path: Path,
         assert step.load.requests_per_second == pytest.approx(RATE, rel=0.05)
         assert len(cluster.statuses) == 1
     finally:
+        pods.close()
+
+
+def test_pods_that_hang_cost_one_timeout_and_the_others_are_read(tmp_path: Path,
+                                                                 now: list[float]) -> None:
+    """Ten replicas that accept the connection and never answer, beside one that serves."""
+    pods = ModelPods(uniform_trace(tmp_path), clock=lambda: now[0],
+                     replica_of_job=lambda _: REPLICA)
+    FakeCluster(pods, 1, 60)  # one ready replica, served
+    (served,) = pods.served.values()
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(16)  # connections queue in the backlog; no byte is ever sent
+    hung = [Target(f"hung-{i}", "127.0.0.1", int(silent.getsockname()[1])) for i in range(10)]
+    ok = Target(served.endpoint.pod, served.endpoint.ip, served.endpoint.port)
+    try:
+        started = time.monotonic()
+        samples = scrape([*hung, ok], now[0], timeout=1.0)
+        took = time.monotonic() - started
+        assert set(samples) == {ok.pod}
+        assert took < 5.0, f"{took:.1f} s: the hung pods were waited for one after another"
+    finally:
+        silent.close()
         pods.close()
