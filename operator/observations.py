@@ -35,6 +35,7 @@ from ultraplane.operator.jobviews import (
 from ultraplane.operator.outboxes import Outbox
 from ultraplane.operator.statuses import Resized
 
+from ultraplane.documents.overrides import overridden_message
 from ultraplane.ids import ChipId, JobKey, kind_of_job_key
 from ultraplane.placement.allocator import AllocationConflict, Allocator
 from ultraplane.scheduling.admissions import Admissions, Failed, Requeued
@@ -202,10 +203,7 @@ class ObservationCache:
         if planned is not None and planned[0] == replicas:
             reason = planned[1]  # the planner's own edit (`autoscalers`): not an override
         elif spec.get("autoscaling"):
-            overridden = (f"spec.replicas was set to {replicas} by a writer other than the "
-                          "core's planner (kubectl scale, an HPA?), while spec.autoscaling "
-                          "lets the planner choose the count: applied; the planner may "
-                          "change it again. Remove spec.autoscaling to size the job by hand.")
+            overridden = overridden_message(replicas)
         decision = self.admissions.rescale(key, replicas, reason)
         if not isinstance(decision, ScaledDown | ScalingUp):
             return

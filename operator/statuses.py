@@ -35,6 +35,7 @@ from ultraplane.documents.jobstatuses import (
     status_of,
     succeeded,
 )
+from ultraplane.documents.overrides import overridden
 from ultraplane.placement.capacities import DomainCapacity
 from ultraplane.scheduling.decisions import (
     Admitted,
@@ -101,7 +102,6 @@ class ReplicasReady:
 
 
 Rescale = ScaledDown | ScalingUp | ScaledUp
-OVERRIDDEN = "ReplicasSetOutsideAutoscaling"
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,8 +140,7 @@ def document(current: Mapping[str, Any], write: Write, now: datetime, *,
         for decision in write.decisions:
             status.update(status_of(apply(current, status), decision, now, replicated=True))
         if write.overridden:
-            status["conditions"] = condition(current, "AutoscalingOverridden", True,
-                                             OVERRIDDEN, write.overridden, now)
+            status.update(overridden(current, write.overridden, now))
         return status
     return status_of(current, write, now, replicated=replicated)
 

@@ -58,7 +58,8 @@ def day_shape(peak_rps: float = 4.0) -> RequestTrace:
 class Rescaler(Protocol):
     """The backend side: the one rescale path, and the job's status written under its lock."""
 
-    def scale_job(self, namespace: str, name: str, replicas: int) -> Any: ...
+    def scale_job(self, namespace: str, name: str, replicas: int, *,
+                  planned: bool = ...) -> Any: ...
 
     def write_load(self, uid: str, status: dict[str, Any], *, keep_message: bool) -> None: ...
 
@@ -168,7 +169,7 @@ class Autoscaler:
                         current=current, history=service.history)
         service.history = decision.history
         if decision.replicas != current:
-            backend.scale_job(job.namespace, job.name, decision.replicas)
+            backend.scale_job(job.namespace, job.name, decision.replicas, planned=True)
         head = (f"scaled {current} → {decision.replicas}" if decision.replicas != current
                 else f"kept {current}")
         message = (f"{head}: forecast {decision.forecast_rate:,.0f} req/s (offered "

@@ -56,6 +56,7 @@ from ultraplane.api.store.groupcommits import GroupCommit
 from ultraplane.api.ultraserverpatches import UltraServerPatch, patched
 from ultraplane.simulator.runtime import JobRuntime
 
+from ultraplane.documents.overrides import overridden_message
 from ultraplane.ids import JobKey, local_ref, parse_chip_id
 from ultraplane.placement.allocator import Allocator
 from ultraplane.policies.budgetdocuments import budget_statuses, budget_wire
@@ -568,10 +569,12 @@ class EmbeddedBackend:
                     self._refresh_fleet()
                 return job.resource()
 
-    def scale_job(self, namespace: str, name: str, replicas: int) -> JobResource:
+    def scale_job(self, namespace: str, name: str, replicas: int, *,
+                  planned: bool = False) -> JobResource:
         """Commit the job's new spec.replicas, then hand it to the core (`Admissions.rescale`
         through the executor): the 200 follows the commit, and a failed commit (503) leaves
-        the job as it was. A finished job cannot be scaled (409)."""
+        the job as it was. A finished job cannot be scaled (409). A count not `planned` by
+        the fleet's planner on an autoscaled job is applied and marked as an override."""
         kind: JobKind = "InferenceJob"
         with self._name_lock(kind, namespace, name), self._persist_lock:
             with self.lock:
@@ -594,7 +597,9 @@ class EmbeddedBackend:
             with self.lock:
                 if self.jobs.get(job.uid) is job:
                     job.respec(spec)
-                    self.runner.rescale(job, self.sim_now())
+                    said = "" if planned or spec.autoscaling is None else overridden_message(
+                        replicas)
+                    self.runner.rescale(job, self.sim_now(), said)
                     self._cycle_due = True
                     self._holders_view = None
                     self._refresh_fleet()

@@ -21,7 +21,7 @@ from ultraplane.api.backends.embeddedjobs import JobState
 from ultraplane.api.store.accounting import day_of, split_by_day
 from ultraplane.api.store.tables import AccountingCreate
 
-from ultraplane.documents import jobstatuses
+from ultraplane.documents import jobstatuses, overrides
 from ultraplane.documents.conversions import TERMINAL_PHASES, InvalidJobError
 from ultraplane.documents.jobspecs import expected_end
 from ultraplane.documents.jobstatuses import StatusDecision
@@ -302,12 +302,15 @@ class DecisionExecutor:
                 self._write(job, decided, now)  # the core queued it again
         return touched
 
-    def rescale(self, job: JobState, now: float) -> None:
+    def rescale(self, job: JobState, now: float, overridden: str = "") -> None:
         """The job's spec.replicas changed (`EmbeddedBackend.scale_job`): the core decides
         (`Admissions.rescale`); removed replicas give back their chips at once, added ones
-        wait for the next cycles; the others keep theirs."""
+        wait for the next cycles; the others keep theirs. `overridden` says the count was
+        set outside the job's autoscaling (`documents.overrides`)."""
         decided = self.b.admissions.rescale(job.key, job.queued.replicas or 1,
                                             "Set by spec.replicas.")
+        if overridden:
+            self._set(job, **overrides.overridden(job.status, overridden, moment(now)))
         if isinstance(decided, ScaledDown):
             for part in decided.removed:
                 job.held.pop(part, None)

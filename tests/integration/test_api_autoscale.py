@@ -103,6 +103,30 @@ def test_an_autoscaled_job_follows_the_stepped_load(fleet: Fleet) -> None:
     history = fleet.client.get(f"{PATH}/chat/history").json()["samples"]
     assert max(s["requestsPerSecond"] or 0 for s in history) > HIGH / 2
     assert max(s["desiredReplicas"] for s in history) == peak
+    # the planner's own counts are no override
+    assert "AutoscalingOverridden" not in {c["type"] for c in final.get("conditions", [])}
+
+
+def test_a_count_set_outside_autoscaling_is_applied_and_said(fleet: Fleet) -> None:
+    """`PUT …/scale` on an autoscaled job (as an HPA would): the count is applied and the
+    job says it was set outside its autoscaling; a job without autoscaling says nothing."""
+    create(fleet, "chat", 1, 2, autoscaling={
+        "minReplicas": 1, "maxReplicas": 6, "scaleDownDelaySeconds": DELAY_S,
+        "objective": {"timeToFirstTokenMs": 1000, "timePerOutputTokenMs": 50}})
+    create(fleet, "plain", 1, 2)
+    fleet.advance(1)
+    for name in ("chat", "plain"):
+        r = fleet.client.put(f"{PATH}/{name}/scale", json={"spec": {"replicas": 3}})
+        assert r.status_code == 200 and r.json()["spec"]["replicas"] == 3, r.text
+    fleet.advance(1)
+    chat = fleet.job("chat", "inferencejobs")
+    (cond,) = [c for c in chat["status"]["conditions"] if c["type"] == "AutoscalingOverridden"]
+    assert cond["status"] == "True" and cond["reason"] == "ReplicasSetOutsideAutoscaling"
+    assert "spec.replicas was set to 3" in cond["message"]
+    # (the planner may size it again since: the low load wants one replica)
+    plain = fleet.job("plain", "inferencejobs")
+    assert plain["status"]["replicas"] == 3
+    assert "AutoscalingOverridden" not in {c["type"] for c in plain["status"].get("conditions", [])}
 
 
 def test_a_trace_that_cannot_be_read_is_refused_with_a_sentence(tmp_path: Path) -> None:
