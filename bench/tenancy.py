@@ -25,7 +25,9 @@ of every team's). `borrowed_chip_time_jain` is issue 30's `fair_share_jain`, ren
 it measures. `ultraplane` moves running jobs to make room for guaranteed ones
 (`ultraplane.scheduling.moves`); `no-moves` is the same policy without them, for
 `guarantee_p99_s_no_moves` (issue 38: guarantee_p99_s <= 900, moved_chip_hours_lost +
-reclaim_lost_fraction <= 0.02, max_moves_per_job <= 3).
+reclaim_lost_fraction <= 0.02, max_moves_per_job <= 3). `packing` and `packing-no-moves` are
+`ultraplane` and `no-moves` with each queue's guaranteed jobs packed onto the UltraServers it
+already uses (`ultraplane.placement.packings`), for the `*_packing*` figures.
 
     python bench/tenancy.py [--trace FILE] [--load 0.85]
 
@@ -122,6 +124,11 @@ def main() -> None:
         "ultraplane": dataclasses.replace(base, queues=cohort),
         # the same without moves (ultraplane.scheduling.moves), for guarantee_p99_s_no_moves
         "no-moves": dataclasses.replace(base, queues=cohort, moves=False),
+        # a queue's guaranteed jobs packed onto its UltraServers (ultraplane.placement.packings),
+        # with moves and without, to tell what packing does on its own
+        "packing": dataclasses.replace(base, queues=cohort, queue_packing=True),
+        "packing-no-moves": dataclasses.replace(base, queues=cohort, queue_packing=True,
+                                                moves=False),
     }
     print(f"{args.trace.name}: {len(jobs)} jobs, {len(nominal)} tenants, {n} UltraServers; "
           f"nominal {dict(sorted(nominal.items()))}")
@@ -179,6 +186,13 @@ def main() -> None:
         "jct_mean_s": round(u["jct_mean_s"], 1),
         "shared_fair_share_maxmin_jain": round(s["shared"]["fair_share_maxmin_jain"], 3),
         "split_jobs_that_fit_one_domain": int(u["split_jobs_that_fit_one_ultraserver"]),
+        "guarantee_p99_s_packing": round(s["packing"]["guarantee_p99_s"], 1),
+        "guarantee_p99_s_packing_no_moves": round(s["packing-no-moves"]["guarantee_p99_s"], 1),
+        "jct_mean_s_packing": round(s["packing"]["jct_mean_s"], 1),
+        "jct_mean_s_packing_no_moves": round(s["packing-no-moves"]["jct_mean_s"], 1),
+        "useful_util_packing_vs_shared": round(
+            s["packing"]["useful_utilization"] / s["shared"]["useful_utilization"], 3),
+        "moves_packing": int(s["packing"]["moves"]),
         "teams_worse_than_partitioned": worse,
     }
     print(json.dumps(line))

@@ -228,6 +228,10 @@ def _power_budgets(value: str | None, policy: str, topology: Any) -> tuple[Any, 
 @click.option("--checkpoint-on-notice", is_flag=True,
               help="Training jobs save a checkpoint when told to move: a move loses the save "
                    "time, not the work since the last periodic checkpoint.")
+@click.option("--queue-packing", is_flag=True,
+              help="With tenant queues: place a queue's jobs within its quota on the "
+                   "UltraServers it already uses, among those about as good (docs/queues.md, "
+                   "Queue packing).")
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
 @log_level_option(default="warning")
 def simulate(fleet: str | None, cluster_file: Path | None, traces: tuple[Path, ...], out_dir: Path,
@@ -237,7 +241,8 @@ def simulate(fleet: str | None, cluster_file: Path | None, traces: tuple[Path, .
              queue_stretch: float | None, no_progress: bool, queues_file: Path | None = None,
              power_budget: str | None = None, power_policy: str = "Predicted",
              idle_power_down: float = 0.0, services_file: Path | None = None,
-             no_moves: bool = False, checkpoint_on_notice: bool = False) -> None:
+             no_moves: bool = False, checkpoint_on_notice: bool = False,
+             queue_packing: bool = False) -> None:
     """Replay a job trace offline through the core allocator and write a report."""
     from ultraplane.simulator.faults import FaultPlan
     from ultraplane.simulator.replay import ReplayConfig
@@ -290,7 +295,8 @@ def simulate(fleet: str | None, cluster_file: Path | None, traces: tuple[Path, .
                             queue_stretch=DEFAULT_STRETCH if queue_stretch is None else queue_stretch,
                             queues=queues, power_budgets=budgets,
                             idle_power_down_s=idle_power_down, moves=not no_moves,
-                            checkpoint_on_notice=checkpoint_on_notice)
+                            checkpoint_on_notice=checkpoint_on_notice,
+                            queue_packing=queue_packing)
                for p in (policies or ("ultraplane", "first-fit"))]
     show = not no_progress and sys.stderr.isatty()
     started = time.perf_counter()

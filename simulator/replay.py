@@ -87,6 +87,9 @@ class ReplayConfig:
     move_interval_s: float = 3600.0
     move_threshold_s: float = 600.0
     checkpoint_on_notice: bool = False
+    # With enforced tenant queues: a queue's guaranteed jobs placed on the UltraServers it
+    # already uses, among those about as good (ultraplane.placement.packings)
+    queue_packing: bool = False
 
     def __post_init__(self) -> None:
         if self.idle_power_down_s < 0:
@@ -152,7 +155,8 @@ class Replay:
                                      power=self.power.book if self.power is not None else None,
                                      moves=MoveRules(config.moves and book is not None,
                                                      config.move_interval_s,
-                                                     config.move_threshold_s))
+                                                     config.move_threshold_s),
+                                     queue_packing=config.queue_packing)
         if self.power is not None:
             self.power.bind(self.allocator, self.engine.now)
         self._power_at: float | None = None  # the power event scheduled next

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from ultraplane.ids import JobKey
 from ultraplane.placement.allocator import Allocator, Placement
+from ultraplane.placement.packings import place_packed
 
 if TYPE_CHECKING:
     from ultraplane.policies.queueusages import _Held
@@ -55,7 +56,7 @@ class Reclaims:
 
     # -- placing borrowers apart (called by Scheduler) -----------------------------------
     def allocate_apart(self, job: QueuedJob, part: JobKey, allocator: Allocator, *,
-                       avoid: Iterable[str] = ()) -> Placement | None:
+                       avoid: Iterable[str] = (), pack: bool = False) -> Placement | None:
         """Place one part of `job` where reclaim keeps working, or None (the caller then
         places it as usual): a job that borrows only on UltraServers that hold no chips of a
         queue within its nominal quota, a job within its nominal quota only on UltraServers
@@ -64,14 +65,23 @@ class Reclaims:
         instead of borrowed chips scattered beside guaranteed jobs.
 
         Among UltraServers that suit it equally full, the first in fleet order: placements
-        pack from one end of the fleet, so free chips gather at the other."""
+        pack from one end of the fleet, so free chips gather at the other. With `pack`, a
+        guaranteed job goes where its own queue holds the most chips among those about as
+        good (`ultraplane.placement.packings`), so the others' unused quota stays whole."""
         if (job.request.chips > allocator.largest_ultraserver()
                 or self.queue_of(job) not in self.queues):
             return None
         borrows = not self.within_nominal(job)
         skip = set(avoid)
         first = [us for us in self._names if us not in skip and self._suits(us, borrows)]
-        got = allocator.place_without(job.request, (), first) if first else None
+        if not first:
+            return None
+        if pack and not borrows:
+            queue = self.queue_of(job)
+            mine = {us: n for us, here in self._on.items() if (n := here.get(queue, 0))}
+            got = place_packed(allocator, job.request, first, mine)
+        else:
+            got = allocator.place_without(job.request, (), first)
         if not isinstance(got, Placement):
             return None
         return allocator.assign(part, got.chip_ids, job.request)

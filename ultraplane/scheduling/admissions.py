@@ -106,13 +106,14 @@ class Admissions:
     def __init__(self, allocator: Allocator, *, preemption: bool = True,
                  reservation: bool = True, order: QueueOrder = TARGET_START,
                  quotas: QuotaBook | None = None, power: PowerBook | None = None,
-                 moves: MoveRules | None = None) -> None:
+                 moves: MoveRules | None = None, queue_packing: bool = False) -> None:
         self.allocator = allocator
         self.order = order  # ranks every job it is handed (`ultraplane.scheduling.queueorder`)
         # Tenant queues (`ultraplane.policies.quotas`): a job over its queue's quota waits `NoQuota`.
         self.quotas = quotas
         self.scheduler = Scheduler(allocator, preemption=preemption, reservation=reservation,
-                                   quotas=quotas, power=power, moves=moves)
+                                   quotas=quotas, power=power, moves=moves,
+                                   queue_packing=queue_packing)
         # Power budgets (`ultraplane.policies.powerbook`): a job no budget has headroom for waits
         # `NoPower`; `power.caps()` after a cycle says which running jobs to cap.
         self.power = power

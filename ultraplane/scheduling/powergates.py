@@ -93,7 +93,8 @@ class PowerGate:
         down = self._book.states.down() if self._book is not None else ()
         quotas = self._quotas.book
         if quotas is not None:  # borrowers apart from guaranteed jobs, if it fits so
-            kept = quotas.allocate_apart(job, part, self._allocator, avoid=down)
+            kept = quotas.allocate_apart(job, part, self._allocator, avoid=down,
+                                         pack=self._quotas.packing)
             if kept is not None:
                 return kept
         if down:

@@ -22,9 +22,13 @@ __all__ = ["QuotaGate"]
 class QuotaGate:
     """The tenant queues of one scheduler, while any exist."""
 
-    def __init__(self, book: QuotaBook | None, allocator: Allocator) -> None:
+    def __init__(self, book: QuotaBook | None, allocator: Allocator, *,
+                 packing: bool = False) -> None:
         self._book = book
         self._allocator = allocator
+        # A guaranteed job placed where its queue already holds chips, among UltraServers
+        # about as good (`ultraplane.placement.packings`); off: the allocator's choice alone
+        self.packing = packing
 
     @property
     def book(self) -> QuotaBook | None:

@@ -97,7 +97,8 @@ class Scheduler:
 
     def __init__(self, allocator: Allocator, *, preemption: bool = True,
                  reservation: bool = True, quotas: QuotaBook | None = None,
-                 power: PowerBook | None = None, moves: MoveRules | None = None) -> None:
+                 power: PowerBook | None = None, moves: MoveRules | None = None,
+                 queue_packing: bool = False) -> None:
         self.allocator = allocator
         # Tenant queues: admission within quota, fair-share order, reclaim (policies.quotas)
         self.quotas = quotas
@@ -105,7 +106,8 @@ class Scheduler:
         self.power = power
         state = self._state = CycleState()
         roster = self._roster = Roster(allocator, state, quotas=quotas, power=power)
-        gate = self._quotas = QuotaGate(quotas, allocator)
+        # `queue_packing`: a queue's guaranteed jobs packed onto its UltraServers (quotagates)
+        gate = self._quotas = QuotaGate(quotas, allocator, packing=queue_packing)
         evictions = self._evictions = Evictions(allocator, roster, state, gate,
                                                 enabled=preemption)
         reservations = self._reservations = Reservations(allocator, roster, state, gate,
