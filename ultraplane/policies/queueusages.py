@@ -62,6 +62,8 @@ class QueueUsage:
     _epoch: int
     _fresh: set[JobKey]
     _on: dict[str, dict[str | None, int]]
+    _decayed_at: float | None
+    _released: dict[str, int]
 
     if TYPE_CHECKING:  # the book's, from `ultraplane.policies.quotas`
         def queue_of(self, job: QueuedJob) -> str | None: ...
@@ -113,6 +115,9 @@ class QueueUsage:
             for profile, n in held.chips.items():
                 self.usage[(held.queue, profile)] -= n
             self._total[held.queue] -= sum(held.chips.values())
+            if self._decayed_at is not None:  # held until now, as `usagedecays` counts it
+                self._released[held.queue] = (self._released.get(held.queue, 0)
+                                              + sum(held.chips.values()))
         for us, n in held.on.items():
             here = self._on[us]
             here[held.queue] -= n

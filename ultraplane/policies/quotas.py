@@ -233,6 +233,7 @@ class QuotaBook(QueueUsage, Reclaims, UsageDecay):
     # decayed usage (`ultraplane.policies.usagedecays`): queue -> chip-seconds, and when
     _decayed: dict[str, float] = field(init=False, default_factory=dict)
     _decayed_at: float | None = field(init=False, default=None)
+    _released: dict[str, int] = field(init=False, default_factory=dict)  # since `advance`
 
     def __post_init__(self) -> None:
         self.replace(self.specs, self.cohorts)

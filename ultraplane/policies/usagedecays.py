@@ -9,8 +9,9 @@ book's `arrange`) and puts its jobs first among fair-sharing victims, both by de
 over weight.
 
 Driven by the caller's clock: `advance(now)` at each full cycle adds what each queue held
-since the last call (the usage seen at the cycle's start, so a job that ended between cycles
-counts until the next) and decays the rest. Without a clock, or without a half-life on a
+since the last call and decays the rest. The book learns of ends without a time, so a job
+counts until the first cycle after it ended: never less than it held, at most the time
+between two cycles more. Without a clock, or without a half-life on a
 queue's cohort or any of its ancestors, the figure stays 0 and nothing changes.
 
 Why a mixin of `QuotaBook`: like the ledger (`ultraplane.policies.queueusages`) it reads the
@@ -36,6 +37,7 @@ class UsageDecay:
     tree: CohortTree
     _decayed: dict[str, float]  # queue -> decayed chip-seconds
     _decayed_at: float | None
+    _released: dict[str, int]  # queue -> chips released since the last `advance`
     _arranged: _Arranged | None
 
     if TYPE_CHECKING:  # the ledger's, `ultraplane.policies.queueusages`
@@ -55,6 +57,7 @@ class UsageDecay:
         """Decay every remembering queue's usage to `now`, adding the chips it holds over
         the time since the last call (the first call only starts the clock)."""
         last, self._decayed_at = self._decayed_at, now
+        released, self._released = self._released, {}
         if last is None or now <= last:
             return
         moved = False
@@ -65,7 +68,8 @@ class UsageDecay:
             keep = 2.0 ** (-(now - last) / half)
             # chips held over the interval, each chip-second decayed by its age
             self._decayed[name] = (self._decayed.get(name, 0.0) * keep
-                                   + self.used(name) * half / math.log(2) * (1.0 - keep))
+                                   + (self.used(name) + released.get(name, 0))
+                                   * half / math.log(2) * (1.0 - keep))
             moved = True
         if moved:  # the borrowers' order moved without usage moving
             self._arranged = None
