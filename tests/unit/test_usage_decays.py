@@ -77,3 +77,34 @@ def test_without_a_clock_or_a_half_life_nothing_is_remembered() -> None:
     assert quotas.decayed_usage("A") == 0.0 and quotas.recent_chips("A") == 0.0
     with pytest.raises(ValueError, match="half-life"):
         CohortSpec("all", usage_half_life_s=0.0)
+
+
+@pytest.mark.parametrize(("half_life", "victim"), [(None, "b3"), (HOUR, "a1")])
+def test_the_most_recent_user_gives_first_to_fair_sharing(half_life: float | None,
+                                                          victim: str) -> None:
+    # Five UltraServers (720 chips); cohort `org` with a pool of 144 of its own, and its
+    # queues A 144, B 144 and C 288 nominal (weights 1, 1, 4).
+    #   t=0     A: a1 a2 a3 (216, 72 from org's pool)   B: b1 b2 (144)
+    #   t=1800  B: b3 (216, 72 from org's pool)
+    #   t=1810  C: c1..c4 (its 288): the fleet and the quotas are full
+    #   t=3600  C: c5 c6 c7, beyond its quota; fair shares A 120, B 120, C 480: fair
+    #           sharing takes one 72-chip job of A or B for c5.
+    # Without memory c5's victim is the job that loses least work (b3, 1800 s old). With a
+    # one-hour half-life A has used more of late (216 chips for the hour, B 144 and then
+    # 216 for half of it): A gives first.
+    queues = [QueueSpec("A", {GEN2: 144}, cohort="org"), QueueSpec("B", {GEN2: 144}, cohort="org"),
+              QueueSpec("C", {GEN2: 288}, cohort="org", weight=4.0)]
+    org = CohortSpec("org", nominal={GEN2: 144}, usage_half_life_s=half_life)
+    adm = Admissions(Allocator(build_fleet(GEN2, 5)), reservation=False,
+                     quotas=QuotaBook(queues, [org]))
+    steps: list[tuple[float, list[QueuedJob]]] = [
+        (0.0, [job(k, "A", 72) for k in ("a1", "a2", "a3")] + [job(k, "B", 72) for k in ("b1", "b2")]),
+        (1800.0, [job("b3", "B", 72)]), (1810.0, [job(f"c{i}", "C", 72) for i in range(1, 5)])]
+    for t, jobs in steps:
+        for j in jobs:
+            adm.submit(j)
+        assert len(adm.cycle(t).admitted) == len(jobs)
+    for k in ("c5", "c6", "c7"):
+        adm.submit(job(k, "C", 72))
+    d = adm.cycle(HOUR)
+    assert (victim, "c5", True) in [(p.key, p.by, p.fair_sharing) for p in d.preempted]
