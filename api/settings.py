@@ -72,7 +72,8 @@ class Settings(BaseSettings):
 
     queues: str | None = Field(
         default=None, description="Embedded fleet: a YAML list of tenant queues (each a name "
-        "and the fields of a TenantQueue spec) or TenantQueue objects, the same file as "
+        "and the fields of a TenantQueue spec) or TenantQueue objects, with any TenantCohorts "
+        "of their cohorts, the same file as "
         "`ultraplane simulate --queues`.")
 
     power_budgets: str | None = Field(
@@ -112,6 +113,8 @@ class Settings(BaseSettings):
     def _policy_file(cls, value: str | None, info: ValidationInfo) -> str | None:
         if value is not None:
             (cls.read_queues if info.field_name == "queues" else cls.read_budgets)(value)
+            if info.field_name == "queues":
+                cls.read_cohorts(value)
         return value
 
     @staticmethod
@@ -127,6 +130,14 @@ class Settings(BaseSettings):
         from ultraplane.policies.queuedocuments import queue_file
 
         return queue_file(path)
+
+    @staticmethod
+    def read_cohorts(path: str) -> list[Any]:
+        """The cohorts of a `--queues` file (its TenantCohort entries), or ValueError with
+        one sentence (parents that form a cycle among them)."""
+        from ultraplane.policies.cohortdocuments import cohort_file
+
+        return cohort_file(path)
 
     @field_validator("fleet")
     @classmethod

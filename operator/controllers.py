@@ -181,7 +181,8 @@ class Controller:
     async def sync(self) -> None:
         """Rebuild from the API server: the queues first, so that the first cycle already
         admits within them, then the fleet and the jobs."""
-        self.queues.load(await self.api.call(self.api.kube.list_tenantqueues, self.fleet))
+        self.queues.load(await self.api.call(self.api.kube.list_tenantqueues, self.fleet),
+                         await self.api.call(self.api.kube.list_tenantcohorts, self.fleet))
         await self.loop.sync()
         # budgets after the fleet: their selectors resolve on the UltraServers just listed
         self.budgets.load(await self.api.call(self.api.kube.list_powerbudgets, self.fleet))
@@ -210,6 +211,9 @@ class Controller:
 
     def observe_queue(self, body: Mapping[str, Any], *, deleted: bool = False) -> None:
         self.queues.observe(body, deleted=deleted)
+
+    def observe_cohort(self, body: Mapping[str, Any], *, deleted: bool = False) -> None:
+        self.queues.observe_cohort(body, deleted=deleted)
 
     def forget(self, key: JobKey) -> None:
         self.loop.cache.forget(key)

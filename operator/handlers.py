@@ -33,6 +33,7 @@ from ultraplane.operator.jobviews import (
     GROUP,
     INFERENCE,
     POWERBUDGETS,
+    TENANTCOHORTS,
     TENANTQUEUES,
     TRAINING,
     ULTRASERVERS,
@@ -260,6 +261,13 @@ async def tenantqueue_event(event: Mapping[str, Any], body: Mapping[str, Any],
                             memo: kopf.Memo, **_: Any) -> None:
     controller: Controller = memo["controller"]
     controller.observe_queue(body, deleted=event.get("type") == "DELETED")
+
+
+@kopf.on.event(GROUP, VERSION, TENANTCOHORTS)
+async def tenantcohort_event(event: Mapping[str, Any], body: Mapping[str, Any],
+                             memo: kopf.Memo, **_: Any) -> None:
+    controller: Controller = memo["controller"]
+    controller.observe_cohort(body, deleted=event.get("type") == "DELETED")
 
 
 @kopf.on.event(GROUP, VERSION, POWERBUDGETS)

@@ -18,6 +18,7 @@ from ultraplane.operator.jobviews import (
     GROUP,
     PLURALS,
     POWERBUDGETS,
+    TENANTCOHORTS,
     TENANTQUEUES,
     ULTRASERVERS,
     VERSION,
@@ -190,6 +191,18 @@ class KubeClient:
     def list_tenantqueues(self, fleet: str | None = None) -> list[dict[str, Any]]:
         """TenantQueues (of the fleet, if one is named); none when the CRD is not installed."""
         return self._list_cluster(TENANTQUEUES, fleet)
+
+    def list_tenantcohorts(self, fleet: str | None = None) -> list[dict[str, Any]]:
+        """TenantCohorts (of the fleet, if one is named); none when the CRD is not installed."""
+        return self._list_cluster(TENANTCOHORTS, fleet)
+
+    def patch_tenantcohort_status(self, name: str, status: Mapping[str, Any]) -> None:
+        try:
+            self.custom.patch_cluster_custom_object_status(
+                GROUP, VERSION, TENANTCOHORTS, name, {"status": dict(status)},
+                _content_type=MERGE)
+        except Exception as exc:
+            raise _translate(exc) from exc
 
     def list_powerbudgets(self, fleet: str | None = None) -> list[dict[str, Any]]:
         """PowerBudgets (of the fleet, if one is named); none when the CRD is not installed."""

@@ -1,4 +1,4 @@
-"""TenantQueues: what the operator reads from them and what it writes back.
+"""TenantQueues and TenantCohorts: what the operator reads from them and what it writes back.
 
 Why a part of its own: queues are few and change rarely, but every admission depends on them,
 so they are kept in memory across lease gains (a new leader's fresh `Admissions` starts with
@@ -6,7 +6,8 @@ them, `QuotaBook(...)`) and handed to the core's book whenever one changes. What
 counts (usage, borrowed chips, admitted and waiting jobs) goes back as each queue's status, in
 rounds, and only when it changed. A spec the core cannot honour (one the CRD's validation let
 through, or one written before a validation existed) is left out and said in the queue's
-`Active` condition.
+`Active` condition. TenantCohorts (nested cohorts, a cohort's own quota) go to the same book;
+a cohort whose parent would close a cycle is left out, its condition naming the cycle.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from typing import Any
 from ultraplane.operator.policyobjects import PolicyObjects
 from ultraplane.operator.writers import ApiCalls
 
+from ultraplane.policies.cohortdocuments import cohort_spec
+from ultraplane.policies.cohorts import CohortSpec, check_parents
 from ultraplane.policies.queuedocuments import queue_spec, queue_statuses
 from ultraplane.policies.quotas import QueueSpec, QuotaBook
 from ultraplane.scheduling.admissions import Admissions
@@ -35,6 +38,9 @@ class QueueViews:
         self.objects: PolicyObjects[QueueSpec] = PolicyObjects(
             "TenantQueue", queue_spec, api=api, patch=api.kube.patch_tenantqueue_status,
             fleet=fleet, clock=clock, ok="jobs naming this queue are admitted within its quota")
+        self.cohorts: PolicyObjects[CohortSpec] = PolicyObjects(
+            "TenantCohort", cohort_spec, api=api, patch=api.kube.patch_tenantcohort_status,
+            fleet=fleet, clock=clock, ok="the queues of this cohort borrow and share by it")
         self.leader = leader  # only the leader's counts are true, so only it writes
         self.wake = wake
         self.seconds = seconds
@@ -46,7 +52,7 @@ class QueueViews:
 
     def book(self) -> QuotaBook:
         """A fresh book of the queues known now (for a new leader's `Admissions`)."""
-        return QuotaBook(list(self.specs.values()))
+        return QuotaBook(list(self.specs.values()), list(self.cohorts.specs.values()))
 
     def attach(self, admissions: Admissions) -> None:
         self.admissions = admissions
@@ -54,13 +60,31 @@ class QueueViews:
     def observe(self, body: Mapping[str, Any], *, deleted: bool = False) -> None:
         """A TenantQueue was created, edited or deleted: the core's book follows at once."""
         if self.objects.seen(body, deleted=deleted):
-            book = self.admissions.quotas if self.admissions is not None else None
-            if book is not None:
-                book.replace(list(self.specs.values()))
-                self.wake.set()  # jobs may fit (or no longer fit) their queues now
+            self._changed()
 
-    def load(self, bodies: list[dict[str, Any]]) -> None:
-        """Every queue of the fleet, as listed at start-up or on a lease gain."""
+    def observe_cohort(self, body: Mapping[str, Any], *, deleted: bool = False) -> None:
+        """A TenantCohort was created, edited or deleted: the book's tree follows at once,
+        unless its parent closes a cycle (then it is left out, and its status says so)."""
+        if not self.cohorts.seen(body, deleted=deleted):
+            return
+        try:
+            check_parents(self.cohorts.specs.values())
+        except ValueError as exc:
+            name = str((body.get("metadata") or {}).get("name") or "")
+            self.cohorts.refuse(name, str(exc))
+        self._changed()
+
+    def _changed(self) -> None:
+        book = self.admissions.quotas if self.admissions is not None else None
+        if book is not None:
+            book.replace(list(self.specs.values()), list(self.cohorts.specs.values()))
+            self.wake.set()  # jobs may fit (or no longer fit) their queues now
+
+    def load(self, bodies: list[dict[str, Any]],
+             cohorts: list[dict[str, Any]] | None = None) -> None:
+        """Every queue (and cohort) of the fleet, as listed at start-up or on a lease gain."""
+        for body in cohorts or ():
+            self.observe_cohort(body)
         for body in bodies:
             self.observe(body)
 
@@ -81,3 +105,5 @@ class QueueViews:
     async def flush(self) -> None:
         if self.leader():
             await self.objects.write(self.statuses())
+            await self.cohorts.write(self.cohorts.conditioned(
+                {name: {} for name in self.cohorts.specs}))

@@ -123,6 +123,18 @@ def _queues(path: Path | None, jobs: list[TraceJob], topology: Any) -> tuple[Any
     return tuple(specs)
 
 
+def _cohorts(path: Path | None) -> tuple[Any, ...]:
+    """The cohorts of the --queues file (its TenantCohort entries): none without one."""
+    if path is None:
+        return ()
+    from ultraplane.policies.cohortdocuments import cohort_file
+
+    try:
+        return tuple(cohort_file(path))
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="'--queues'") from None
+
+
 def _check_out(out_dir: Path) -> None:
     """The report folder exists (made now) and is writable: said before an hour of replay."""
     try:
@@ -281,6 +293,7 @@ def simulate(fleet: str | None, cluster_file: Path | None, traces: tuple[Path, .
                   for name in topology.profiles}
     jobs, bad = _load_traces(traces, skip_bad_rows, precisions)
     queues = _queues(queues_file, jobs, topology)
+    cohorts = _cohorts(queues_file)
     budgets = _power_budgets(power_budget, power_policy, topology)
     services = None
     if services_file is not None:
@@ -293,7 +306,7 @@ def simulate(fleet: str | None, cluster_file: Path | None, traces: tuple[Path, .
                             failure_policy=failure_policy, faults=plan,
                             reservation=not no_reservation,
                             queue_stretch=DEFAULT_STRETCH if queue_stretch is None else queue_stretch,
-                            queues=queues, power_budgets=budgets,
+                            queues=queues, cohorts=cohorts, power_budgets=budgets,
                             idle_power_down_s=idle_power_down, moves=not no_moves,
                             checkpoint_on_notice=checkpoint_on_notice,
                             queue_packing=queue_packing)

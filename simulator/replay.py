@@ -39,6 +39,7 @@ from ultraplane.simulator.traces import TraceJob
 from ultraplane.ids import ChipId, JobKey
 from ultraplane.placement.allocator import Allocator, NoFit, Placement, PlacementRequest
 from ultraplane.placement.placements import request_from_topology
+from ultraplane.policies.cohorts import CohortSpec
 from ultraplane.policies.powerbudgets import BudgetSpec
 from ultraplane.policies.quotas import QueueSpec, QuotaBook
 from ultraplane.resources.trainingjobs import FailurePolicy
@@ -71,6 +72,8 @@ class ReplayConfig:
     # and enforced by the core (quota, borrowing, fair share, reclaim) unless `enforce_quotas`
     # is off (one shared queue, as without tenants).
     queues: tuple[QueueSpec, ...] | None = None
+    # their cohorts' own settings, when cohorts nest (ultraplane.policies.cohorts)
+    cohorts: tuple[CohortSpec, ...] = ()
     enforce_quotas: bool = True
     # Power (ultraplane.policies.powerbook): budgets enforced at admission, capping instead of refusing,
     # and UltraServers idle this long powered down (0: never). No budget and 0: today's replay.
@@ -141,7 +144,7 @@ class Replay:
         self.cfg, self.a = config, config.assumptions
         self.shape = FleetShape.of(topology)
         self.allocator = Allocator(topology, policy=config.policy)  # type: ignore[arg-type]
-        book = (QuotaBook(list(config.queues)) if config.queues is not None
+        book = (QuotaBook(list(config.queues), config.cohorts) if config.queues is not None
                 and config.enforce_quotas else None)
         self.engine = Engine(seed=config.seed, start=min((j.submit_s for j in jobs), default=0.0))
         self.ledger = Ledger(self.shape, start=self.engine.now)

@@ -94,7 +94,8 @@ class EmbeddedBackend:
         self.topology, preset = build_topology(settings)
         self.allocator = Allocator(self.topology)
         # Tenant queues (--queues FILE): the core's book decides quotas, borrowing and reclaim
-        self.quotas = QuotaBook(Settings.read_queues(settings.queues) if settings.queues else [])
+        self.quotas = QuotaBook(Settings.read_queues(settings.queues) if settings.queues else [],
+                                Settings.read_cohorts(settings.queues) if settings.queues else [])
         # Power budgets (--power-budgets FILE): the core's book admits within headroom, caps
         self.power = PowerBook(Settings.read_budgets(settings.power_budgets)
                                if settings.power_budgets else [])

@@ -178,6 +178,8 @@ PERMISSIONS = [
     ("operator", "ultraplane.dev", "tenantqueues", "watch", True),
     ("operator", "ultraplane.dev", "tenantqueues/status", "patch", True),
     ("operator", "ultraplane.dev", "tenantqueues", "create", False),
+    ("operator", "ultraplane.dev", "tenantcohorts", "watch", True),
+    ("operator", "ultraplane.dev", "tenantcohorts/status", "patch", True),
     ("operator", "ultraplane.dev", "powerbudgets", "watch", True),
     ("operator", "ultraplane.dev", "powerbudgets/status", "patch", True),
     ("operator", "ultraplane.dev", "powerbudgets", "delete", False),

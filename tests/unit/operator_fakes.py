@@ -104,6 +104,12 @@ class FakeKube:
     def patch_tenantqueue_status(self, name: str, status: Mapping[str, Any]) -> None:
         pass
 
+    def list_tenantcohorts(self, fleet: str | None) -> list[dict[str, Any]]:
+        return []
+
+    def patch_tenantcohort_status(self, name: str, status: Mapping[str, Any]) -> None:
+        pass
+
     def list_powerbudgets(self, fleet: str | None) -> list[dict[str, Any]]:
         return []
 

@@ -2,8 +2,8 @@
 `ultraplane serve` and `ultraplane simulate`, and the simulator's old format is one sentence.
 
 The documented files are the YAML lists in docs/queues.md, docs/power.md and docs/simulator.md
-(each entry a name and the fields of a spec) and the manifests in examples/queues/ and
-examples/power/ (TenantQueue and PowerBudget objects). The replay runs on 64 Trn3 Gen2
+(each entry a name and the fields of a spec) and the manifests there and in examples/queues/ and
+examples/power/ (TenantQueue and PowerBudget objects; a queues file's TenantCohorts with them). The replay runs on 64 Trn3 Gen2
 UltraServers, 16 per network block, so the docs' `block-003` holds gen2-0048 .. gen2-0063:
 
     block-000: gen2-0000 .. gen2-0015   ...   block-003: gen2-0048 .. gen2-0063
@@ -23,10 +23,12 @@ from ultraplane.api.settings import Settings
 
 from ultraplane.cli import main
 from ultraplane.policies.budgetdocuments import budget_file
+from ultraplane.policies.cohortdocuments import cohort_file, is_cohort_entry
 from ultraplane.policies.policyfiles import named_specs, read_documents
 from ultraplane.policies.queuedocuments import queue_file
 from ultraplane.resources.budgets import PowerBudget
 from ultraplane.resources.commons import API_VERSION
+from ultraplane.resources.tenantcohorts import TenantCohort
 from ultraplane.resources.tenantqueues import TenantQueue
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -41,8 +43,8 @@ def _kind(data: Any) -> str | None:
     entries = data if isinstance(data, list) else [data]
     if not entries or not all(isinstance(e, dict) for e in entries):
         return None
-    if all(e.get("kind") in MODELS for e in entries):
-        kinds = {e["kind"] for e in entries}
+    if all(e.get("kind") in MODELS or is_cohort_entry(e) for e in entries):
+        kinds = {e["kind"] for e in entries if not is_cohort_entry(e)}
         return kinds.pop() if len(kinds) == 1 else None
     if all("name" in e and "nominal" in e for e in entries):
         return "TenantQueue"
@@ -56,7 +58,8 @@ def documented() -> list[Any]:
     for doc in DOCS:
         blocks = re.findall(r"```yaml\n(.*?)```", (ROOT / doc).read_text(), flags=re.S)
         for i, text in enumerate(blocks):
-            data = yaml.safe_load(text)
+            documents = list(yaml.safe_load_all(text))
+            data = documents[0] if len(documents) == 1 else documents
             # a lone manifest in the prose (its parent elsewhere) is checked by test_resources
             if isinstance(data, list) and (kind := _kind(data)) is not None:
                 cases.append(pytest.param(kind, text, id=f"{doc}#{i}"))
@@ -79,12 +82,16 @@ def test_a_documented_policy_file_passes_the_resources_serve_and_the_simulator(
     path = tmp_path / "policy.yaml"
     path.write_text(text)
     data = read_documents(path)
-    entries = named_specs(data if isinstance(data, list) else [data], kind, "entry", ValueError)
+    data = data if isinstance(data, list) else [data]
+    entries = named_specs([e for e in data if not is_cohort_entry(e)], kind, "entry", ValueError)
     for name, spec in entries:  # the resources: each entry as the object kubectl applies
         MODELS[kind].model_validate({"apiVersion": API_VERSION, "kind": kind,
                                      "metadata": {"name": name}, "spec": spec})
     read = queue_file(path) if kind == "TenantQueue" else budget_file(path)
     assert [s.name for s in read] == [name for name, _ in entries]
+    for entry in filter(is_cohort_entry, data):  # a queues file's cohorts, as objects
+        TenantCohort.model_validate(entry)
+    assert len(cohort_file(path)) == sum(map(is_cohort_entry, data))
     setting, flag = FLAGS[kind]
     Settings(db=f"sqlite:///{tmp_path / 'serve.db'}", **{setting: str(path)})  # serve
     trace = tmp_path / "jobs.csv"

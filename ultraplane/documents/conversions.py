@@ -33,6 +33,7 @@ __all__ = [
     "INFERENCE",
     "PLURALS",
     "POWERBUDGETS",
+    "TENANTCOHORTS",
     "TENANTQUEUES",
     "TERMINAL_PHASES",
     "TRAINING",
@@ -56,6 +57,7 @@ INFERENCE = "inferencejobs"
 PLURALS: dict[str, str] = {"TrainingJob": TRAINING, "InferenceJob": INFERENCE}
 ULTRASERVERS = "ultraservers"
 TENANTQUEUES = "tenantqueues"
+TENANTCOHORTS = "tenantcohorts"
 POWERBUDGETS = "powerbudgets"
 # The phase sets, once, from the CRD's own enum (a StrEnum: `"Failed" in TERMINAL_PHASES`).
 TERMINAL_PHASES: frozenset[str] = frozenset({Phase.SUCCEEDED, Phase.FAILED})

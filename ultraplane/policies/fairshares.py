@@ -11,7 +11,8 @@ smaller), and no team can gain without taking from one whose share per weight is
 
 Pure: the replay's ledger reads it to score a run, the fair-sharing policy
 (`ultraplane.scheduling.fairsharing`) to decide who is owed chips, and the queues' status to
-show it (`queue_fair_shares`: each tenant queue's share of its cohort).
+show it (`queue_fair_shares`: each tenant queue's share of its cohort; down a tree of cohorts,
+level by level, `tree_fair_shares`).
 """
 
 from __future__ import annotations
@@ -23,10 +24,11 @@ from typing import TYPE_CHECKING
 from ultraplane.ids import namespace_of_job_key
 
 if TYPE_CHECKING:
+    from ultraplane.policies.cohorts import CohortTree
     from ultraplane.policies.quotas import QueueSpec, QuotaBook
     from ultraplane.workloads import QueuedJob
 
-__all__ = ["fair_shares", "jain", "queue_fair_shares", "wanted_fair_shares"]
+__all__ = ["fair_shares", "jain", "queue_fair_shares", "tree_fair_shares", "wanted_fair_shares"]
 
 
 def fair_shares(demand: Mapping[str, float], weight: Mapping[str, float],
@@ -85,13 +87,47 @@ def wanted_fair_shares(book: QuotaBook, wanted: Mapping[tuple[str | None, str], 
         queue = book.queue_named(named, namespace)
         if queue in demand:
             demand[queue] += chips
-    cohorts: dict[str, list[QueueSpec]] = {}
-    for spec in book.queues.values():
-        if spec.cohort is not None:
-            cohorts.setdefault(spec.cohort, []).append(spec)
+    tree = book.tree
+    if tree.flat:
+        cohorts: dict[str, list[QueueSpec]] = {}
+        for spec in book.queues.values():
+            if spec.cohort is not None:
+                cohorts.setdefault(spec.cohort, []).append(spec)
+        out: dict[str, float] = {}
+        for members in cohorts.values():
+            fleet = sum(sum(s.nominal.values()) for s in members)
+            out.update(fair_shares({s.name: demand[s.name] for s in members},
+                                   {s.name: s.weight for s in members}, fleet))
+        return out
+    return tree_fair_shares(tree, demand)
+
+
+def tree_fair_shares(tree: CohortTree, demand: Mapping[str, float]) -> dict[str, float]:
+    """Each queue's fair share down a tree of cohorts, level by level: a root's nominal
+    chips (its own pool and every queue's below it) water-filled among its queues and child
+    cohorts by weight, each capped at its demand (a cohort's: its subtree's); then each child
+    cohort's share water-filled among its own children the same way. Queues of no cohort
+    have none."""
     out: dict[str, float] = {}
-    for members in cohorts.values():
-        fleet = sum(sum(s.nominal.values()) for s in members)
-        out.update(fair_shares({s.name: demand[s.name] for s in members},
-                               {s.name: s.weight for s in members}, fleet))
+
+    def wanted(cohort: str) -> float:
+        return (sum(demand.get(q.name, 0.0) for q in tree.members.get(cohort, ()))
+                + sum(wanted(c) for c in tree.children[cohort]))
+
+    def split(cohort: str, chips: float) -> None:
+        # a child cohort's key cannot be a queue's (queue names are DNS labels)
+        want = {q.name: demand.get(q.name, 0.0) for q in tree.members.get(cohort, ())}
+        weight = {q.name: q.weight for q in tree.members.get(cohort, ())}
+        for child in tree.children[cohort]:
+            want[f"cohort:{child}"] = wanted(child)
+            weight[f"cohort:{child}"] = tree.specs[child].weight
+        for key, share in fair_shares(want, weight, chips).items():
+            if key.startswith("cohort:"):
+                split(key.removeprefix("cohort:"), share)
+            else:
+                out[key] = share
+
+    for root in sorted(tree.specs):
+        if tree.specs[root].parent is None and not root.startswith("/"):
+            split(root, float(tree.nominal_total(root)))
     return out

@@ -16,6 +16,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from ultraplane.policies.cohortdocuments import is_cohort_entry
 from ultraplane.policies.fairshares import queue_fair_shares
 from ultraplane.policies.policyfiles import named_specs, read_documents
 from ultraplane.policies.quotas import (
@@ -102,10 +103,12 @@ def queue_status(book: QuotaBook, name: str, *, pending: int, admitted: int,
 def queue_specs(data: Any) -> list[QueueSpec]:
     """The queues of a `--queues` file (`ultraplane simulate`, `ultraplane serve`): a list of
     entries, each a `name` and the fields of a TenantQueue's spec, or TenantQueue objects
-    (`policyfiles`); InvalidQueueError names the entry and the field."""
+    (`policyfiles`); InvalidQueueError names the entry and the field. Its cohorts
+    (TenantCohort entries) are `cohortdocuments.cohort_specs`'."""
     if not isinstance(data, list):
         raise InvalidQueueError("the queues must be a YAML list, each entry a name and the "
                                 "fields of a TenantQueue spec")
+    data = [entry for entry in data if not is_cohort_entry(entry)]
     specs: list[QueueSpec] = []
     for name, fields in named_specs(data, "TenantQueue", "queue", InvalidQueueError):
         nominal = fields.get("nominal")

@@ -21,6 +21,7 @@ from ultraplane.ids import JobKey
 from ultraplane.placement.allocator import Allocator, NoFit
 
 if TYPE_CHECKING:
+    from ultraplane.policies.cohorts import CohortTree
     from ultraplane.policies.quotas import QueueSpec
     from ultraplane.workloads import QueuedJob
 
@@ -46,6 +47,7 @@ class QueueUsage:
     usage: dict[tuple[str, str], int]
     _held: dict[JobKey, _Held]
     _members: dict[str, list[QueueSpec]]
+    tree: CohortTree
     _profiles: tuple[str, ...]
     _no_reclaim: set[tuple[object, ...]]
     _grow: int
@@ -60,6 +62,8 @@ class QueueUsage:
     _epoch: int
     _fresh: set[JobKey]
     _on: dict[str, dict[str | None, int]]
+    _decayed_at: float | None
+    _released: dict[str, int]
 
     if TYPE_CHECKING:  # the book's, from `ultraplane.policies.quotas`
         def queue_of(self, job: QueuedJob) -> str | None: ...
@@ -111,6 +115,9 @@ class QueueUsage:
             for profile, n in held.chips.items():
                 self.usage[(held.queue, profile)] -= n
             self._total[held.queue] -= sum(held.chips.values())
+            if self._decayed_at is not None:  # held until now, as `usagedecays` counts it
+                self._released[held.queue] = (self._released.get(held.queue, 0)
+                                              + sum(held.chips.values()))
         for us, n in held.on.items():
             here = self._on[us]
             here[held.queue] -= n
@@ -146,22 +153,19 @@ class QueueUsage:
 
     def room(self, spec: QueueSpec, profile: str) -> int:
         """Chips `spec`'s queue may still take on `profile`: all of its unused nominal quota
-        (lent chips come back by reclaim) plus what the rest of its cohort's pool has idle,
-        capped by its borrowing limit."""
+        (lent chips come back by reclaim) plus what the rest of its cohort's pool has idle
+        (and, up a tree of cohorts, each parent's within each level's borrowing limit:
+        `ultraplane.policies.cohorts`), capped by its borrowing limit."""
         memo = self._rooms.get((spec.name, profile))
         if memo is not None:
             return memo
         used = self.used(spec.name, profile)
         nominal = spec.nominal.get(profile, 0)
-        pool = pool_used = 0
-        for member in self._members[spec.cohort or f"/{spec.name}"]:
-            pool += member.lends(profile)
-            pool_used += max(0, self.used(member.name, profile)
-                             - (member.nominal.get(profile, 0) - member.lends(profile)))
+        idle = self.tree.available(spec.cohort or f"/{spec.name}", profile, self.used)
         # its own unused lendable chips are in the pool's idle part: not counted twice
         guaranteed = nominal - spec.lends(profile)
         own_lendable = max(0, spec.lends(profile) - max(0, used - guaranteed))
-        room = max(0, nominal - used) + max(0, pool - pool_used - own_lendable)
+        room = max(0, nominal - used) + max(0, idle - own_lendable)
         if spec.borrowing_limit is not None:
             room = min(room, nominal + spec.borrowing_limit - used)
         self._rooms[(spec.name, profile)] = room = max(0, room)

@@ -40,10 +40,16 @@ The model is Kueue's ClusterQueue with cohorts (docs/queues.md maps it field by 
   only competes, by priority, with other jobs that name none (how the fleet behaved before
   queues existed).
 
-The book is one object in three modules: here the queues, their rights and the admission rules
+- Cohorts may nest (`ultraplane.policies.cohorts`): borrowing is bounded at every level of the
+  tree, reclaim reaches a queue of another cohort when its subtree borrows where the two
+  meet, and fair shares are water-filled level by level. A cohort may remember its queues'
+  usage with a half-life (`ultraplane.policies.usagedecays`): borrowers are then ordered by
+  what they borrow plus what they used recently, over weight.
+
+The book is one object in four modules: here the queues, their rights and the admission rules
 (`refuse`, `within_nominal`, `arrange`); the ledger of what jobs hold in
-`ultraplane.policies.queueusages`, and reclaim and placing borrowers apart in
-`ultraplane.policies.reclaims` (mixins: the book is one dataclass the scheduler and the
+`ultraplane.policies.queueusages`, reclaim and placing borrowers apart in
+`ultraplane.policies.reclaims`, and the decayed usage in `ultraplane.policies.usagedecays` (mixins: the book is one dataclass the scheduler and the
 adapters share, and every part reads the same fields).
 """
 
@@ -56,8 +62,10 @@ from typing import TYPE_CHECKING, Final, Literal
 
 from ultraplane.ids import JobKey, namespace_of_job_key
 from ultraplane.placement.allocator import NoFit
+from ultraplane.policies.cohorts import CohortSpec, CohortTree
 from ultraplane.policies.queueusages import QueueUsage
 from ultraplane.policies.reclaims import Reclaims
+from ultraplane.policies.usagedecays import UsageDecay
 
 if TYPE_CHECKING:
     from ultraplane.policies.queueusages import _Held
@@ -185,11 +193,15 @@ class _Arranged:
 
 
 @dataclass
-class QuotaBook(QueueUsage, Reclaims):
+class QuotaBook(QueueUsage, Reclaims, UsageDecay):
     """The queues and what each job holds against them; `Scheduler` keeps it current."""
 
     specs: Sequence[QueueSpec]
+    # cohorts with a parent, a pool of their own, limits, a weight or a usage half-life
+    # (`ultraplane.policies.cohorts`); a cohort that queues name and none defines is a root
+    cohorts: Sequence[CohortSpec] = ()
     queues: dict[str, QueueSpec] = field(init=False)
+    tree: CohortTree = field(init=False)
     usage: dict[tuple[str, str], int] = field(init=False, default_factory=dict)
     _held: dict[JobKey, _Held] = field(init=False, default_factory=dict)
     _members: dict[str, list[QueueSpec]] = field(init=False, default_factory=dict)
@@ -218,13 +230,19 @@ class QuotaBook(QueueUsage, Reclaims):
     _on: dict[str, dict[str | None, int]] = field(init=False, default_factory=dict)
     _over: tuple[int, frozenset[str]] | None = field(init=False, default=None)  # borrowing queues
     _arranged: _Arranged | None = field(init=False, default=None)  # the last `arrange`'s counts
+    # decayed usage (`ultraplane.policies.usagedecays`): queue -> chip-seconds, and when
+    _decayed: dict[str, float] = field(init=False, default_factory=dict)
+    _decayed_at: float | None = field(init=False, default=None)
+    _released: dict[str, int] = field(init=False, default_factory=dict)  # since `advance`
 
     def __post_init__(self) -> None:
-        self.replace(self.specs)
+        self.replace(self.specs, self.cohorts)
 
-    def replace(self, specs: Sequence[QueueSpec]) -> None:
-        """Take a new set of queues (one was created, edited or deleted). What running jobs
-        hold stays counted against the queue they were admitted to."""
+    def replace(self, specs: Sequence[QueueSpec],
+                cohorts: Sequence[CohortSpec] | None = None) -> None:
+        """Take a new set of queues (one was created, edited or deleted), and of cohorts
+        (None: the same). What running jobs hold stays counted against the queue they were
+        admitted to. Parents that form a cycle: `CohortCycleError`, and nothing changes."""
         queues: dict[str, QueueSpec] = {}
         members: dict[str, list[QueueSpec]] = {}
         for spec in sorted(specs, key=lambda q: q.name):
@@ -232,8 +250,11 @@ class QuotaBook(QueueUsage, Reclaims):
                 raise ValueError(f"queue {spec.name!r} is listed twice")
             queues[spec.name] = spec
             members.setdefault(spec.cohort or f"/{spec.name}", []).append(spec)
+        cohorts = self.cohorts if cohorts is None else cohorts
+        tree = CohortTree(members, cohorts)
         self.specs, self.queues, self._members, self._defaults = (
             tuple(specs), queues, members, default_queues(queues.values()))
+        self.cohorts, self.tree = tuple(cohorts), tree
         # what running jobs hold counts against the queue they use now (a new default queue
         # takes its namespace's running jobs)
         self.usage.clear()
@@ -363,6 +384,8 @@ class QuotaBook(QueueUsage, Reclaims):
             guaranteed[name] = guaranteed.get(name, 0) + chips
             # the queue furthest below its nominal quota first (water-filling again)
             return 0, (nominal - left + chips) / max(nominal, 1)
+        if self._decayed:  # a remembering cohort: recent usage counts as if still borrowed
+            return 1, (over + self.recent_chips(spec.name)) / spec.weight
         return 1, over / spec.weight
 
 

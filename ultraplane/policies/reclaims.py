@@ -24,6 +24,7 @@ from ultraplane.placement.allocator import Allocator, Placement
 from ultraplane.placement.packings import place_packed
 
 if TYPE_CHECKING:
+    from ultraplane.policies.cohorts import CohortTree
     from ultraplane.policies.queueusages import _Held
     from ultraplane.policies.quotas import QueueSpec
     from ultraplane.workloads import QueuedJob
@@ -36,6 +37,7 @@ class Reclaims:
 
     # the book's fields (`ultraplane.policies.quotas`)
     queues: dict[str, QueueSpec]
+    tree: CohortTree
     _held: dict[JobKey, _Held]
     _no_reclaim: set[tuple[object, ...]]
     _grow: int
@@ -53,6 +55,7 @@ class Reclaims:
         def queue_of(self, job: QueuedJob) -> str | None: ...
         def within_nominal(self, job: QueuedJob) -> bool: ...
         def borrowed(self, queue: str, profile: str | None = None) -> int: ...
+        def used(self, queue: str, profile: str | None = None) -> int: ...
 
     # -- placing borrowers apart (called by Scheduler) -----------------------------------
     def allocate_apart(self, job: QueuedJob, part: JobKey, allocator: Allocator, *,
@@ -124,8 +127,10 @@ class Reclaims:
             if spec is None or held.queue is None or not within:
                 continue
             theirs = self.queues.get(held.queue)
-            if (theirs is None or spec.cohort is None or theirs.cohort != spec.cohort
+            if (theirs is None or spec.cohort is None or theirs.cohort is None
                     or spec.reclaim_within_cohort == "Never" or not self.borrowed(theirs.name)):
+                continue
+            if theirs.cohort != spec.cohort and not self._lent_to(spec, theirs):
                 continue
             if spec.reclaim_within_cohort == "LowerPriority" and other.priority >= job.priority:
                 continue
@@ -134,6 +139,13 @@ class Reclaims:
         out = [f[2] for f in found]
         self._candidates[memo] = out
         return out
+
+    def _lent_to(self, spec: QueueSpec, theirs: QueueSpec) -> bool:
+        """Whether a queue of another cohort of `spec`'s tree holds what `spec` lent: its
+        subtree under the cohort they share borrows there (`CohortTree.lent_to`)."""
+        assert spec.cohort is not None and theirs.cohort is not None
+        profiles = set(spec.nominal) | set(theirs.nominal)
+        return self.tree.lent_to(spec.cohort, theirs.cohort, self.used, sorted(profiles))
 
     def reclaim_failed(self, job: QueuedJob) -> None:
         """No plan frees a domain for `job` now: spare its like a second try this cycle."""

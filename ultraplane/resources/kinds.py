@@ -16,6 +16,7 @@ from ultraplane.resources.budgets import PowerBudget, PowerBudgetSpec, PowerBudg
 from ultraplane.resources.commons import GROUP
 from ultraplane.resources.inferencejobs import InferenceJob, InferenceJobSpec, InferenceJobStatus
 from ultraplane.resources.schemas import structural
+from ultraplane.resources.tenantcohorts import TenantCohort, TenantCohortSpec, TenantCohortStatus
 from ultraplane.resources.tenantqueues import TenantQueue, TenantQueueSpec, TenantQueueStatus
 from ultraplane.resources.trainingjobs import TrainingJob, TrainingJobSpec, TrainingJobStatus
 from ultraplane.resources.ultraservers import UltraServer, UltraServerSpec, UltraServerStatus
@@ -125,6 +126,20 @@ KINDS: tuple[Kind, ...] = (
              "Its weighted fair share of the cohort's chips, capped at its demand."),
             ("Pending", "integer", ".status.pendingJobs", "Jobs waiting."),
             ("Weight", "number", ".spec.weight", "Fair-share weight."),
+            _AGE,
+        ),
+    ),
+    Kind(
+        "TenantCohort",
+        "tenantcohorts",
+        "tc",
+        "Cluster",
+        TenantCohort,
+        TenantCohortSpec,
+        TenantCohortStatus,
+        (
+            ("Parent", "string", ".spec.parent", "The cohort it belongs to."),
+            ("Weight", "number", ".spec.weight", "Fair-share weight among its parent's children."),
             _AGE,
         ),
     ),

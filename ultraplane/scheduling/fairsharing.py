@@ -29,6 +29,10 @@ own, and neither has a claim on the other until demand moves (no ping-pong).
   `fair_preemption_interval_s` (default 600 s) has passed; jobs that started at this instant
   are no victims either, nor jobs predicted to end within that interval (their chips come
   free soon without losing any work).
+- **Trees and memory.** With nested cohorts, victims come from anywhere in the preemptor's
+  tree (fair shares are water-filled level by level); in a cohort that remembers usage
+  (`ultraplane.policies.usagedecays`), the jobs of queues with the most decayed usage over
+  weight go first.
 - **Quotas hold.** After the eviction the job must pass its queue's quota (borrowing and
   lending limits) like any other, and a power budget's headroom; else the victims go back.
 
@@ -109,7 +113,7 @@ class FairSharing:
             return False
         return (book.used(spec.name) + _chips(job) <= self.shares().get(spec.name, 0.0)
                 and self._memo(job, spec, book) not in self._failed
-                and bool(self._exposed(book).get(spec.cohort or "")))
+                and bool(self._exposed(book).get(_tree_of(book, spec))))
 
     def _spec(self, job: QueuedJob) -> QueueSpec | None:
         book = self._quotas.book
@@ -199,7 +203,7 @@ class FairSharing:
         the least work lost first, then the lowest priority, then the latest started."""
         shares = self.shares()
         found = []
-        for queue, other in self._exposed(book).get(spec.cohort or "", ()):
+        for queue, other in self._exposed(book).get(_tree_of(book, spec), ()):
             if queue == spec.name:
                 continue
             if spec.reclaim_within_cohort == "LowerPriority" and other.priority >= job.priority:
@@ -225,7 +229,7 @@ class FairSharing:
                 if spec.cohort is not None and book.used(q) > shares.get(q, 0.0)
                 and book.borrowed(q)}
         started, ends = self._roster.since, self._roster.ends
-        found: dict[str, list[tuple[float, int, float, str, str, QueuedJob]]] = {}
+        found: dict[str, list[tuple[float, float, int, float, str, str, QueuedJob]]] = {}
         if over:
             for other in self._roster.running.values():
                 queue = book.queue_of(other)
@@ -241,9 +245,11 @@ class FairSharing:
                     continue
                 ran = now - since
                 lost = (ran % other.checkpoint_s if other.checkpoint_s else ran) * _chips(other)
-                found.setdefault(theirs.cohort or "", []).append(
-                    (lost, other.priority, -since, other.key, queue, other))
-        out = {cohort: [(f[4], f[5]) for f in sorted(jobs, key=lambda f: f[:4])]
+                # a remembering cohort's most recent users first (0 for every queue without)
+                recent = -book.recent_chips(queue) / theirs.weight
+                found.setdefault(_tree_of(book, theirs), []).append(
+                    (recent, lost, other.priority, -since, other.key, queue, other))
+        out = {cohort: [(f[5], f[6]) for f in sorted(jobs, key=lambda f: f[:5])]
                for cohort, jobs in found.items()}
         self._exposed_memo = (stamp, out)
         return out
@@ -257,6 +263,11 @@ class FairSharing:
                 f"job {job.key} from queue {theirs}, which held {book.used(theirs)}, above its "
                 f"fair share of {shares.get(theirs, 0.0):.0f}; requeued, it resumes from its "
                 "last checkpoint.")
+
+
+def _tree_of(book: QuotaBook, spec: QueueSpec) -> str:
+    """The root cohort of `spec`'s tree of cohorts (its cohort, when cohorts are flat)."""
+    return book.tree.root(spec.cohort) if spec.cohort is not None else ""
 
 
 def _chips(job: QueuedJob) -> int:

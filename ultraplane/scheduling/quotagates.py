@@ -35,13 +35,16 @@ class QuotaGate:
         """The tenant queues, while any exist (with none, a cycle is today's cycle)."""
         return self._book if self._book is not None and self._book.active else None
 
-    def order(self, queue: list[QueuedJob]) -> list[QueuedJob]:
+    def order(self, queue: list[QueuedJob], now: float | None = None) -> list[QueuedJob]:
         """`queue` (in admission order) as a full cycle tries it: in fair-share order, with
-        the book's usage counted afresh, while queues exist."""
+        the book's usage counted afresh (and decayed to `now`, the caller's clock, for
+        cohorts that remember usage), while queues exist."""
         book = self.book
         if book is None:
             return queue
         book.begin_cycle(self._allocator)
+        if now is not None:
+            book.advance(now)
         return book.arrange(queue)
 
     def guaranteed(self, job: QueuedJob) -> bool:

@@ -297,7 +297,7 @@ class Scheduler:
     def _full(self) -> CycleResult:
         """A cycle over every waiting job."""
         result = CycleResult()
-        queue = self._quotas.order(self.queued())
+        queue = self._quotas.order(self.queued(), self._state.now)
         self._power.begin()
         self._evictions.begin()
         self._state.forget_failures()
