@@ -80,10 +80,12 @@ def inference_job(name: str, *, replicas: int, chips: int, autoscaling: dict[str
                   args: list[str]) -> dict[str, Any]:
     spec: dict[str, Any] = {
         "replicas": replicas, "chipsPerReplica": chips, "profile": "trn3-gen2", "priority": 100,
-        "model": {"name": "llama-3-8b"}, "load": {"requestsPerSecond": RATE},
+        "model": {"name": "llama-3-8b"},
         "template": {"spec": {"terminationGracePeriodSeconds": 2,
                               "containers": [container(args, serving_port=True)]}}}
-    if autoscaling is not None:
+    if autoscaling is None:
+        spec["load"] = {"requestsPerSecond": RATE}
+    else:  # no spec.load: the planner reads it from the model servers
         spec["autoscaling"] = autoscaling
         spec["topology"] = {"wholeServers": True}
     return {"apiVersion": "ultraplane.dev/v1alpha1", "kind": "InferenceJob",
