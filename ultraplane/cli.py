@@ -18,6 +18,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "profiles": ("ultraplane.commands.placing:profiles", "List the hardware profiles and their figures."),
     "operator": ("ultraplane.operator.cli:operator", "Run the Kubernetes operator (kopf)."),
     "simulator": ("ultraplane.simulator.cli:simulator", "Run virtual chips for admitted jobs in a cluster."),
+    "model-server": ("ultraplane.simulator.servingcommands:model_server",
+                     "Run a simulated model server exporting vLLM metrics."),
+    "load-generator": ("ultraplane.simulator.servingcommands:load_generator",
+                       "Offer a request trace to model servers."),
     "simulate": ("ultraplane.simulator.cli:simulate", "Replay a job trace offline and write a report."),
     "serve": ("ultraplane.api.cli:serve", "Serve the REST API (embedded fleet by default)."),
     # the client (also the kubectl plugin `kubectl-ultraplane`): ultraplane.api.client

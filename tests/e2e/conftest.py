@@ -3,7 +3,9 @@
 `hack/kind-cluster.sh` makes the cluster (1 control plane, 2 workers) and loads the image;
 `helm install` then runs the same command as the README's "Try it on kind", with the e2e
 cluster's name and image tag. The tests run in file order (test_kind.py, then
-test_kind_nodes.py, then test_kind_uninstall.py, which uninstalls the release), and the
+test_kind_nodes.py, test_kind_pods.py and test_kind_serving.py, which turn the workers into
+one UltraServer with the fake Neuron device plugin, then test_kind_uninstall.py, which
+uninstalls the release, so it must sort last), and the
 cluster is deleted at the end unless ULTRAPLANE_KEEP_KIND=1.
 
 Without a reachable Docker engine the tier is skipped with the reason, unless

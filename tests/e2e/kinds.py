@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 T = TypeVar("T")
+NEURON_RESOURCE = "aws.amazon.com/neuron"
 
 
 class CommandFailed(AssertionError):
@@ -111,6 +112,29 @@ def workers_as_servers(kind: Kind, ultraserver: str, *labels: str) -> dict[int, 
         kind.kc("label", "node", node, "--overwrite", f"ultraplane.dev/ultraserver={ultraserver}",
                 f"ultraplane.dev/server-index={index}", "ultraplane.dev/profile=trn3-gen2", *labels)
         kind.kc("uncordon", node)
+    return nodes
+
+
+def neuron_workers(kind: Kind, ultraserver: str, *values: str) -> dict[int, str]:
+    """`workers_as_servers`, then the chart upgraded with the fake Neuron device plugin and
+    UltraServers from Nodes (and `values`, more `--set`s): server index -> Node, once each
+    Node has 4 chips allocatable and the UltraServer has both servers in service."""
+    from tests.e2e.conftest import NAMESPACE, RELEASE
+
+    nodes = workers_as_servers(kind, ultraserver)
+    sets = [a for v in ("devicePlugin.enabled=true", "operator.ultraserversFromNodes=true", *values)
+            for a in ("--set", v)]
+    kind.helm_run("upgrade", RELEASE, "helm/ultraplane", "--namespace", NAMESPACE, "--reuse-values",
+                  *sets, "--wait", "--timeout", "10m", timeout=900)
+    for node in nodes.values():
+        wait_until(f"{NEURON_RESOURCE} allocatable on {node}", lambda node=node: kind.get("node", node)
+                   ["status"].get("allocatable", {}).get(NEURON_RESOURCE) == "4", timeout=180)
+
+    def in_service() -> bool:  # the operator may not have written the UltraServer yet
+        got = kind.kc("get", "ultraserver", ultraserver, "-o", "json", check=False)
+        return got.returncode == 0 and not {0, 1} & set(
+            json.loads(got.stdout)["spec"].get("cordonedServers", []))
+    wait_until(f"UltraServer {ultraserver} with both servers in service", in_service, timeout=180)
     return nodes
 
 

@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.conftest import IMAGE, NAMESPACE, RELEASE
-from tests.e2e.kinds import Kind, condition, wait_until, workers_as_servers
+from tests.e2e.conftest import IMAGE
+from tests.e2e.kinds import Kind, condition, neuron_workers, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1200)]
 
@@ -30,16 +30,7 @@ NEURON = "aws.amazon.com/neuron"
 @pytest.fixture(scope="module")
 def trainium(release: Kind) -> dict[int, str]:
     """Server index -> Node, with the device plugin running and 4 chips allocatable on each."""
-    nodes = workers_as_servers(release, US)
-    release.helm_run("upgrade", RELEASE, "helm/ultraplane", "--namespace", NAMESPACE, "--reuse-values",
-                     "--set", "devicePlugin.enabled=true", "--set", "operator.ultraserversFromNodes=true",
-                     "--wait", "--timeout", "10m", timeout=900)
-    for node in nodes.values():
-        wait_until(f"{NEURON} allocatable on {node}", lambda node=node: release.get("node", node)["status"]
-                   .get("allocatable", {}).get(NEURON) == "4", timeout=180)
-    wait_until(f"UltraServer {US} with both servers in service", lambda: not {0, 1} & set(
-        release.get("ultraserver", US)["spec"].get("cordonedServers", [])), timeout=120)
-    return nodes
+    return neuron_workers(release, US)
 
 
 def job(name: str, chips: int, *, priority: int = 10, seconds: int = 3600, policy: str = "RestartAll") -> str:

@@ -531,3 +531,13 @@ def test_a_boolean_is_no_number_in_any_spec() -> None:
         raise AssertionError("requestsPerSecond: true accepted")
     # a boolean field still takes booleans
     assert TrainingJobSpec.model_validate({**base, "preemptible": False}).preemptible is False
+
+
+def test_an_autoscaled_inference_job_needs_no_load_and_a_fixed_one_does() -> None:
+    autoscaling = {"maxReplicas": 2,
+                   "objective": {"timeToFirstTokenMs": 1000, "timePerOutputTokenMs": 100}}
+    spec = InferenceJobSpec.model_validate({"chipsPerReplica": 4, "model": {"name": "m"},
+                                            "autoscaling": autoscaling})
+    assert spec.load is None and "load" not in to_wire(spec)
+    with pytest.raises(ValidationError, match=r"spec\.load is required unless spec\.autoscaling"):
+        InferenceJobSpec.model_validate({"chipsPerReplica": 4, "model": {"name": "m"}})

@@ -25,6 +25,7 @@ MAX_REPLICAS = 10_000
 _ONE_LOAD = "spec.load needs exactly one of requestsPerSecond or tokensPerSecond"
 _TOTAL = f"spec.replicas x spec.chipsPerReplica must be at most {MAX_JOB_CHIPS} chips"
 _OVER_MAX = "spec.replicas must be at most spec.autoscaling.maxReplicas"
+_LOAD_OR_AUTOSCALING = "spec.load is required unless spec.autoscaling is set"
 
 
 class LoadTarget(SpecModel):
@@ -130,6 +131,7 @@ class InferenceJobSpec(SpecModel):
                     "message": _OVER_MAX,
                     "fieldPath": ".replicas",
                 },
+                {"rule": "has(self.load) || has(self.autoscaling)", "message": _LOAD_OR_AUTOSCALING},
             ]
         }
     )
@@ -165,7 +167,10 @@ class InferenceJobSpec(SpecModel):
     preemptible: bool = Field(default=True, strict=True, description="False protects the job from preemption.")
     precision: Precision = Field(default=Precision.BF16, description="Numeric precision.")
     model: ModelRef = Field(description="The model being served.")
-    load: LoadTarget = Field(description="Offered load: requestsPerSecond or tokensPerSecond.")
+    load: LoadTarget | None = Field(
+        default=None, description="Offered load: requestsPerSecond or tokensPerSecond. Required "
+        "without spec.autoscaling; with it, the load is read from the model servers' metrics.",
+    )
     latency_slo: LatencySLO | None = Field(
         default=None, alias="latencySLO", description="Latency objective."
     )
@@ -198,6 +203,8 @@ class InferenceJobSpec(SpecModel):
             raise ValueError(_TOTAL)
         if self.autoscaling is not None and self.replicas > self.autoscaling.max_replicas:
             raise ValueError(_OVER_MAX)
+        if self.load is None and self.autoscaling is None:
+            raise ValueError(_LOAD_OR_AUTOSCALING)
         return self
 
 
