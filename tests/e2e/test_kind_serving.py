@@ -10,7 +10,7 @@ Stepping the load is replacing the client pod with one at another rate multiple.
 
 Shown here: an autoscaled job without load keeps one replica; under x12 load it scales up, its new replica's pod lands on the Node
 of its allocated server with that server's Neuron devices, the lower-priority training job
-that held those chips is preempted and its status names the inference job that took them,
+that held those chips is preempted and its status names the inference scale-up that took them,
 and replica 0's pod keeps its UID; at x1 it scales down once the delay has passed, the training
 job gets its chips back, and the one replica reads the whole x1 load. `kubectl scale` resizes a job without autoscaling, its kept
 replicas' pods keep their UIDs, and its allocation always matches its replicas.
@@ -200,7 +200,8 @@ def test_an_autoscaled_job_follows_a_stepped_load_and_preempts_training_for_it(
     # its Preempted condition names the inference job whose scale-up took the chips (its
     # message may say since why it waits)
     (why,) = [c for c in preempted["conditions"] if c["type"] == "Preempted"]
-    assert why["status"] == "True" and f"job ij/{NS}/chat" in why["message"], why
+    assert why["status"] == "True", why
+    assert f"job ij/{NS}/chat, scaling up to 2 replicas" in why["message"], why
     assert preempted.get("preemptions", 0) >= 1
     chat = get_job(release, "chat")["status"]
     assert "AutoscalingOverridden" not in {c["type"] for c in chat.get("conditions", [])}

@@ -118,7 +118,8 @@ def test_scale_up_preempts_lower_priority_training_with_the_reason() -> None:
     d.rescale(SERVE, 3)
     decisions = d.cycle(2.0)
     assert [(p.key, p.by) for p in decisions.preempted] == [("t", "serve")]
-    assert "Preempted by higher-priority job serve" in decisions.preempted[0].message
+    assert decisions.preempted[0].message == (
+        "Preempted by higher-priority job serve, scaling up to 3 replicas; requeued.")
     (up,) = decisions.scaled_up
     assert up.replicas == 3 and up.message == ""
     assert chips_of(d)[0] == before[0]

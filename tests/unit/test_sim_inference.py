@@ -162,7 +162,8 @@ def test_replicas_follow_a_step_of_load_and_preempt_training_for_it(tmp_path: Pa
     # the scale-up took training's chips, and the victim says why
     (victim, by, at, reason) = r.preemptions[0]
     assert (victim, by) == ("t", "code") and 600 <= at < 700
-    assert reason == "Preempted by higher-priority job code; requeued."
+    assert reason.startswith("Preempted by higher-priority job code, scaling up to ")
+    assert reason.endswith(" replicas; requeued.")
     # each added replica served a start-up after it was placed (placed at once here)
     assert f.waits_s and max(f.waits_s) == pytest.approx(service.replica.startup_s, abs=1e-6)
     summary = inference_summary([r], *service_window(0.0, [s]))

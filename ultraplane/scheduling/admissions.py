@@ -272,17 +272,19 @@ class Admissions:
         estimates it from progress and work), for EASY backfilling and SplitWhenItPays."""
         self.scheduler.expect_end(key, end)
 
-    def _why_preempted(self, victim: QueuedJob | None, by: JobKey) -> str:
+    def _why_preempted(self, victim: QueuedJob | None, by: JobKey,
+                       scaling_to: int | None) -> str:
         """The victim's status message: a reclaim names both queues, so a team whose
-        borrowed chips were taken back reads why, not that someone outranked it."""
+        borrowed chips were taken back reads why, not that someone outranked it; a service's
+        scale-up says so (`scaling_to`, its new replica count)."""
         book = self.quotas
         preemptor = self.scheduler.running().get(by)
         if book is None or not book.active or preemptor is None:
-            return preempted_message(by)
+            return preempted_message(by, scaling_to)
         theirs = book.queue_of(preemptor)
         mine = book.queue_of(victim) if victim is not None else None
         if theirs is None or mine is None or theirs == mine:
-            return preempted_message(by)
+            return preempted_message(by, scaling_to)
         return (f"Preempted: queue {theirs} reclaimed its nominal chips for job {by} from "
                 f"queue {mine}, which was borrowing them; requeued.")
 
@@ -306,8 +308,11 @@ class Admissions:
                     if result.preempted and self.quotas is not None and self.quotas.active
                     else {})
         fair = result.fair_preempted
+        growing = {k: self.scheduler.wanted(k) or len(self.scheduler.placements(k))
+                   for k, _, _ in result.scaled_up}
         decisions.preempted = [Preempted(v, by, fair[v], True) if v in fair else
-                               Preempted(v, by, self._why_preempted(requeued.get(v), by))
+                               Preempted(v, by, self._why_preempted(requeued.get(v), by,
+                                                                    growing.get(by)))
                                for v, by in result.preempted]
         decisions.moved = [self._moved(*m) for m in result.moved]
         decisions.admitted = [Admitted(k, (p,), message=result.notes.get(k, ""))

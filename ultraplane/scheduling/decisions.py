@@ -88,7 +88,12 @@ class Preempted:
             object.__setattr__(self, "message", preempted_message(self.by))
 
 
-def preempted_message(by: str) -> str:
+def preempted_message(by: str, scaling_to: int | None = None) -> str:
+    """`scaling_to`: the replica count a running service is growing to, when its added
+    replicas took the chips (so the victim reads that a scale-up, not a new job, did)."""
+    if scaling_to is not None:
+        return (f"Preempted by higher-priority job {by}, scaling up to {scaling_to} "
+                "replicas; requeued.")
     return f"Preempted by higher-priority job {by}; requeued."
 
 
