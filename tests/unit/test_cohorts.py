@@ -11,17 +11,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.unit.test_quotas import job, run
 from ultraplane.hardware.topology import build_fleet
-from ultraplane.ids import JobKey
-from ultraplane.placement.allocator import Allocator, PlacementRequest
+from ultraplane.placement.allocator import Allocator
 from ultraplane.policies.cohorts import CohortCycleError, CohortSpec, CohortTree, check_parents
 from ultraplane.policies.fairshares import wanted_fair_shares
 from ultraplane.policies.quotas import NO_QUOTA, QueueSpec, QuotaBook
 from ultraplane.scheduling.admissions import Admissions
-from ultraplane.workloads import QueuedJob
 
 GEN2 = "trn3-gen2"
-_seq = iter(range(1_000_000))
 
 
 def q(name: str, chips: int, cohort: str, **kw: object) -> QueueSpec:
@@ -35,19 +33,6 @@ def c(name: str, parent: str | None = None, chips: int = 0, **kw: object) -> Coh
 def fleet(queues: list[QueueSpec], cohorts: list[CohortSpec], count: int) -> Admissions:
     return Admissions(Allocator(build_fleet(GEN2, count)), reservation=False,
                       quotas=QuotaBook(queues, cohorts))
-
-
-def job(key: str, queue: str, chips: int, priority: int = 0) -> QueuedJob:
-    return QueuedJob(JobKey(key), PlacementRequest(chips=chips, required_level="ultraserver"),
-                     priority, next(_seq), queue=queue)
-
-
-def run(adm: Admissions, *jobs: QueuedJob) -> tuple[list[str], dict[str, str], list[tuple[str, str]]]:
-    for j in jobs:
-        adm.submit(j)
-    d = adm.cycle(0.0)
-    return ([a.key for a in d.admitted], {p.key: p.reason for p in d.pending},
-            [(p.key, p.by) for p in d.preempted])
 
 
 # org
