@@ -318,10 +318,9 @@ class Admissions:
         decisions.admitted = [Admitted(k, (p,), message=result.notes.get(k, ""))
                               for k, p in result.admitted]
         decisions.admitted += [Admitted(k, ps, True) for k, ps in result.admitted_replicas]
-        decisions.scaled_up = [
-            ScaledUp(k, added, self.scheduler.placements(k),
-                     self.scheduler.wanted(k) or len(self.scheduler.placements(k)), why or "")
-            for k, added, why in result.scaled_up]
+        decisions.scaled_up = [ScaledUp(k, added, self.scheduler.placements(k), growing[k],
+                                        why or "")
+                               for k, added, why in result.scaled_up]
         changed: Sequence[int]
         if result.carried is not None and result.carried == len(self._listed):
             # Only the entries the scheduler names changed: the rest are last cycle's Pending,
